@@ -1,0 +1,95 @@
+import hashlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tokenizers import Tokenizer as RawTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from tradewind.core import InvalidInputError, NotFoundError
+from tradewind.data import ByteTokenizer, HFTokenizer, load_tokenizer
+
+CORPUS = [
+    "To be, or not to be, that is the question:",
+    "Whether 'tis nobler in the mind to suffer",
+    "The slings and arrows of outrageous fortune,",
+    "Or to take arms against a sea of troubles",
+] * 5
+
+
+def train_bpe(path, special_tokens):
+    tokenizer = RawTokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=special_tokens, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    tokenizer.save(str(path))
+    return path
+
+
+@given(st.text())
+def test_byte_tokenizer_round_trips_any_text_through_utf8_bytes(text):
+    tokenizer = ByteTokenizer()
+
+    [ids] = tokenizer.encode_batch([text])
+
+    assert bytes(ids) == text.encode("utf-8")
+    assert tokenizer.decode(ids) == text
+
+
+def test_byte_tokenizer_decode_drops_specials_and_replaces_invalid_utf8():
+    tokenizer = ByteTokenizer()
+
+    assert tokenizer.decode([tokenizer.bos_id, 104, 105, tokenizer.eos_id, 0xFF]) == "hi\ufffd"
+    assert (tokenizer.vocab_size, tokenizer.eos_id, tokenizer.bos_id, tokenizer.name) == (258, 256, 257, "byte")
+
+
+def test_load_tokenizer_byte_gives_the_byte_tokenizer():
+    assert isinstance(load_tokenizer("byte"), ByteTokenizer)
+
+
+def test_hf_tokenizer_trained_locally_round_trips_without_adding_special_tokens(tmp_path):
+    path = train_bpe(tmp_path / "tokenizer.json", ["<|endoftext|>"])
+
+    from_folder = load_tokenizer(str(tmp_path))
+    from_file = load_tokenizer(str(path))
+    [ids] = from_folder.encode_batch([CORPUS[0]])
+
+    assert isinstance(from_folder, HFTokenizer)
+    assert from_folder.decode(ids) == CORPUS[0]
+    assert from_file.encode_batch([CORPUS[0]]) == [ids]
+    assert len(ids) < len(CORPUS[0].encode())  # merges were learned, so it is not a byte tokenizer
+    assert from_folder.eos_id == 0 and from_folder.eos_id not in ids
+    assert from_folder.fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert from_folder.name == str(path)
+    assert max(ids) < from_folder.vocab_size
+
+
+def test_hf_tokenizer_without_a_known_eos_token_asks_for_eos_token(tmp_path):
+    path = train_bpe(tmp_path / "tokenizer.json", ["<end>"])
+
+    with pytest.raises(InvalidInputError, match=r"tokenizer.json: .*pass eos_token"):
+        load_tokenizer(str(path))
+    assert HFTokenizer(path, eos_token="<end>").eos_id == 0
+
+
+def test_hf_tokenizer_refuses_an_eos_token_missing_from_the_vocabulary(tmp_path):
+    path = train_bpe(tmp_path / "tokenizer.json", ["<|endoftext|>"])
+
+    with pytest.raises(InvalidInputError, match="'<nope>' is not in"):
+        HFTokenizer(path, eos_token="<nope>")
+
+
+def test_load_tokenizer_raises_not_found_naming_a_missing_path(tmp_path):
+    with pytest.raises(NotFoundError, match="missing-dir"):
+        load_tokenizer(str(tmp_path / "missing-dir"))
+
+
+def test_load_tokenizer_refuses_a_file_that_is_not_a_tokenizer(tmp_path):
+    path = tmp_path / "tokenizer.json"
+    path.write_text("{}")
+
+    with pytest.raises(InvalidInputError, match=r"not a valid tokenizer\.json"):
+        load_tokenizer(str(path))

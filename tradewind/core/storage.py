@@ -1,0 +1,79 @@
+"""Reading and writing files so that a reader never sees half of one.
+
+Writes go to a temporary file beside the target, are flushed to disk, then renamed over the target:
+a crash leaves either the old file or the new one, never a torn one. Appends (metrics, logs) are
+line-oriented, and readers skip a last line that is still being written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` to `path` through a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` (UTF-8) to `path` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write `obj` as indented JSON to `path` atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read a JSON file written by `atomic_write_json`."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
+    """Append one record as a single JSON line, flushed so that readers in other processes see it."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read complete JSON lines; a last line without its newline is still being written and is skipped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    complete = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+
+def tail_lines(path: str | os.PathLike[str], count: int) -> list[str]:
+    """The last `count` lines of a text file (fewer if it is shorter; none if it does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return [line.rstrip("\n") for line in deque(f, maxlen=count)]
+
+
+def open_url(url: str, mode: str = "rb", **kwargs: Any):
+    """Open a local path or any fsspec URL (`file://`, `memory://`, `gs://` with the `gcs` extra, ...)."""
+    return fsspec.open(url, mode, **kwargs).open()
