@@ -53,13 +53,13 @@ def test_allowed_root_admits_paths_outside_the_workspace(tmp_path):
 
 
 def test_missing_path_is_reported_with_the_argument(workspace):
-    with pytest.raises(NotFoundError, match="argument 'input': no file or folder at 'nope.txt'"):
+    with pytest.raises(NotFoundError, match=r"argument 'input': no file or folder at 'nope\.txt'"):
         workspace.resolve_path("nope.txt", argument="input")
 
 
 def test_unknown_run_id_lists_known_runs(workspace):
     (workspace.runs_dir / "run-a").mkdir()
-    with pytest.raises(NotFoundError, match="unknown run id 'run-b'.*run-a"):
+    with pytest.raises(NotFoundError, match=r"unknown run id 'run-b'.*run-a"):
         workspace.run_dir("run-b")
 
 

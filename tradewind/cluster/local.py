@@ -7,6 +7,7 @@ is reported as FAILED with that reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -92,10 +93,8 @@ class LocalBackend:
             return record
         (self._record_path(job_id).parent / CANCEL_MARKER).touch()
         if record.pid is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
                 os.killpg(record.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         return self.status(job_id)
 
     def list(self) -> list[JobRecord]:

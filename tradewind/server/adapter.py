@@ -29,8 +29,7 @@ def _signature(request_model: type[pydantic.BaseModel], result_model: type) -> i
         inspect.Parameter(
             name,
             inspect.Parameter.KEYWORD_ONLY,
-            annotation=Annotated[field.annotation, field],
-            default=inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True),
+            annotation=Annotated[field.annotation, field],  # the FieldInfo carries default and description
         )
         for name, field in request_model.model_fields.items()
     ]

@@ -1,0 +1,65 @@
+"""Fixtures shared across the suite: a workspace with a small real corpus and one finished tiny run."""
+
+from pathlib import Path
+
+import pytest
+
+from tradewind.data import builtin_corpus_path, read_documents
+from tradewind.tools import (
+    LaunchTrainingRequest,
+    TokenizeDatasetRequest,
+    ToolContext,
+    WaitForRunRequest,
+    launch_training,
+    tokenize_dataset,
+    wait_for_run,
+)
+
+# A 2-layer, 32-wide model that trains 30 steps in a few seconds on CPU.
+TINY_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}
+TINY_TRAINING = {
+    "batch_size": 8,
+    "seq_len": 32,
+    "eval_every": 10,
+    "eval_batches": 2,
+    "log_every": 5,
+    "optimizer": {"learning_rate": 1e-2, "warmup_steps": 5},
+}
+
+
+@pytest.fixture(scope="session")
+def anyio_backend():
+    return "asyncio"
+
+
+def write_small_corpus(path: Path, documents: int = 600) -> Path:
+    """The first `documents` speeches of Tiny Shakespeare as a plain-text file."""
+    speeches = []
+    for document in read_documents(builtin_corpus_path("tinyshakespeare")):
+        speeches.append(document.text)
+        if len(speeches) == documents:
+            break
+    path.write_text("\n\n".join(speeches) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def ctx(tmp_path_factory) -> ToolContext:
+    """A tool context on a fresh workspace holding `corpus.txt`."""
+    context = ToolContext.open(tmp_path_factory.mktemp("workspace"))
+    write_small_corpus(context.workspace.root / "corpus.txt")
+    return context
+
+
+@pytest.fixture(scope="session")
+def dataset_id(ctx) -> str:
+    return tokenize_dataset(ctx, TokenizeDatasetRequest(input="corpus.txt")).dataset_id
+
+
+@pytest.fixture(scope="session")
+def finished_run(ctx, dataset_id):
+    """A tiny training run that has finished, launched and awaited through the Python tool API."""
+    run = launch_training(ctx, LaunchTrainingRequest(dataset=dataset_id, model=TINY_MODEL, steps=30, **TINY_TRAINING))
+    done = wait_for_run(ctx, WaitForRunRequest(run_id=run.run_id, timeout_s=240))
+    assert done.status == "SUCCEEDED", done.log_tail
+    return done

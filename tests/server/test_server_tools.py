@@ -1,0 +1,200 @@
+"""Every tool through the real MCP client, connected in memory to the real server."""
+
+import json
+import struct
+
+import pytest
+from mcp import Client
+
+from conftest import TINY_MODEL, TINY_TRAINING
+from tradewind.server import build_server
+from tradewind.tools import TOOLS
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def server(ctx):
+    return build_server(ctx)
+
+
+async def call(client, name, arguments=None, **kwargs):
+    result = await client.call_tool(name, arguments or {}, **kwargs)
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+def error_text(result) -> str:
+    assert result.is_error, result.structured_content
+    return " ".join(block.text for block in result.content)
+
+
+async def test_every_tool_is_listed_with_input_and_output_schemas(server):
+    async with Client(server) as client:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert client.instructions and "tokenize_dataset" in client.instructions
+    assert list(listed) == [tool.__name__ for tool in TOOLS]
+    for name, tool in listed.items():
+        assert tool.description.splitlines()[0], name
+        assert tool.input_schema["type"] == "object", name
+        assert tool.output_schema and tool.output_schema["properties"], name
+    tokenize = listed["tokenize_dataset"].input_schema
+    assert tokenize["required"] == ["input"]
+    assert "builtin:tinyshakespeare" in tokenize["properties"]["input"]["description"]
+    assert "mcp_context" not in json.dumps(tokenize)
+    launch = listed["launch_training"].input_schema
+    assert {"dataset", "model", "optimizer", "steps", "batch_size", "seq_len"} <= set(launch["properties"])
+
+
+async def test_tokenize_dataset_builds_a_cache_then_reuses_it(server, ctx):
+    async with Client(server) as client:
+        first = await call(client, "tokenize_dataset", {"input": "corpus.txt", "val_fraction": 0.2})
+        second = await call(client, "tokenize_dataset", {"input": "corpus.txt", "val_fraction": 0.2})
+    assert first["reused"] is False and second["reused"] is True
+    assert first["dataset_id"] == second["dataset_id"]
+    assert first["vocab_size"] == 258 and first["tokenizer"] == "byte"
+    assert first["documents"]["train"] + first["documents"]["val"] == 600
+    assert first["path"] == str(ctx.workspace.datasets_dir / first["dataset_id"])
+
+
+async def test_launch_then_wait_reports_progress_and_success(server, dataset_id):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total))
+
+    async with Client(server) as client:
+        run = await call(
+            client,
+            "launch_training",
+            {"dataset": dataset_id, "model": TINY_MODEL, "steps": 12, **TINY_TRAINING},
+        )
+        assert run["status"] in ("PENDING", "RUNNING") and run["total_steps"] == 12
+        # The server answers other calls while the run trains in its own process.
+        listed = await call(client, "list_runs")
+        assert run["run_id"] in [r["run_id"] for r in listed["runs"]]
+        done = await call(
+            client, "wait_for_run", {"run_id": run["run_id"], "timeout_s": 240}, progress_callback=on_progress
+        )
+    assert done["timed_out"] is False
+    assert done["status"] == "SUCCEEDED", done["log_tail"]
+    assert done["step"] == 12 and done["exit_code"] == 0
+    assert done["summary"]["steps"] == 12 and done["summary"]["parameters"] > 0
+    assert seen and seen[-1] == (12, 12)
+    assert [p for p, _ in seen] == sorted(p for p, _ in seen)
+
+
+async def test_wait_for_run_times_out_without_stopping_the_run(server, finished_run, ctx):
+    async with Client(server) as client:
+        done = await call(client, "wait_for_run", {"run_id": finished_run.run_id, "timeout_s": 0.1})
+    assert done["timed_out"] is False and done["status"] == "SUCCEEDED"
+
+
+async def test_get_run_reports_the_final_state(server, finished_run):
+    async with Client(server) as client:
+        run = await call(client, "get_run", {"run_id": finished_run.run_id})
+    assert run["status"] == "SUCCEEDED" and run["step"] == 30 == run["total_steps"]
+    summary = run["summary"]
+    assert summary["final_eval_loss"] < summary["first_eval_loss"]
+    assert run["eval_loss"] == summary["final_eval_loss"]
+    assert run["log_tail"] == []
+
+
+async def test_list_runs_is_newest_first_and_bounded(server, finished_run, ctx):
+    async with Client(server) as client:
+        everything = await call(client, "list_runs", {"limit": 200})
+        one = await call(client, "list_runs", {"limit": 1})
+    ids = [run["run_id"] for run in everything["runs"]]
+    assert finished_run.run_id in ids and ids == sorted(ids, reverse=True)
+    assert everything["total"] == len(ids) == len(list(ctx.workspace.runs_dir.iterdir()))
+    assert [run["run_id"] for run in one["runs"]] == ids[:1]
+
+
+async def test_read_metrics_pages_through_every_row(server, finished_run):
+    async with Client(server) as client:
+        whole = await call(client, "read_metrics", {"run_id": finished_run.run_id, "limit": 2000})
+        pages, offset = [], 0
+        while offset is not None:
+            page = await call(client, "read_metrics", {"run_id": finished_run.run_id, "offset": offset, "limit": 3})
+            pages.extend(page["rows"])
+            offset = page["next_offset"]
+    assert pages == whole["rows"] and whole["total_rows"] == len(pages)
+    assert [row["step"] for row in whole["rows"]] == sorted(row["step"] for row in whole["rows"])
+    eval_steps = [row["step"] for row in whole["rows"] if "eval_loss" in row and row["eval_loss"] is not None]
+    assert eval_steps == [0, 10, 20, 30]
+
+
+async def test_profile_run_times_steps_and_writes_a_trace(server, finished_run):
+    async with Client(server) as client:
+        profile = await call(client, "profile_run", {"run_id": finished_run.run_id, "steps": 3})
+    assert profile["steps"] == 3 and profile["compile_s"] > 0 and profile["mean_step_s"] > 0
+    tokens_per_step = TINY_TRAINING["batch_size"] * TINY_TRAINING["seq_len"]
+    assert profile["tokens_per_s"] == pytest.approx(tokens_per_step / profile["mean_step_s"], rel=1e-6)
+    from pathlib import Path
+
+    assert any(p.is_file() for p in Path(profile["trace_dir"]).rglob("*"))
+
+
+async def test_summarize_report_writes_markdown_and_a_png(server, finished_run):
+    async with Client(server) as client:
+        report = await call(client, "summarize_report", {"run_id": finished_run.run_id})
+    from pathlib import Path
+
+    path = Path(report["report_path"])
+    assert path.read_text() == report["markdown"]
+    summary = finished_run.summary
+    assert report["final_eval_loss"] == summary.final_eval_loss
+    assert f"{summary.final_eval_loss:,.4f}" in report["markdown"]
+    assert f"{summary.parameters:,}" in report["markdown"]
+    (plot,) = report["plot_paths"]
+    png = Path(plot).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (840, 480)
+    assert Path(plot).parent == path.parent and Path(plot).name in report["markdown"]
+
+
+BAD_CALLS = [
+    ("tokenize_dataset", {"input": "../../etc/passwd"}, "argument 'input'"),
+    ("tokenize_dataset", {"input": "/etc/passwd"}, "is outside the workspace"),
+    ("tokenize_dataset", {"input": "missing.txt"}, "no file or folder at 'missing.txt'"),
+    ("tokenize_dataset", {"input": "corpus.txt", "val_fraction": "lots"}, "val_fraction"),
+    ("tokenize_dataset", {"input": "corpus.txt", "tokenizer": "nowhere/tokenizer.json"}, "argument 'tokenizer'"),
+    ("tokenize_dataset", {}, "input"),
+    ("launch_training", {"dataset": "ds-0000"}, "unknown dataset id 'ds-0000'"),
+    ("launch_training", {"dataset": "../outside"}, "argument 'dataset'"),
+    ("launch_training", {"dataset": "DATASET", "steps": "many"}, "steps"),
+    ("launch_training", {"dataset": "DATASET", "batch_size": 1000, "seq_len": 32}, "split 'val'"),
+    ("launch_training", {"dataset": "DATASET", "model": {"d_model": 30, "n_heads": 4}}, "n_heads"),
+    ("get_run", {"run_id": "run-nope"}, "unknown run id 'run-nope'"),
+    ("get_run", {"run_id": "../etc"}, "not a valid id"),
+    ("wait_for_run", {"run_id": "run-nope"}, "unknown run id"),
+    ("wait_for_run", {"run_id": "RUN", "timeout_s": -1}, "timeout_s"),
+    ("list_runs", {"limit": 0}, "limit"),
+    ("read_metrics", {"run_id": "run-nope"}, "unknown run id"),
+    ("read_metrics", {"run_id": "RUN", "limit": "all"}, "limit"),
+    ("profile_run", {"run_id": "run-nope"}, "unknown run id"),
+    ("profile_run", {"run_id": "RUN", "steps": 0}, "steps"),
+    ("summarize_report", {"run_id": "run-nope"}, "unknown run id"),
+    ("summarize_report", {"run_id": 42}, "run_id"),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "expected"), BAD_CALLS)
+async def test_bad_input_is_an_error_result_and_the_server_keeps_serving(
+    server, finished_run, dataset_id, tool, arguments, expected
+):
+    placeholders = {"DATASET": dataset_id, "RUN": finished_run.run_id}
+    arguments = {
+        key: placeholders.get(value, value) if isinstance(value, str) else value for key, value in arguments.items()
+    }
+    async with Client(server) as client:
+        message = error_text(await client.call_tool(tool, arguments))
+        assert expected in message
+        assert "Traceback" not in message
+        after = await call(client, "get_run", {"run_id": finished_run.run_id})
+    assert after["status"] == "SUCCEEDED"
+
+
+def test_every_tool_has_a_bad_input_case():
+    assert {tool.__name__ for tool in TOOLS} == {tool for tool, _, _ in BAD_CALLS}

@@ -1,0 +1,81 @@
+"""Round trips over the real transports: `tradewind serve` as a stdio subprocess and over HTTP on loopback."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+pytestmark = pytest.mark.anyio
+
+
+async def list_tools_and_runs(client: Client) -> tuple[list[str], int]:
+    tools = [tool.name for tool in (await client.list_tools()).tools]
+    runs = await client.call_tool("list_runs", {})
+    assert not runs.is_error, runs.content
+    return tools, runs.structured_content["total"]
+
+
+async def test_stdio_round_trip(tmp_path):
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tradewind", "serve", "--workspace", str(tmp_path)],
+        env=dict(os.environ),
+    )
+    with anyio.fail_after(60):
+        async with Client(server) as client:
+            tools, total = await list_tools_and_runs(client)
+            bad = await client.call_tool("get_run", {"run_id": "run-nope"})
+    assert "launch_training" in tools and total == 0
+    assert bad.is_error and "unknown run id 'run-nope'" in bad.content[0].text
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def test_streamable_http_round_trip_on_loopback(tmp_path):
+    port = free_loopback_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tradewind",
+            "serve",
+            "--workspace",
+            str(tmp_path),
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # bounded wait for the port to accept connections
+            assert server.poll() is None, server.stderr.read().decode()
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "HTTP server did not start listening within 30 s"
+                await anyio.sleep(0.05)
+        with anyio.fail_after(60):
+            async with Client(url) as client:
+                tools, total = await list_tools_and_runs(client)
+        assert "summarize_report" in tools and total == 0
+        assert httpx2.get(f"http://127.0.0.1:{port}/not-mcp", timeout=5).status_code == 404
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
