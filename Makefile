@@ -27,7 +27,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
 
 docs: $(VENV)/.installed-dev
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 test: lint docs
 	$(BIN)/pytest

@@ -36,8 +36,17 @@ def main() -> None:
     print(f"python -c pass:            {baseline * 1000:7.1f} ms")
     print(f"tradewind --help:          {value * 1000:7.1f} ms")
     print(f"import tradewind.server:   {server_import * 1000:7.1f} ms (MCP SDK and pydantic, no JAX)")
-    print(json.dumps({"benchmark": "cli_help_startup", "value": round(value, 4), "baseline": round(baseline, 4),
-                      "ratio": round(baseline / value, 3), "unit": "s"}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "cli_help_startup",
+                "value": round(value, 4),
+                "baseline": round(baseline, 4),
+                "ratio": round(baseline / value, 3),
+                "unit": "s",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

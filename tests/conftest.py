@@ -28,6 +28,12 @@ TINY_TRAINING = {
 
 
 @pytest.fixture(scope="session")
+def tiny_run_settings() -> dict:
+    """`launch_training` arguments (less dataset and steps) for a run that takes seconds."""
+    return {"model": TINY_MODEL, **TINY_TRAINING}
+
+
+@pytest.fixture(scope="session")
 def anyio_backend():
     return "asyncio"
 

@@ -6,7 +6,6 @@ import struct
 import pytest
 from mcp import Client
 
-from conftest import TINY_MODEL, TINY_TRAINING
 from tradewind.server import build_server
 from tradewind.tools import TOOLS
 
@@ -57,7 +56,7 @@ async def test_tokenize_dataset_builds_a_cache_then_reuses_it(server, ctx):
     assert first["path"] == str(ctx.workspace.datasets_dir / first["dataset_id"])
 
 
-async def test_launch_then_wait_reports_progress_and_success(server, dataset_id):
+async def test_launch_then_wait_reports_progress_and_success(server, dataset_id, tiny_run_settings):
     seen = []
 
     async def on_progress(progress, total, message):
@@ -67,7 +66,7 @@ async def test_launch_then_wait_reports_progress_and_success(server, dataset_id)
         run = await call(
             client,
             "launch_training",
-            {"dataset": dataset_id, "model": TINY_MODEL, "steps": 12, **TINY_TRAINING},
+            {"dataset": dataset_id, "steps": 12, **tiny_run_settings},
         )
         assert run["status"] in ("PENDING", "RUNNING") and run["total_steps"] == 12
         # The server answers other calls while the run trains in its own process.
@@ -124,11 +123,11 @@ async def test_read_metrics_pages_through_every_row(server, finished_run):
     assert eval_steps == [0, 10, 20, 30]
 
 
-async def test_profile_run_times_steps_and_writes_a_trace(server, finished_run):
+async def test_profile_run_times_steps_and_writes_a_trace(server, finished_run, tiny_run_settings):
     async with Client(server) as client:
         profile = await call(client, "profile_run", {"run_id": finished_run.run_id, "steps": 3})
     assert profile["steps"] == 3 and profile["compile_s"] > 0 and profile["mean_step_s"] > 0
-    tokens_per_step = TINY_TRAINING["batch_size"] * TINY_TRAINING["seq_len"]
+    tokens_per_step = tiny_run_settings["batch_size"] * tiny_run_settings["seq_len"]
     assert profile["tokens_per_s"] == pytest.approx(tokens_per_step / profile["mean_step_s"], rel=1e-6)
     from pathlib import Path
 

@@ -103,7 +103,8 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest) -> RunInfo
     """Start training a language model on a tokenized dataset; returns the run id at once.
 
     The run trains in its own process; follow it with wait_for_run or get_run. A small model on this
-    machine's CPU trains at tens of thousands of tokens per second.
+    machine's CPU trains at several thousand tokens per second
+    (a 1.3M-parameter model: about 3 steps of 16 x 128 tokens per second on 2 cores).
     """
     dataset_path = _resolve_dataset(ctx, request.dataset)
     config = TrainConfig.model_validate({**request.model_dump(), "dataset": str(dataset_path)})

@@ -1,0 +1,87 @@
+"""Every registered model maps tokens to causal next-token logits; the Llama pieces compute what they claim."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tradewind.core import ConfigError
+from tradewind.trainer import MODELS, ModelConfig, build_model, count_params
+from tradewind.trainer.model import RMSNorm, apply_rotary, rotary_angles
+
+TINY = {"vocab_size": 61, "d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 16}
+
+
+def tiny_model(model_type: str, **overrides) -> nnx.Module:
+    return build_model(ModelConfig(type=model_type, **{**TINY, **overrides}), rngs=nnx.Rngs(0))
+
+
+@nnx.jit
+def forward(model: nnx.Module, tokens: jax.Array) -> jax.Array:
+    return model(tokens)
+
+
+def random_tokens(seed: int, shape=(2, 12)) -> jax.Array:
+    return jax.random.randint(jax.random.key(seed), shape, 0, TINY["vocab_size"], dtype=jnp.int32)
+
+
+@pytest.mark.parametrize("model_type", sorted(MODELS))
+def test_model_maps_int_tokens_to_float32_logits_over_the_vocabulary(model_type):
+    logits = forward(tiny_model(model_type), random_tokens(0))
+    assert logits.shape == (2, 12, TINY["vocab_size"])
+    assert logits.dtype == jnp.float32
+    assert bool(jnp.all(jnp.isfinite(logits)))
+
+
+@pytest.mark.parametrize("model_type", sorted(MODELS))
+def test_changing_a_later_token_leaves_the_logits_of_earlier_positions_unchanged(model_type):
+    model = tiny_model(model_type)
+    tokens = random_tokens(1)
+    changed = tokens.at[:, 7].set((tokens[:, 7] + 1) % TINY["vocab_size"])
+    before, after = forward(model, tokens), forward(model, changed)
+    np.testing.assert_allclose(before[:, :7], after[:, :7], rtol=0, atol=1e-6)
+    # The change does reach position 7 and later, so the check above is not vacuous.
+    assert float(jnp.max(jnp.abs(before[:, 7:] - after[:, 7:]))) > 1e-4
+
+
+@pytest.mark.parametrize("model_type", sorted(MODELS))
+def test_sequences_longer_than_max_seq_len_are_refused(model_type):
+    with pytest.raises(ValueError, match="max_seq_len"):
+        forward(tiny_model(model_type), random_tokens(0, shape=(1, TINY["max_seq_len"] + 1)))
+
+
+def test_building_a_model_without_a_vocab_size_is_refused():
+    with pytest.raises(ConfigError, match="vocab_size"):
+        build_model(ModelConfig(**{**TINY, "vocab_size": None}), rngs=nnx.Rngs(0))
+
+
+def test_rotary_query_key_products_depend_only_on_the_distance_between_positions():
+    head_dim = 8
+    q = jax.random.normal(jax.random.key(0), (1, 1, 1, head_dim))
+    k = jax.random.normal(jax.random.key(1), (1, 1, 1, head_dim))
+
+    def score(q_pos: int, k_pos: int) -> float:
+        q_cos, q_sin = rotary_angles(jnp.array([q_pos]), head_dim, 10000.0)
+        k_cos, k_sin = rotary_angles(jnp.array([k_pos]), head_dim, 10000.0)
+        return float(jnp.sum(apply_rotary(q, q_cos, q_sin) * apply_rotary(k, k_cos, k_sin)))
+
+    np.testing.assert_allclose(score(5, 2), score(105, 102), rtol=1e-4)
+    np.testing.assert_allclose(score(0, 0), float(jnp.sum(q * k)), rtol=1e-5)
+    assert abs(score(5, 2) - score(5, 4)) > 1e-3  # a different distance gives a different score
+
+
+def test_rms_norm_divides_by_the_root_mean_square_and_applies_the_scale():
+    norm = RMSNorm(4, eps=1e-6)
+    norm.scale[...] = jnp.array([1.0, 2.0, 0.5, -1.0])
+    x = np.array([[1.0, -2.0, 3.0, 4.0], [0.1, 0.2, 0.3, 0.4]], dtype=np.float32)
+    expected = x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + 1e-6) * np.array([1.0, 2.0, 0.5, -1.0])
+    np.testing.assert_allclose(norm(jnp.asarray(x)), expected, rtol=1e-5)
+
+
+def test_llama_has_the_parameter_count_of_its_shape_and_untied_adds_an_output_matrix():
+    vocab, d, layers, ff = TINY["vocab_size"], TINY["d_model"], TINY["n_layers"], ModelConfig(**TINY).ff_dim
+    per_block = 4 * d * d + 3 * d * ff + 2 * d  # q, k, v, o; gate, up, down; two norm scales
+    tied = vocab * d + layers * per_block + d
+    assert count_params(tiny_model("llama")) == tied
+    assert count_params(tiny_model("llama", tie_embeddings=False)) == tied + d * vocab

@@ -1,0 +1,161 @@
+"""Training a tiny model end to end: the loss falls, and the run folder holds what the trainer promises."""
+
+import json
+import re
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from tradewind.core import ConfigError, InvalidInputError, NotFoundError, TradewindError, read_json
+from tradewind.trainer import (
+    RunLayout,
+    TrainSummary,
+    evaluate,
+    read_metrics,
+    read_summary,
+    restore_checkpoint,
+    setup_training,
+    train,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_config, tmp_path_factory):
+    """A finished 20-step run of the tiny model: (config, run folder, returned summary)."""
+    config = tiny_config()
+    run_dir = tmp_path_factory.mktemp("runs") / "tiny"
+    return config, run_dir, train(config, run_dir)
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tiny_run):
+    """The tiny run's setup built afresh: initial parameters and the compiled eval step."""
+    config, _, _ = tiny_run
+    return setup_training(config)
+
+
+@pytest.mark.slow
+def test_twenty_steps_bring_the_eval_loss_below_its_step_zero_value(tiny_run):
+    _, run_dir, summary = tiny_run
+    assert summary.final_eval_loss < summary.first_eval_loss - 0.5
+    assert summary.best_eval_loss == min(summary.first_eval_loss, summary.final_eval_loss, summary.best_eval_loss)
+    assert read_summary(RunLayout(run_dir).summary) == summary
+
+
+@pytest.mark.slow
+def test_summary_counts_steps_tokens_and_parameters(tiny_run):
+    _, _, summary = tiny_run
+    assert summary.steps == 20
+    assert summary.tokens_seen == 20 * 8 * 32
+    assert summary.parameters == 258 * 32 + 2 * (4 * 32 * 32 + 3 * 32 * 96 + 2 * 32) + 32  # byte vocab, d_ff 96
+    assert summary.mean_tokens_per_s > 0 and summary.compile_s > 0 and summary.wall_s > summary.compile_s
+
+
+@pytest.mark.slow
+def test_metrics_rows_carry_train_fields_at_log_steps_and_eval_loss_at_eval_steps(tiny_run):
+    _, run_dir, summary = tiny_run
+    rows = read_metrics(RunLayout(run_dir).metrics)
+    assert [row.step for row in rows] == [0, 5, 10, 15, 20]
+    assert [row.step for row in rows if row.eval_loss is not None] == [0, 10, 20]
+    assert [row.step for row in rows if row.loss is not None] == [5, 10, 15, 20]
+    for row in rows[1:]:
+        assert row.lr > 0 and row.grad_norm > 0 and row.tokens_per_s > 0 and np.isfinite(row.loss)
+    assert rows[0].eval_loss == summary.first_eval_loss and rows[-1].eval_loss == summary.final_eval_loss
+    assert rows[-1].loss == summary.final_loss
+    assert [row.elapsed for row in rows] == sorted(row.elapsed for row in rows)
+    # Rows leave out fields that do not apply rather than writing null.
+    first_line = RunLayout(run_dir).metrics.read_text(encoding="utf-8").splitlines()[0]
+    assert set(json.loads(first_line)) == {"step", "eval_loss", "elapsed"}
+
+
+@pytest.mark.slow
+def test_checkpoint_restores_the_final_parameters_and_step(tiny_run, tiny_setup):
+    _, run_dir, summary = tiny_run
+    setup = tiny_setup
+    params, opt_state, step = restore_checkpoint(RunLayout(run_dir).checkpoints, setup.params, setup.opt_state)
+    assert step == 20
+    # The restored parameters reproduce the final eval loss; fresh ones do not.
+    assert evaluate(setup, params) == pytest.approx(summary.final_eval_loss, abs=1e-6)
+    assert evaluate(setup, setup.params) == pytest.approx(summary.first_eval_loss, abs=1e-6)
+    assert jax.tree.structure(opt_state) == jax.tree.structure(setup.opt_state)
+    assert RunLayout(run_dir).config.exists()
+
+
+@pytest.mark.slow
+def test_training_again_into_a_finished_run_folder_is_refused(tiny_run):
+    config, run_dir, _ = tiny_run
+    with pytest.raises(InvalidInputError, match="earlier run"):
+        train(config, run_dir)
+
+
+@pytest.mark.slow
+def test_non_finite_loss_stops_training_naming_the_first_bad_step(tiny_config, tmp_path):
+    def failing_step(log_every: int, run_dir) -> int:
+        config = tiny_config(
+            steps=6, log_every=log_every, checkpoint=False, optimizer={"learning_rate": 1e10, "warmup_steps": 0}
+        )
+        with pytest.raises(TradewindError, match=r"training loss became (nan|inf|-inf) at step \d+") as raised:
+            train(config, run_dir)
+        assert not RunLayout(run_dir).summary.exists()
+        return int(re.search(r"at step (\d+)", str(raised.value)).group(1))
+
+    # Logging every step shows where the loss first went bad; logging every 6 must name the same step.
+    step = failing_step(1, tmp_path / "every-step")
+    logged = [row.step for row in read_metrics(RunLayout(tmp_path / "every-step").metrics) if row.loss is not None]
+    assert logged == list(range(1, step))
+    assert failing_step(6, tmp_path / "every-sixth") == step
+
+
+def test_model_vocabulary_smaller_than_the_tokenizers_is_refused(tiny_config, tmp_path):
+    with pytest.raises(ConfigError, match=r"model.vocab_size: 100 is smaller .* \(258"):
+        train(tiny_config(model={"vocab_size": 100}), tmp_path / "run")
+
+
+def test_a_missing_dataset_is_reported_as_no_token_cache(tiny_config, tmp_path):
+    with pytest.raises(TradewindError, match="no token cache"):
+        train(tiny_config(dataset=str(tmp_path / "nowhere")), tmp_path / "run")
+
+
+def run_trainer_module(run_dir) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tradewind.trainer", str(run_dir)], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.slow
+def test_trainer_module_trains_a_two_step_run_from_its_config_json(tiny_config, tmp_path):
+    layout = RunLayout(tmp_path / "run")
+    layout.root.mkdir()
+    layout.config.write_text(tiny_config(steps=2, log_every=1).model_dump_json(), encoding="utf-8")
+    result = run_trainer_module(layout.root)
+    assert result.returncode == 0, result.stderr
+    assert "step 2/2" in result.stdout
+    assert TrainSummary.model_validate(read_json(layout.summary)).steps == 2
+    assert [row.step for row in read_metrics(layout.metrics)] == [0, 1, 2]
+    assert (layout.checkpoints / "2").is_dir()
+
+
+def test_trainer_module_reports_a_bad_config_on_stderr_and_exits_one(tiny_config, tmp_path):
+    layout = RunLayout(tmp_path / "run")
+    layout.root.mkdir()
+    data = tiny_config().model_dump(mode="json")
+    data["model"]["n_heads"] = 3
+    layout.config.write_text(json.dumps(data), encoding="utf-8")
+    result = run_trainer_module(layout.root)
+    assert result.returncode == 1
+    assert f"{layout.config}: model.n_heads: " in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not layout.metrics.exists()
+
+
+@pytest.mark.slow
+def test_restoring_a_step_that_was_not_saved_names_the_saved_steps(tiny_run, tiny_setup, tmp_path):
+    _, run_dir, _ = tiny_run
+    setup = tiny_setup
+    with pytest.raises(NotFoundError, match=r"step 7 .* saved steps: \[20\]"):
+        restore_checkpoint(RunLayout(run_dir).checkpoints, setup.params, setup.opt_state, step=7)
+    with pytest.raises(NotFoundError, match="no checkpoints"):
+        restore_checkpoint(tmp_path / "empty", setup.params, setup.opt_state)

@@ -1,0 +1,45 @@
+"""Where a training run keeps its files: one folder per run, the same names everywhere.
+
+<run>/config.json     the validated TrainConfig the run was launched with
+<run>/metrics.jsonl   one JSON object per logged step (see `tradewind.trainer.metrics`)
+<run>/summary.json    written by the trainer at the end: parameter count, final/best losses, timing
+<run>/train.log       the training process's stdout and stderr
+<run>/checkpoints/    orbax checkpoints
+<run>/profile/        profiler traces and `profile/summary.json`
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """The file names inside one run folder."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "train.log"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def profile(self) -> Path:
+        return self.root / "profile"

@@ -1,0 +1,86 @@
+"""What a training run reports: the rows of `metrics.jsonl` and the `summary.json` written at the end.
+
+This module imports no JAX, so tools can read a run's progress while it trains, from another process.
+
+Rows of `metrics.jsonl`, one JSON object per line, in step order:
+
+- step 0 carries `eval_loss` only: the loss of the freshly initialised model;
+- every `log_every` steps and at the last step, a row carries the training fields (`loss`, `lr`,
+  `grad_norm`, `tokens_per_s`);
+- every `eval_every` steps and at the last step, a row carries `eval_loss`.
+
+A step that is both a log step and an eval step has one row with both; fields that do not apply are left
+out of the JSON rather than written as null.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tradewind.core import read_json, read_jsonl
+
+
+class MetricRow(BaseModel):
+    """One line of `metrics.jsonl`: what was measured after `step` optimizer updates."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(description="Optimizer updates done when this row was written (0 = before training).")
+    loss: float | None = Field(None, description="Mean training loss over the updates since the previous log row.")
+    eval_loss: float | None = Field(None, description="Mean loss on the fixed val batches after `step` updates.")
+    lr: float | None = Field(None, description="Learning rate of the latest update.")
+    grad_norm: float | None = Field(
+        None, description="Global L2 norm of the latest update's gradient, before clipping."
+    )
+    tokens_per_s: float | None = Field(
+        None, description="Training tokens per second since the previous log row (evaluation time excluded)."
+    )
+    elapsed: float = Field(description="Seconds since the run started, compilation included.")
+
+
+class TrainSummary(BaseModel):
+    """`summary.json`: the outcome of a finished training run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parameters: int = Field(description="Number of trainable parameters.")
+    steps: int = Field(description="Optimizer updates done.")
+    tokens_seen: int = Field(description="Training tokens predicted: steps * batch_size * seq_len.")
+    final_loss: float = Field(description="Mean training loss over the last log interval.")
+    first_eval_loss: float | None = Field(description="Val loss before the first update.")
+    final_eval_loss: float | None = Field(description="Val loss after the last update.")
+    best_eval_loss: float | None = Field(description="Lowest val loss of the run.")
+    mean_tokens_per_s: float = Field(description="Training tokens per second of step time (no compile, no eval).")
+    compile_s: float = Field(description="Seconds spent compiling the train and eval steps.")
+    wall_s: float = Field(description="Seconds the whole run took, from reading the data to the last write.")
+
+
+class ProfileSummary(BaseModel):
+    """`profile/summary.json`: step timing measured under the JAX profiler."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(description="Train steps timed (after compilation).")
+    compile_s: float = Field(description="Seconds spent compiling the train and eval steps.")
+    mean_step_s: float = Field(description="Mean seconds per train step, waiting for each to finish.")
+    tokens_per_s: float = Field(description="Training tokens per second at that step time.")
+    parameters: int = Field(description="Number of trainable parameters.")
+    trace_dir: str = Field(description="Folder of the profiler trace (open it with TensorBoard's profile plugin).")
+    backend: str = Field(description="JAX backend the steps ran on: 'cpu', 'gpu' or 'tpu'.")
+
+
+def read_metrics(path: str | os.PathLike[str]) -> list[MetricRow]:
+    """Read the complete rows of a `metrics.jsonl`; a last line still being written is skipped.
+
+    Returns an empty list when the file does not exist yet (the run has not logged anything).
+    """
+    return [MetricRow.model_validate(record) for record in read_jsonl(path)]
+
+
+def read_summary(path: str | os.PathLike[str]) -> TrainSummary | None:
+    """Read a run's `summary.json`, or None if the run has not finished."""
+    if not os.path.exists(path):
+        return None
+    return TrainSummary.model_validate(read_json(path))

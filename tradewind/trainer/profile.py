@@ -1,0 +1,95 @@
+"""Profile a run's train step: compile time, mean step time, tokens per second and a JAX profiler trace.
+
+    python -m tradewind.trainer.profile RUN_DIR [--steps N]
+
+reads `RUN_DIR/config.json` and writes `RUN_DIR/profile/summary.json` (a `ProfileSummary`) and the trace
+under `RUN_DIR/profile/trace/`, which TensorBoard's profile plugin or Perfetto opens. It builds the run
+exactly as `train` does (`setup_training`), trains a few steps and throws them away: the run's own
+files are left alone. Exit status 0 on success, 1 on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+from tradewind.core import InvalidInputError, TradewindError, atomic_write_json
+from tradewind.trainer.config import TrainConfig, read_train_config
+from tradewind.trainer.layout import RunLayout
+from tradewind.trainer.metrics import ProfileSummary
+from tradewind.trainer.step import setup_training
+
+
+def profile_training(config: TrainConfig, out_dir: Path, steps: int = 5) -> ProfileSummary:
+    """Compile the run's train step, then time `steps` steps under the JAX profiler.
+
+    One untimed step runs first, so that one-off costs of the first execution stay out of the mean.
+
+    Args:
+        config: the run to profile; its `steps` only shapes the learning-rate schedule.
+        out_dir: where `summary.json` and the `trace/` folder go; created if missing.
+        steps: train steps to time.
+
+    Returns:
+        The summary, also written to `out_dir/summary.json`.
+
+    Raises:
+        InvalidInputError: `steps` is below 1.
+        NotFoundError, ConfigError: as `setup_training`.
+    """
+    if steps < 1:
+        raise InvalidInputError(f"argument 'steps': must be at least 1 (got {steps})")
+    out_dir = Path(out_dir)
+    trace_dir = out_dir / "trace"
+    setup = setup_training(config)
+    batches = [setup.train_loader.batch(i) for i in range(steps + 1)]
+
+    params, opt_state, metrics = setup.train_step(setup.params, setup.opt_state, batches[0])
+    jax.block_until_ready((params, opt_state, metrics))
+    step_s = []
+    with jax.profiler.trace(trace_dir):
+        for batch in batches[1:]:
+            start = time.perf_counter()
+            params, opt_state, metrics = setup.train_step(params, opt_state, batch)
+            jax.block_until_ready((params, opt_state, metrics))
+            step_s.append(time.perf_counter() - start)
+
+    mean_step_s = sum(step_s) / len(step_s)
+    summary = ProfileSummary(
+        steps=steps,
+        compile_s=setup.compile_s,
+        mean_step_s=mean_step_s,
+        tokens_per_s=config.tokens_per_step / mean_step_s,
+        parameters=setup.parameters,
+        trace_dir=str(trace_dir),
+        backend=jax.default_backend(),
+    )
+    atomic_write_json(out_dir / "summary.json", summary.model_dump())
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Profile the run in RUN_DIR; return the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m tradewind.trainer.profile", description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir", type=Path, help="the run folder; its config.json says what to build")
+    parser.add_argument("--steps", type=int, default=5, help="train steps to time (default 5)")
+    args = parser.parse_args(argv)
+    layout = RunLayout(args.run_dir)
+    try:
+        summary = profile_training(read_train_config(layout.config), layout.profile, steps=args.steps)
+    except TradewindError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"{summary.mean_step_s * 1000:.1f} ms/step, {summary.tokens_per_s:,.0f} tok/s on {summary.backend} "
+        f"(compile {summary.compile_s:.1f}s); trace in {summary.trace_dir}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
