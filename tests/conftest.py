@@ -1,5 +1,7 @@
 """Fixtures shared across the suite: a workspace with a small real corpus and one finished tiny run."""
 
+import itertools
+import shutil
 from pathlib import Path
 
 import pytest
@@ -38,22 +40,21 @@ def anyio_backend():
     return "asyncio"
 
 
-def write_small_corpus(path: Path, documents: int = 600) -> Path:
-    """The first `documents` speeches of Tiny Shakespeare as a plain-text file."""
-    speeches = []
-    for document in read_documents(builtin_corpus_path("tinyshakespeare")):
-        speeches.append(document.text)
-        if len(speeches) == documents:
-            break
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> Path:
+    """The first 600 speeches of Tiny Shakespeare (about 84 kB) as a plain-text file, one paragraph each."""
+    documents = read_documents(builtin_corpus_path("tinyshakespeare"))
+    speeches = [document.text for document in itertools.islice(documents, 600)]
+    path = tmp_path_factory.mktemp("corpus") / "speeches.txt"
     path.write_text("\n\n".join(speeches) + "\n", encoding="utf-8")
     return path
 
 
 @pytest.fixture(scope="session")
-def ctx(tmp_path_factory) -> ToolContext:
+def ctx(tmp_path_factory, small_corpus) -> ToolContext:
     """A tool context on a fresh workspace holding `corpus.txt`."""
     context = ToolContext.open(tmp_path_factory.mktemp("workspace"))
-    write_small_corpus(context.workspace.root / "corpus.txt")
+    shutil.copy(small_corpus, context.workspace.root / "corpus.txt")
     return context
 
 

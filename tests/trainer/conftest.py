@@ -4,22 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer, read_documents
+from tradewind.data import build_token_cache, load_tokenizer
 from tradewind.trainer import TrainConfig
 
 
 @pytest.fixture(scope="session")
-def tiny_cache(tmp_path_factory) -> Path:
-    """A byte-level token cache of the first 400 speeches of Tiny Shakespeare (about 40k tokens)."""
+def tiny_cache(tmp_path_factory, small_corpus) -> Path:
+    """A byte-level token cache of the suite's small corpus (about 75k tokens)."""
     folder = tmp_path_factory.mktemp("trainer-data")
-    speeches = []
-    for document in read_documents(builtin_corpus_path("tinyshakespeare")):
-        speeches.append(document.text)
-        if len(speeches) == 400:
-            break
-    corpus = folder / "speeches.txt"
-    corpus.write_text("\n\n".join(speeches) + "\n", encoding="utf-8")
-    build_token_cache([corpus], folder / "cache", load_tokenizer("byte"))
+    build_token_cache([small_corpus], folder / "cache", load_tokenizer("byte"))
     return folder / "cache"
 
 

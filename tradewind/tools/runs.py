@@ -9,10 +9,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import JobSpec, JobStatus
-from tradewind.core import InvalidInputError, atomic_write_json, make_id, read_json, tail_lines
-from tradewind.data import PackedLoader, open_token_cache
+from tradewind.core import atomic_write_json, make_id, read_json, tail_lines
 from tradewind.tools.context import Progress, ToolContext, no_progress
-from tradewind.trainer import MetricRow, RunLayout, TrainConfig, TrainSummary, read_summary
+from tradewind.trainer import MetricRow, RunLayout, TrainConfig, TrainSummary, open_run_data, read_summary
 from tradewind.trainer import read_metrics as read_metric_rows
 
 LOG_TAIL_LINES = 20
@@ -89,16 +88,6 @@ def _resolve_dataset(ctx: ToolContext, value: str) -> Path:
     return ctx.workspace.dataset_dir(value)
 
 
-def _check_fits(config: TrainConfig) -> None:
-    """Fail now, not minutes later in the training process, if a split is too small for one batch."""
-    cache = open_token_cache(config.dataset)
-    for split in ("train", "val"):
-        try:
-            PackedLoader(cache.tokens(split), batch_size=config.batch_size, seq_len=config.seq_len)
-        except InvalidInputError as error:
-            raise InvalidInputError(f"dataset {cache.path.name!r}, split {split!r}: {error}") from None
-
-
 def launch_training(ctx: ToolContext, request: LaunchTrainingRequest) -> RunInfo:
     """Start training a language model on a tokenized dataset; returns the run id at once.
 
@@ -108,7 +97,7 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest) -> RunInfo
     """
     dataset_path = _resolve_dataset(ctx, request.dataset)
     config = TrainConfig.model_validate({**request.model_dump(), "dataset": str(dataset_path)})
-    _check_fits(config)
+    open_run_data(config)  # fail now, not minutes later in the training process, if one batch does not fit
 
     run_id = make_id("run")
     layout = RunLayout(ctx.workspace.run_dir(run_id, must_exist=False))

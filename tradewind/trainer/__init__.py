@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tradewind.trainer.batches import RunData, open_run_data
 from tradewind.trainer.config import ModelConfig, OptimizerConfig, TrainConfig, read_train_config
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import MetricRow, ProfileSummary, TrainSummary, read_metrics, read_summary
@@ -54,6 +55,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "RunData",
+    "open_run_data",
     "MODELS",
     "Llama",
     "MetricRow",

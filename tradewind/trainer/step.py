@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -21,8 +20,9 @@ import numpy as np
 import optax
 from flax import nnx
 
-from tradewind.core import ConfigError, InvalidInputError
-from tradewind.data import CacheManifest, PackedLoader, open_token_cache
+from tradewind.core import ConfigError
+from tradewind.data import CacheManifest, PackedLoader
+from tradewind.trainer.batches import open_run_data
 from tradewind.trainer.config import ModelConfig, TrainConfig
 from tradewind.trainer.model import build_model, count_params
 from tradewind.trainer.optimizer import build_optimizer, build_schedule
@@ -117,11 +117,10 @@ def setup_training(config: TrainConfig) -> TrainSetup:
         ConfigError: the model's vocabulary is smaller than the tokenizer's.
         InvalidInputError: a split is too short for one batch of `batch_size` x `seq_len`.
     """
-    cache = open_token_cache(Path(config.dataset))
-    model_config = resolve_model_config(config.model, cache.manifest)
-    train_loader = _loader(cache.tokens("train"), "train", config, shuffle=True)
-    val_loader = _loader(cache.tokens("val"), "val", config, shuffle=False)
-    eval_data = [val_loader.batch(i) for i in range(config.eval_batches)]  # the same batches at every eval
+    data = open_run_data(config)
+    model_config = resolve_model_config(config.model, data.cache.manifest)
+    train_loader = data.train
+    eval_data = [data.val.batch(i) for i in range(config.eval_batches)]  # the same batches at every eval
 
     model = build_model(model_config, rngs=nnx.Rngs(config.seed))
     parameters = count_params(model)
@@ -155,12 +154,3 @@ def evaluate(setup: TrainSetup, params: Params) -> float:
     """Mean loss of `params` over the fixed val batches (waits for the result)."""
     total = sum(setup.eval_step(params, batch) for batch in setup.eval_data)
     return float(total) / len(setup.eval_data)
-
-
-def _loader(tokens: np.ndarray, split: str, config: TrainConfig, *, shuffle: bool) -> PackedLoader:
-    try:
-        return PackedLoader(
-            tokens, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed, shuffle=shuffle
-        )
-    except InvalidInputError as error:
-        raise InvalidInputError(f"dataset {config.dataset}, split {split!r}: {error}") from None
