@@ -2,6 +2,12 @@
 
     tradewind serve [--transport stdio|http] [--host 127.0.0.1] [--port 8765]
     tradewind demo [--steps 300]
+    tradewind tokenize INPUT [--tokenizer byte|PATH|hf:NAME] [--format auto] [--text-field text]
+        [--val-fraction 0.1] [--strict] [--prepend-bos] [--no-eos] [--workers N]
+    tradewind train-tokenizer INPUT [--vocab-size 32000] [--format auto] [--text-field text]
+        [--max-documents N] [--min-frequency 2]
+    tradewind inspect DATASET_ID [--split train] [--samples 3] [--json]
+    tradewind cluster status|logs|cancel|pipeline ...
 
 Every command takes `--workspace DIR` (default `$TRADEWIND_WORKSPACE`, else `~/.tradewind`) and
 `--allow-path DIR` (repeatable) for input folders outside the workspace. Commands import what they need
@@ -13,6 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+
+from tradewind.cluster.cli import add_cluster_commands
 
 
 def _context(args: argparse.Namespace):
@@ -50,6 +58,108 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_progress(description: str, work):
+    """Run `work(progress)` under a rich progress bar on stderr; return its result."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(description, total=None)
+
+        def progress(done: float, total: float | None = None, message: str | None = None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return work(progress)
+
+
+def _print_result(result) -> None:
+    print(result.model_dump_json(indent=2))
+
+
+def _tokenize(args: argparse.Namespace) -> int:
+    from tradewind.tools import TokenizeDatasetRequest, tokenize_dataset
+
+    ctx = _context(args)
+    request = TokenizeDatasetRequest(
+        input=args.input,
+        tokenizer=args.tokenizer,
+        format=args.format,
+        text_field=args.text_field,
+        val_fraction=args.val_fraction,
+        strict=args.strict,
+        prepend_bos=args.prepend_bos,
+        append_eos=not args.no_eos,
+        workers=args.workers,
+    )
+    info = _with_progress("tokenizing", lambda progress: tokenize_dataset(ctx, request, progress))
+    _print_result(info)
+    if info.bad_records.skipped:
+        print(
+            f"skipped {info.bad_records.skipped} bad record(s); first: {info.bad_records.examples[0]}", file=sys.stderr
+        )
+    return 0
+
+
+def _train_tokenizer(args: argparse.Namespace) -> int:
+    from tradewind.tools import TrainTokenizerRequest, train_tokenizer
+
+    ctx = _context(args)
+    request = TrainTokenizerRequest(
+        input=args.input,
+        vocab_size=args.vocab_size,
+        format=args.format,
+        text_field=args.text_field,
+        max_documents=args.max_documents,
+        min_frequency=args.min_frequency,
+    )
+    _print_result(_with_progress("reading", lambda progress: train_tokenizer(ctx, request, progress)))
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from tradewind.tools import InspectDatasetRequest, inspect_dataset
+
+    report = inspect_dataset(
+        _context(args), InspectDatasetRequest(dataset_id=args.dataset_id, split=args.split, samples=args.samples)
+    )
+    if args.json:
+        _print_result(report)
+        return 0
+    print(f"dataset {report.dataset_id}  ({report.path})")
+    print(f"tokenizer {report.tokenizer}  vocab {report.vocab_size:,}  dtype {report.dtype}  shards {report.shards}")
+    for split in report.documents:
+        print(
+            f"  {split:5}  {report.documents[split]:>12,} documents  {report.tokens[split]:>14,} tokens  "
+            f"{report.bytes[split]:>14,} bytes"
+        )
+    hist = report.histogram
+    print(
+        f"document length in tokens ({args.split}): min {hist.min:,}  median {hist.median:,.0f}  "
+        f"mean {hist.mean:,.1f}  max {hist.max:,}"
+    )
+    widest = max(hist.counts) or 1
+    for low, high, count in zip(hist.edges, hist.edges[1:], hist.counts, strict=False):
+        if count:
+            print(f"  [{low:>8,}, {high:>8,})  {count:>10,}  {'#' * max(1, round(40 * count / widest))}")
+    for sample in report.samples:
+        print(f"--- document {sample.index} ({sample.tokens:,} tokens)")
+        print(sample.text)
+    if report.note:
+        print(report.note)
+    bad = report.bad_records
+    print(f"bad records skipped: {bad.skipped}")
+    for example in bad.examples:
+        print(f"  {example}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workspace", help="workspace root (default: $TRADEWIND_WORKSPACE, else ~/.tradewind)")
@@ -74,6 +184,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
     demo.set_defaults(handler=_demo)
+
+    tokenize = commands.add_parser(
+        "tokenize", parents=[common], help="tokenize files into a token cache; prints the dataset id and counts"
+    )
+    tokenize.add_argument("input", help="file, folder or glob inside the workspace, or builtin:tinyshakespeare")
+    tokenize.add_argument("--tokenizer", default="byte", help="'byte', a tokenizer.json path, or hf:NAME")
+    tokenize.add_argument("--format", default="auto", choices=["auto", "text", "jsonl", "parquet"])
+    tokenize.add_argument("--text-field", default="text", help="JSONL/Parquet field with the text (dotted)")
+    tokenize.add_argument("--val-fraction", type=float, default=0.1)
+    tokenize.add_argument("--strict", action="store_true", help="fail on the first bad record")
+    tokenize.add_argument("--prepend-bos", action="store_true", help="put BOS before every document")
+    tokenize.add_argument("--no-eos", action="store_true", help="do not put EOS after every document")
+    tokenize.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU)")
+    tokenize.set_defaults(handler=_tokenize)
+
+    train = commands.add_parser(
+        "train-tokenizer", parents=[common], help="train a byte-level BPE tokenizer; prints its tokenizer.json path"
+    )
+    train.add_argument("input", help="file, folder or glob inside the workspace, or builtin:tinyshakespeare")
+    train.add_argument("--vocab-size", type=int, default=32_000)
+    train.add_argument("--format", default="auto", choices=["auto", "text", "jsonl", "parquet"])
+    train.add_argument("--text-field", default="text")
+    train.add_argument("--max-documents", type=int, default=None)
+    train.add_argument("--min-frequency", type=int, default=2)
+    train.set_defaults(handler=_train_tokenizer)
+
+    inspect = commands.add_parser(
+        "inspect", parents=[common], help="describe a token cache: counts, length histogram, samples, bad records"
+    )
+    inspect.add_argument("dataset_id")
+    inspect.add_argument("--split", default="train", choices=["train", "val"])
+    inspect.add_argument("--samples", type=int, default=3)
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    inspect.set_defaults(handler=_inspect)
+    add_cluster_commands(commands, common)
     return parser
 
 
@@ -86,4 +231,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except TradewindError as error:
         print(f"tradewind {args.command}: {error}", file=sys.stderr)
+        return 2
+    except ValueError as error:  # pydantic's ValidationError is a ValueError; pydantic loads only by then
+        from pydantic import ValidationError
+
+        from tradewind.core import describe_validation_error
+
+        if not isinstance(error, ValidationError):
+            raise
+        print(describe_validation_error(error, f"tradewind {args.command}"), file=sys.stderr)
         return 2

@@ -1,28 +1,36 @@
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
-from tradewind.cluster import JobSpec, JobStatus, LocalBackend
+from tradewind.cluster import JobSpec, JobStatus, LocalBackend, Resources
 from tradewind.cluster.process import process_alive
-from tradewind.core import NotFoundError
+from tradewind.core import InvalidInputError, NotFoundError
 
 
 @pytest.fixture
 def backend(tmp_path):
-    return LocalBackend(tmp_path / "jobs")
+    return LocalBackend(tmp_path / "jobs", cpus=2, memory_gb=4)
 
 
-def shell_job(tmp_path, script: str) -> JobSpec:
-    return JobSpec(name="test", command=["bash", "-c", script], log_path=str(tmp_path / "job.log"))
+def shell_job(tmp_path, script: str, **settings) -> JobSpec:
+    return JobSpec(name="test", command=["bash", "-c", script], log_path=str(tmp_path / "job.log"), **settings)
 
 
-def wait_for_file(path, timeout=10.0):
+def wait_until(condition, timeout=20.0, what="condition"):
     deadline = time.monotonic() + timeout
-    while not path.exists() or not path.read_text().strip():
-        assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"{what} not met within {timeout} s"
         time.sleep(0.02)
+    return value
+
+
+def wait_for_file(path, timeout=20.0):
+    wait_until(lambda: path.exists() and path.read_text().strip(), timeout, f"{path} written")
     return path.read_text().strip()
 
 
@@ -31,8 +39,18 @@ def test_successful_job_records_exit_code_and_log(backend, tmp_path):
     assert record.status is JobStatus.PENDING
     done = backend.wait(record.id, timeout=30)
     assert (done.status, done.exit_code, done.reason) == (JobStatus.SUCCEEDED, 0, None)
-    assert done.started_at and done.ended_at and done.pid
+    assert done.started_at and done.ended_at and done.pid and done.attempts == 1
     assert (tmp_path / "job.log").read_text() == "hello from the job\n"
+
+
+def test_state_is_kept_in_a_sqlite_database_in_wal_mode(backend, tmp_path):
+    import sqlite3
+
+    backend.wait(backend.submit(shell_job(tmp_path, "true"), job_id="job-a").id, timeout=30)
+    with sqlite3.connect(backend.jobs_dir / "cluster.sqlite") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("SELECT id, status FROM jobs").fetchall() == [("job-a", "SUCCEEDED")]
+    assert not (backend.jobs_dir / "job-a" / "job.json").exists()
 
 
 def test_failing_job_is_failed_with_its_exit_code(backend, tmp_path):
@@ -48,6 +66,36 @@ def test_missing_program_is_failed_with_a_reason(backend, tmp_path):
     assert "could not start '/no/such/program'" in done.reason
 
 
+def test_a_callable_entrypoint_runs_with_its_arguments(backend, tmp_path):
+    (tmp_path / "src.txt").write_text("copied")
+    spec = JobSpec(name="copy", callable="shutil:copyfile", args=[str(tmp_path / "src.txt"), str(tmp_path / "dst.txt")])
+    done = backend.wait(backend.submit(spec).id, timeout=60)
+    assert done.status is JobStatus.SUCCEEDED, backend.logs(done.id).text
+    assert (tmp_path / "dst.txt").read_text() == "copied"
+
+
+def test_a_spec_needs_exactly_one_entrypoint():
+    with pytest.raises(ValueError, match="exactly one entrypoint"):
+        JobSpec(name="none")
+    with pytest.raises(ValueError, match="exactly one entrypoint"):
+        JobSpec(name="both", command=["true"], callable="os:getcwd")
+    with pytest.raises(ValueError, match="unknown TPU type"):
+        Resources(tpu_type="v9-weird")
+
+
+def test_logs_are_read_by_offset_in_pages(backend, tmp_path):
+    done = backend.wait(backend.submit(shell_job(tmp_path, "printf 'one\\ntwo\\nthree é\\n'")).id, timeout=30)
+    pages, offset = [], 0
+    while True:
+        chunk = backend.logs(done.id, offset=offset, limit=4)
+        if not chunk.text:
+            break
+        pages.append(chunk.text)
+        offset = chunk.next_offset
+    assert "".join(pages) == "one\ntwo\nthree é\n"
+    assert chunk.finished and chunk.size == offset == len("one\ntwo\nthree é\n".encode())
+
+
 def test_cancel_ends_the_whole_process_group(backend, tmp_path):
     child_pid_file = tmp_path / "child.pid"
     record = backend.submit(shell_job(tmp_path, f"sleep 300 & echo $! > {child_pid_file}; wait"))
@@ -55,57 +103,235 @@ def test_cancel_ends_the_whole_process_group(backend, tmp_path):
     assert process_alive(child_pid)
     backend.cancel(record.id)
     done = backend.wait(record.id, timeout=30)
-    assert done.status is JobStatus.CANCELLED
-    deadline = time.monotonic() + 10
-    while process_alive(child_pid):
-        assert time.monotonic() < deadline, "the job's child process outlived the cancel"
-        time.sleep(0.02)
+    assert (done.status, done.reason) == (JobStatus.CANCELLED, "cancelled on request")
+    wait_until(lambda: not process_alive(child_pid), what="the job's child process ending after cancel")
 
 
-def test_job_killed_from_outside_is_failed_with_the_signal(backend, tmp_path):
+def test_job_killed_from_outside_without_retries_is_preempted(backend, tmp_path):
     record = backend.submit(shell_job(tmp_path, "sleep 300"))
-    deadline = time.monotonic() + 10
-    while (pid := backend.status(record.id).pid) is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    os.kill(pid, signal.SIGKILL)
+    pid = wait_until(lambda: backend.status(record.id).pid)
+    os.killpg(pid, signal.SIGKILL)
     done = backend.wait(record.id, timeout=30)
-    assert (done.status, done.reason) == (JobStatus.FAILED, "killed by signal SIGKILL")
+    assert (done.status, done.reason, done.preemptions) == (JobStatus.PREEMPTED, "killed by signal SIGKILL", 1)
 
 
-def test_a_new_backend_reattaches_to_a_running_job(backend, tmp_path):
+def test_job_killed_from_outside_is_retried_and_succeeds(backend, tmp_path):
+    first = tmp_path / "first-attempt"
+    script = f"if [ ! -e {first} ]; then touch {first}; sleep 300; else echo second attempt; fi"
+    record = backend.submit(shell_job(tmp_path, script, max_retries_preemption=1))
+    wait_until(first.exists)
+    pid = wait_until(lambda: backend.status(record.id).pid)
+    os.killpg(pid, signal.SIGKILL)  # as a preempted machine would: the whole group, from outside
+    done = backend.wait(record.id, timeout=30)
+    assert (done.status, done.exit_code, done.attempts, done.preemptions) == (JobStatus.SUCCEEDED, 0, 2, 1)
+    assert "second attempt" in backend.logs(record.id).text
+
+
+def test_failing_job_is_retried_up_to_its_failure_limit(backend, tmp_path):
+    counter = tmp_path / "count"
+    script = f"echo x >> {counter}; exit 1"
+    done = backend.wait(backend.submit(shell_job(tmp_path, script, max_retries_failure=2)).id, timeout=30)
+    assert (done.status, done.attempts, done.failures) == (JobStatus.FAILED, 3, 3)
+    assert counter.read_text() == "x\nx\nx\n"
+
+
+def test_job_past_its_timeout_is_killed_and_failed_with_the_reason(backend, tmp_path):
+    pid_file = tmp_path / "pid"
+    record = backend.submit(shell_job(tmp_path, f"echo $$ > {pid_file}; sleep 300", timeout_s=1))
+    done = backend.wait(record.id, timeout=30)
+    assert done.status is JobStatus.FAILED
+    assert done.reason == "timed out after 1 s (timeout_s) and was killed"
+    assert not process_alive(int(pid_file.read_text()))
+
+
+def test_twenty_concurrent_submissions_never_oversubscribe_the_ledger(backend, tmp_path):
+    running_dir = tmp_path / "running"
+    running_dir.mkdir()
+    seen = tmp_path / "seen"
+    # Each job registers itself, records how many jobs run right now, works briefly, deregisters.
+    script = (
+        f"touch {running_dir}/$TRADEWIND_JOB_ID; ls {running_dir} | wc -l >> {seen}; "
+        f"sleep 0.3; rm {running_dir}/$TRADEWIND_JOB_ID"
+    )
+    spec = shell_job(tmp_path, script, resources=Resources(cpus=1, memory_gb=1))
+    ids = []
+
+    def submit_from_own_backend():  # separate backends, as separate servers would be
+        ids.append(LocalBackend(backend.jobs_dir).submit(spec).id)
+
+    threads = [threading.Thread(target=submit_from_own_backend) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    used_seen = []
+    for thread in threads:
+        thread.join()
+    assert len(ids) == 20
+    while not all(backend.status(job_id).status.finished for job_id in ids):
+        used_seen.append(backend.cluster_status().used["cpus"])
+        time.sleep(0.05)
+    assert all(backend.status(job_id).status is JobStatus.SUCCEEDED for job_id in ids)
+    counts = [int(line) for line in seen.read_text().split()]
+    assert len(counts) == 20 and max(counts) <= 2
+    assert max(used_seen, default=0) <= 2
+
+
+def test_a_job_larger_than_the_backend_is_refused_at_submission(backend, tmp_path):
+    with pytest.raises(InvalidInputError, match="needs 3 CPUs"):
+        backend.submit(shell_job(tmp_path, "true", resources=Resources(cpus=1.5), replicas=2))
+    with pytest.raises(InvalidInputError, match="no TPUs"):
+        backend.submit(shell_job(tmp_path, "true", resources=Resources(tpu_type="v5litepod-8")))
+
+
+def test_a_queued_job_waits_for_resources_and_can_be_cancelled_before_it_starts(backend, tmp_path):
     release = tmp_path / "release"
-    record = backend.submit(shell_job(tmp_path, f"while [ ! -e {release} ]; do sleep 0.05; done; echo released"))
-    deadline = time.monotonic() + 10
-    while backend.status(record.id).status is not JobStatus.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-
-    restarted = LocalBackend(backend.jobs_dir)  # as a restarted server would: no process handles
-    assert restarted.status(record.id).status is JobStatus.RUNNING
+    big = backend.submit(
+        shell_job(tmp_path, f"while [ ! -e {release} ]; do sleep 0.05; done", resources=Resources(cpus=2))
+    )
+    wait_until(lambda: backend.status(big.id).status is JobStatus.RUNNING)
+    queued = backend.submit(shell_job(tmp_path, "echo never", resources=Resources(cpus=1)))
+    later = backend.submit(shell_job(tmp_path, "echo later", resources=Resources(cpus=1)))
+    status = backend.cluster_status()
+    assert [j.id for j in status.queued] == [queued.id, later.id] and status.used["cpus"] == 2
+    assert backend.cancel(queued.id).status is JobStatus.CANCELLED
     release.touch()
-    done = restarted.wait(record.id, timeout=30)
-    assert done.status is JobStatus.SUCCEEDED
-    assert [job.id for job in restarted.list()] == [record.id]
+    assert backend.wait(later.id, timeout=30).status is JobStatus.SUCCEEDED
+    assert backend.status(queued.id).pid is None
 
 
-def test_vanished_supervisor_marks_the_job_failed(backend, tmp_path):
+def test_a_gang_of_two_replicas_gets_coordinator_process_id_and_count(backend, tmp_path):
+    script = 'echo "$TRADEWIND_COORDINATOR_ADDRESS $TRADEWIND_PROCESS_ID $TRADEWIND_PROCESS_COUNT"'
+    done = backend.wait(backend.submit(shell_job(tmp_path, script, replicas=2)).id, timeout=30)
+    assert done.status is JobStatus.SUCCEEDED and len(done.pids) == 2
+    lines = [backend.logs(done.id, replica=i).text.split() for i in range(2)]
+    assert lines[0][0] == lines[1][0] and lines[0][0].startswith("127.0.0.1:")
+    assert [line[1:] for line in lines] == [["0", "2"], ["1", "2"]]
+
+
+def test_a_failing_replica_stops_the_rest_of_its_gang(backend, tmp_path):
+    script = 'if [ "$TRADEWIND_PROCESS_ID" = 1 ]; then exit 4; fi; sleep 300'
+    done = backend.wait(backend.submit(shell_job(tmp_path, script, replicas=2)).id, timeout=30)
+    assert (done.status, done.reason) == (JobStatus.FAILED, "exited with code 4")
+    assert not any(process_alive(pid) for pid in done.pids)
+
+
+def test_a_restarted_server_reattaches_to_a_running_job(tmp_path):
+    jobs_dir, release = tmp_path / "jobs", tmp_path / "release"
+    server = (
+        "import sys; from tradewind.cluster import LocalBackend, JobSpec\n"
+        f"b = LocalBackend({str(jobs_dir)!r}, cpus=2)\n"
+        f"script = 'while [ ! -e {release} ]; do sleep 0.05; done; exit 0'\n"
+        "spec = JobSpec(name='long', command=['bash', '-c', script])\n"
+        "print(b.submit(spec, job_id='job-long').id, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", server], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "job-long"
+    backend = LocalBackend(jobs_dir)
+    running = wait_until(lambda: (r := backend.status("job-long")).status is JobStatus.RUNNING and r)
+    process.kill()  # the server dies mid-job
+    process.wait()
+    restarted = LocalBackend(jobs_dir)
+    assert restarted.status("job-long").status is JobStatus.RUNNING
+    assert process_alive(running.supervisor_pid, running.supervisor_start)
+    release.touch()
+    done = restarted.wait("job-long", timeout=30)
+    assert (done.status, done.exit_code, done.pid) == (JobStatus.SUCCEEDED, 0, running.pid)
+    assert [job.id for job in restarted.list()] == ["job-long"]
+
+
+def test_vanished_supervisor_marks_the_job_failed_and_stops_its_processes(backend, tmp_path):
     record = backend.submit(shell_job(tmp_path, "sleep 300"))
-    deadline = time.monotonic() + 10
-    while (running := backend.status(record.id)).status is not JobStatus.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    running = wait_until(lambda: (r := backend.status(record.id)).status is JobStatus.RUNNING and r)
     os.kill(running.supervisor_pid, signal.SIGKILL)
-    os.killpg(running.pid, signal.SIGKILL)  # clean up the orphaned job process
     restarted = LocalBackend(backend.jobs_dir)
-    deadline = time.monotonic() + 10
-    while (seen := restarted.status(record.id)).status is JobStatus.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    seen = wait_until(lambda: (r := restarted.status(record.id)).status is not JobStatus.RUNNING and r)
     assert seen.status is JobStatus.FAILED
     assert "supervising process vanished" in seen.reason
+    assert not process_alive(running.pid, running.pid_starts[0])
+    assert restarted.cluster_status().used["cpus"] == 0
 
 
 def test_unknown_job_id_is_not_found(backend):
     with pytest.raises(NotFoundError, match="unknown job id 'job-nope'"):
         backend.status("job-nope")
+
+
+def test_job_records_of_the_earlier_json_layout_stay_visible(tmp_path):
+    from tradewind.core import atomic_write_json
+
+    old = {"id": "run-old", "spec": {"name": "train", "command": ["true"], "log_path": "x.log"}, "status": "SUCCEEDED"}
+    atomic_write_json(tmp_path / "jobs" / "run-old" / "job.json", {**old, "submitted_at": "2026-12-01T00:00:00+00:00"})
+    atomic_write_json(tmp_path / "jobs" / "run-lost" / "job.json", {**old, "id": "run-lost", "status": "RUNNING"})
+    backend = LocalBackend(tmp_path / "jobs")
+    assert backend.status("run-old").status is JobStatus.SUCCEEDED
+    lost = backend.status("run-lost")
+    assert lost.status is JobStatus.FAILED and "earlier Tradewind version" in lost.reason
+
+
+@pytest.mark.slow
+def test_two_local_replicas_initialise_jax_distributed_from_the_gang_environment(backend, tmp_path):
+    code = (
+        "import jax; from tradewind.cluster import distributed_env\n"
+        "d = distributed_env()\n"
+        "jax.distributed.initialize(d.coordinator_address, d.process_count, d.process_id)\n"
+        "print('jax', jax.process_index(), jax.process_count())\n"
+    )
+    spec = JobSpec(name="jax gang", command=[sys.executable, "-c", code], replicas=2, timeout_s=180)
+    done = backend.wait(backend.submit(spec).id, timeout=200)
+    logs = [backend.logs(done.id, replica=i).text for i in range(2)]
+    assert done.status is JobStatus.SUCCEEDED, logs
+    assert [log.strip().splitlines()[-1] for log in logs] == ["jax 0 2", "jax 1 2"]
+
+
+def test_accelerator_names_map_to_resources():
+    from tradewind.cluster import accelerator_resources, tpu_topology
+
+    assert accelerator_resources("tpu-v5e-8").tpu_type == "v5litepod-8"
+    assert tpu_topology("v5litepod-8") == (1, 8) and tpu_topology("v5litepod-16") == (4, 4)
+    assert tpu_topology("v4-16") == (2, 4)
+    assert accelerator_resources("gpu-2").gpus == 2 and accelerator_resources("cpu").tpu_type is None
+    with pytest.raises(ValueError, match="unknown accelerator 'tpu-v9-8'"):
+        accelerator_resources("tpu-v9-8")
+
+
+def test_backends_are_chosen_by_name(tmp_path):
+    from tradewind.cluster import get_backend
+
+    assert isinstance(get_backend("local", tmp_path / "jobs"), LocalBackend)
+    with pytest.raises(InvalidInputError, match="unknown backend 'slurm'"):
+        get_backend("slurm", tmp_path / "jobs")
+
+
+def test_declared_capacity_is_kept_for_later_backends_on_the_same_folder(tmp_path):
+    LocalBackend(tmp_path / "jobs", cpus=3)
+    later = LocalBackend(tmp_path / "jobs", memory_gb=5)
+    assert (later.capacity.cpus, later.capacity.memory_gb) == (3, 5)
+    assert LocalBackend(tmp_path / "jobs").capacity.model_dump() == later.capacity.model_dump()
+
+
+def test_an_admitted_job_whose_submitter_died_before_starting_it_is_started_by_the_next_look(tmp_path):
+    from tradewind.cluster.jobs import JobRecord
+    from tradewind.cluster.store import JobStore
+
+    backend = LocalBackend(tmp_path / "jobs", cpus=2)
+    # The state a server leaves when it dies between admitting a job and starting its supervisor.
+    store = JobStore(backend.jobs_dir / "cluster.sqlite")
+    record = JobRecord(id="job-orphan", spec=JobSpec(name="orphan", command=["true"]), log_path=str(tmp_path / "o.log"))
+    with store.transaction() as conn:
+        store.insert(record, conn)
+        conn.execute("UPDATE jobs SET admitted = ? WHERE id = ?", (time.time() - 3600, record.id))
+    done = LocalBackend(backend.jobs_dir).wait(record.id, timeout=30)
+    assert (done.status, done.exit_code, done.attempts) == (JobStatus.SUCCEEDED, 0, 1)
+
+
+def test_a_second_supervisor_for_a_claimed_job_leaves_it_alone(backend, tmp_path):
+    release = tmp_path / "release"
+    record = backend.submit(shell_job(tmp_path, f"while [ ! -e {release} ]; do sleep 0.05; done"))
+    running = wait_until(lambda: (r := backend.status(record.id)).status is JobStatus.RUNNING and r)
+    second = subprocess.run(
+        [sys.executable, "-m", "tradewind.cluster.supervisor", str(backend.store.path), record.id], timeout=60
+    )
+    assert second.returncode == 0
+    release.touch()
+    done = backend.wait(record.id, timeout=30)
+    assert (done.status, done.attempts, done.supervisor_pid) == (JobStatus.SUCCEEDED, 1, running.supervisor_pid)

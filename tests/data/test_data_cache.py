@@ -1,13 +1,16 @@
 import hashlib
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tradewind.cluster import get_task_runner
 from tradewind.core import InvalidInputError, NotFoundError
-from tradewind.data import ByteTokenizer, PackedLoader, build_token_cache, open_token_cache
+from tradewind.data import ByteTokenizer, PackedLoader, build_token_cache, cache_id, open_token_cache, source_files
 
 # More than one tokenizer batch (1,000 documents), so batch boundaries are crossed.
 PARAGRAPHS = [f"Paragraph {i}: {'é' * (i % 4)}{'word ' * (i % 7)}end." for i in range(2_500)]
@@ -42,9 +45,26 @@ def corpus(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture
+def jsonl_corpus(tmp_path) -> Path:
+    path = tmp_path / "inputs" / "corpus.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("".join(json.dumps({"text": p}) + "\n" for p in PARAGRAPHS))
+    return path
+
+
 def decoded_documents(cache, split, tokenizer):
     tokens, offsets = cache.tokens(split), cache.offsets(split)
     return [tokenizer.decode(tokens[a:b]) for a, b in itertools.pairwise(offsets)]
+
+
+def cache_files(folder: Path) -> dict[str, bytes]:
+    """Every file of a cache by relative path; the manifest without its creation time."""
+    files = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    manifest = json.loads(files.pop("manifest.json"))
+    manifest.pop("created")
+    files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
+    return files
 
 
 def test_byte_cache_holds_every_document_once_followed_by_eos_with_consistent_offsets(tmp_path, corpus):
@@ -63,19 +83,56 @@ def test_byte_cache_holds_every_document_once_followed_by_eos_with_consistent_of
         assert offsets.dtype == np.int64 and offsets[0] == 0 and offsets[-1] == len(tokens)
         assert np.all(tokens[offsets[1:] - 1] == 256)
         assert np.count_nonzero(tokens == 256) == manifest.splits[split].documents
-        assert manifest.splits[split].sha256 == hashlib.sha256(tokens.tobytes()).hexdigest()
+        [shard] = manifest.splits[split].shards
+        assert shard.sha256 == hashlib.sha256(np.asarray(tokens).tobytes()).hexdigest()
     assert decoded_documents(cache, "val", ByteTokenizer()) == [p for p in PARAGRAPHS if is_val(p, 0.2)]
     assert decoded_documents(cache, "train", ByteTokenizer()) == [p for p in PARAGRAPHS if not is_val(p, 0.2)]
     assert manifest.sources[0].path == str(corpus) and manifest.sources[0].size == corpus.stat().st_size
+    assert manifest.sources[0].mtime == corpus.stat().st_mtime
+    assert manifest.tokenizer.fingerprint == ByteTokenizer.fingerprint
+    assert manifest.append_eos is True and manifest.prepend_bos is False
     assert json.loads((tmp_path / "cache" / "manifest.json").read_text())["splits"]["val"]["documents"] == val.documents
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "inputs"]  # no lock or partial left
     cache.verify()
 
 
-def test_cache_tokens_are_read_only(tmp_path, corpus):
-    build_token_cache([corpus], tmp_path / "cache", ByteTokenizer())
+def test_a_large_jsonl_file_is_cut_into_shards_that_read_as_one_stream(tmp_path, jsonl_corpus):
+    one = build_token_cache([jsonl_corpus], tmp_path / "one", ByteTokenizer())
+    many = build_token_cache([jsonl_corpus], tmp_path / "many", ByteTokenizer(), shard_bytes=10_000)
 
-    with pytest.raises(ValueError):
-        open_token_cache(tmp_path / "cache").tokens("train")[0] = 1
+    assert len(one.splits["train"].shards) == 1 and len(many.splits["train"].shards) > 5
+    for split in ("train", "val"):
+        whole, sharded = open_token_cache(tmp_path / "one"), open_token_cache(tmp_path / "many")
+        assert np.array_equal(np.asarray(whole.tokens(split)), np.asarray(sharded.tokens(split)))
+        assert np.array_equal(whole.offsets(split), sharded.offsets(split))
+        stream = sharded.tokens(split)
+        assert np.array_equal(stream[7_000:19_000], np.asarray(whole.tokens(split))[7_000:19_000])
+    open_token_cache(tmp_path / "many").verify()
+
+
+def test_two_worker_processes_build_the_same_bytes_as_one(tmp_path, jsonl_corpus):
+    build_token_cache([jsonl_corpus], tmp_path / "one", ByteTokenizer(), shard_bytes=30_000)
+    build_token_cache(
+        [jsonl_corpus], tmp_path / "two", ByteTokenizer(), shard_bytes=30_000, runner=get_task_runner(workers=2)
+    )
+
+    assert cache_files(tmp_path / "one") == cache_files(tmp_path / "two")
+
+
+def test_bos_and_eos_are_placed_as_asked_and_recorded(tmp_path, corpus):
+    manifest = build_token_cache([corpus], tmp_path / "cache", ByteTokenizer(), prepend_bos=True, append_eos=False)
+    cache = open_token_cache(tmp_path / "cache")
+
+    assert manifest.prepend_bos is True and manifest.append_eos is False
+    tokens, offsets = np.asarray(cache.tokens("train")), cache.offsets("train")
+    assert np.all(tokens[offsets[:-1]] == ByteTokenizer.bos_id)
+    assert np.count_nonzero(tokens == ByteTokenizer.eos_id) == 0
+    assert decoded_documents(cache, "train", ByteTokenizer()) == [p for p in PARAGRAPHS if not is_val(p, 0.1)]
+
+
+def test_prepend_bos_with_a_tokenizer_without_bos_is_refused(tmp_path, corpus):
+    with pytest.raises(InvalidInputError, match="prepend_bos: tokenizer 'wide' has no BOS"):
+        build_token_cache([corpus], tmp_path / "cache", WideTokenizer(), prepend_bos=True)
 
 
 def test_large_vocabularies_are_stored_as_uint32(tmp_path, corpus):
@@ -89,14 +146,21 @@ def test_large_vocabularies_are_stored_as_uint32(tmp_path, corpus):
     cache.verify()
 
 
+def test_cache_tokens_are_read_only(tmp_path, corpus):
+    build_token_cache([corpus], tmp_path / "cache", ByteTokenizer())
+
+    with pytest.raises(ValueError):
+        open_token_cache(tmp_path / "cache").tokens("train")[0] = 1
+
+
 def test_verify_catches_one_flipped_byte(tmp_path, corpus):
     build_token_cache([corpus], tmp_path / "cache", ByteTokenizer())
-    tokens_bin = tmp_path / "cache" / "val" / "tokens.bin"
+    tokens_bin = tmp_path / "cache" / "val" / "shard-00000.bin"
     data = bytearray(tokens_bin.read_bytes())
     data[len(data) // 2] ^= 0x01
     tokens_bin.write_bytes(bytes(data))
 
-    with pytest.raises(InvalidInputError, match=r"val/tokens.bin: sha256 is"):
+    with pytest.raises(InvalidInputError, match=r"val/shard-00000.bin: sha256 is"):
         open_token_cache(tmp_path / "cache").verify()
 
 
@@ -104,8 +168,7 @@ def test_two_builds_of_the_same_inputs_are_byte_identical(tmp_path, corpus):
     build_token_cache([corpus], tmp_path / "one", ByteTokenizer())
     build_token_cache([corpus.parent], tmp_path / "two", ByteTokenizer())
 
-    for name in ("train/tokens.bin", "train/offsets.npy", "val/tokens.bin", "val/offsets.npy"):
-        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+    assert cache_files(tmp_path / "one") == cache_files(tmp_path / "two")
 
 
 def test_a_document_stays_in_its_split_when_other_documents_are_added(tmp_path, corpus):
@@ -120,25 +183,135 @@ def test_a_document_stays_in_its_split_when_other_documents_are_added(tmp_path, 
     assert small_val and full_val[: len(small_val)] == small_val
 
 
-def test_progress_rises_to_the_total_input_size(tmp_path, corpus):
+def test_progress_rises_to_the_total_input_size(tmp_path, jsonl_corpus):
     calls = []
 
-    build_token_cache([corpus], tmp_path / "cache", ByteTokenizer(), progress=lambda done, total: calls.append(done))
+    build_token_cache(
+        [jsonl_corpus], tmp_path / "cache", ByteTokenizer(), shard_bytes=20_000, progress=lambda d, t: calls.append(d)
+    )
 
-    assert len(calls) >= 3  # one per batch of 1,000 documents, then the end
-    assert calls == sorted(calls) and calls[-1] == corpus.stat().st_size
+    assert calls == sorted(calls) and calls[-1] == jsonl_corpus.stat().st_size
 
 
-def test_failed_build_leaves_neither_the_cache_nor_its_temporary_folder(tmp_path):
+def test_the_cache_id_changes_with_inputs_tokenizer_and_options_only(tmp_path, corpus):
+    sources = source_files([corpus])
+    base = cache_id(sources, ByteTokenizer(), {"val_fraction": 0.1})
+
+    assert cache_id(source_files([corpus.parent]), ByteTokenizer(), {"val_fraction": 0.1}) == base
+    assert cache_id(sources, WideTokenizer(), {"val_fraction": 0.1}) != base
+    assert cache_id(sources, ByteTokenizer(), {"val_fraction": 0.2}) != base
+    corpus.write_text("changed\n\nagain")
+    assert cache_id(source_files([corpus]), ByteTokenizer(), {"val_fraction": 0.1}) != base
+
+
+def test_exist_ok_returns_the_finished_cache_without_rebuilding(tmp_path, corpus):
+    first = build_token_cache([corpus], tmp_path / "cache", ByteTokenizer())
+    shard = tmp_path / "cache" / "train" / "shard-00000.bin"
+    inode = shard.stat().st_ino
+
+    again = build_token_cache([corpus], tmp_path / "cache", ByteTokenizer(), exist_ok=True)
+
+    assert again == first and shard.stat().st_ino == inode
+
+
+KILLED_BUILD = """
+import os, signal, sys
+from tradewind.data import ByteTokenizer, build_token_cache
+
+class DiesOnMarker(ByteTokenizer):
+    # The byte tokenizer (same fingerprint), except that it SIGKILLs its process on a marked document.
+    def encode_batch(self, texts):
+        if any("KILL" in text for text in texts):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().encode_batch(texts)
+
+build_token_cache([sys.argv[1]], sys.argv[2], DiesOnMarker())
+"""
+
+
+def test_a_build_killed_part_way_resumes_only_missing_shards_and_matches_an_uninterrupted_one(tmp_path):
     inputs = tmp_path / "inputs"
     inputs.mkdir()
-    good = "".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(1_500))
-    (inputs / "data.jsonl").write_text(good + '{"text": 7}\n')
+    for i in range(6):
+        text = "\n\n".join(f"shard {i} paragraph {j} " + "x" * (j % 50) for j in range(400))
+        (inputs / f"part{i}.txt").write_text(text + ("\n\nKILL here" if i == 3 else ""))
+    killed = subprocess.run([sys.executable, "-c", KILLED_BUILD, str(inputs), str(tmp_path / "cache")])
+    partial = tmp_path / ".cache.partial"
 
-    with pytest.raises(InvalidInputError, match=r"data.jsonl:1501: field 'text' is a int"):
-        build_token_cache([inputs], tmp_path / "cache", ByteTokenizer())
+    assert killed.returncode == -9
+    assert not (tmp_path / "cache").exists()
+    assert sorted(p.name for p in (partial / "shards").iterdir()) == [f"shard-0000{i}.json" for i in range(3)]
+    assert list(partial.glob("*/shard-00003.bin.tmp-*"))  # the shard it died in, never marked complete
+    finished = {p.name: p.stat().st_ino for p in (partial / "train").glob("*.bin")}
 
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["inputs"]
+    # The marked paragraph is still in the input, so the resumed run must give the same cache as a clean one.
+    build_token_cache([inputs], tmp_path / "cache", ByteTokenizer())
+    build_token_cache([inputs], tmp_path / "clean", ByteTokenizer())
+
+    assert cache_files(tmp_path / "cache") == cache_files(tmp_path / "clean")
+    resumed = {name: (tmp_path / "cache" / "train" / name).stat().st_ino for name in finished}
+    assert resumed == finished  # shards 0-2 were not rewritten
+    assert not partial.exists()
+    open_token_cache(tmp_path / "cache").verify()
+
+
+def test_a_leftover_partial_build_with_other_options_is_started_afresh(tmp_path, corpus):
+    partial = tmp_path / ".cache.partial"
+    (partial / "shards").mkdir(parents=True)
+    (partial / "build.json").write_text(json.dumps({"key": "something else"}))
+    (partial / "shards" / "shard-00000.json").write_text("{}")
+
+    manifest = build_token_cache([corpus], tmp_path / "cache", ByteTokenizer())
+
+    assert manifest.splits["train"].documents + manifest.splits["val"].documents == len(PARAGRAPHS)
+
+
+def write_bad_inputs(folder: Path) -> None:
+    import gzip
+
+    import zstandard
+
+    folder.mkdir()
+    lines = [
+        json.dumps({"text": "good one"}).encode(),
+        b'{"text": "unterminated',
+        json.dumps({"body": "no text"}).encode(),
+        json.dumps({"text": 42}).encode(),
+        b'{"text": "caf\xe9"}',
+    ] + [json.dumps({"text": f"good {i}"}).encode() for i in range(60)]
+    (folder / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    (folder / "empty.jsonl.gz").write_bytes(b"")
+    (folder / "cut.jsonl.zst").write_bytes(zstandard.compress(b"".join(lines[5:]) * 50)[:-12])
+    (folder / "fine.jsonl.gz").write_bytes(gzip.compress(b"\n".join(lines[5:]) + b"\n"))
+
+
+def test_bad_records_are_skipped_counted_per_file_and_reported_as_file_line_reason(tmp_path):
+    write_bad_inputs(tmp_path / "in")
+
+    manifest = build_token_cache([tmp_path / "in"], tmp_path / "cache", ByteTokenizer())
+
+    bad = manifest.bad_records
+    a, empty, cut = (str(tmp_path / "in" / name) for name in ("a.jsonl", "empty.jsonl.gz", "cut.jsonl.zst"))
+    assert bad.skipped == 6
+    assert bad.per_file == {a: 4, cut: 1, empty: 1}
+    assert bad.examples[:4] == [
+        f"{a}:2: malformed JSON: Invalid control character at (column 23)",
+        f"{a}:3: missing field 'text' (the record has no key 'text'); set text_field to the field that holds the text",
+        f"{a}:4: field 'text' is a int, expected a string",
+        f"{a}:5: invalid UTF-8 (byte 13 of the line)",
+    ]
+    assert any(e.startswith(f"{cut}:") and "truncated zstandard file" in e for e in bad.examples)
+    assert f"{empty}:1: empty gzip file (0 bytes)" in bad.examples
+    assert manifest.splits["train"].documents + manifest.splits["val"].documents == 1 + 60 + 60
+
+
+def test_strict_fails_on_the_first_bad_record_with_file_line_reason_and_leaves_nothing(tmp_path):
+    write_bad_inputs(tmp_path / "in")
+
+    with pytest.raises(InvalidInputError, match=r"a\.jsonl:2: malformed JSON"):
+        build_token_cache([tmp_path / "in"], tmp_path / "cache", ByteTokenizer(), strict=True)
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
 def test_build_refuses_an_existing_out_dir_and_leaves_it_alone(tmp_path, corpus):
@@ -175,6 +348,14 @@ def test_opening_an_unfinished_cache_says_the_manifest_is_missing(tmp_path):
         open_token_cache(tmp_path / "cache")
 
 
+def test_a_cache_of_an_older_format_asks_to_be_rebuilt(tmp_path):
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "manifest.json").write_text(json.dumps({"format_version": 1}))
+
+    with pytest.raises(InvalidInputError, match="format_version 1, this Tradewind reads 2; rebuild the cache"):
+        open_token_cache(tmp_path / "cache")
+
+
 def test_unknown_split_lists_the_splits_there_are(tmp_path, corpus):
     build_token_cache([corpus], tmp_path / "cache", ByteTokenizer())
 
@@ -182,10 +363,33 @@ def test_unknown_split_lists_the_splits_there_are(tmp_path, corpus):
         open_token_cache(tmp_path / "cache").tokens("test")
 
 
-def test_packed_loader_reads_windows_of_a_cache_split(tmp_path, corpus):
-    build_token_cache([corpus], tmp_path / "cache", ByteTokenizer())
+def test_packed_loader_reads_windows_of_a_sharded_cache_split(tmp_path, jsonl_corpus):
+    build_token_cache([jsonl_corpus], tmp_path / "cache", ByteTokenizer(), shard_bytes=10_000)
     tokens = open_token_cache(tmp_path / "cache").tokens("train")
+    whole = np.asarray(tokens)
 
-    batch = PackedLoader(tokens, batch_size=2, seq_len=16, shuffle=False).batch(1)
+    batch = PackedLoader(tokens, batch_size=2, seq_len=1000, shuffle=False).batch(4)
 
-    assert np.array_equal(batch, np.stack([tokens[32:49], tokens[48:65]]).astype(np.int32))
+    assert np.array_equal(batch, np.stack([whole[8000:9001], whole[9000:10001]]).astype(np.int32))
+
+
+CONCURRENT_BUILD = """
+import json, sys
+from tradewind.data import ByteTokenizer, build_token_cache
+manifest = build_token_cache([sys.argv[1]], sys.argv[2], ByteTokenizer(), shard_bytes=20_000, exist_ok=True)
+print(json.dumps(manifest.splits["train"].model_dump()))
+"""
+
+
+def test_two_processes_building_the_same_cache_at_once_both_get_the_one_complete_cache(tmp_path, jsonl_corpus):
+    out = tmp_path / "cache"
+    builders = [
+        subprocess.Popen([sys.executable, "-c", CONCURRENT_BUILD, str(jsonl_corpus), str(out)], stdout=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    results = [json.loads(b.communicate(timeout=120)[0]) for b in builders]
+
+    assert [b.returncode for b in builders] == [0, 0]
+    assert results[0] == results[1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "inputs"]
+    open_token_cache(out).verify()

@@ -93,3 +93,52 @@ def test_load_tokenizer_refuses_a_file_that_is_not_a_tokenizer(tmp_path):
 
     with pytest.raises(InvalidInputError, match=r"not a valid tokenizer\.json"):
         load_tokenizer(str(path))
+
+
+def test_train_bpe_tokenizer_writes_a_loadable_byte_level_tokenizer_with_explicit_specials(tmp_path):
+    from tradewind.data import train_bpe_tokenizer
+
+    trained = train_bpe_tokenizer(CORPUS, 300, tmp_path / "tok" / "tokenizer.json")
+    loaded = load_tokenizer(str(tmp_path / "tok"))
+
+    assert loaded.fingerprint == trained.fingerprint
+    assert loaded.vocab_size == 300 and (loaded.eos_id, loaded.bos_id) == (0, 1)
+    text = "Whether 'tis nobler — ünïcode never seen in training"
+    ids = loaded.encode_batch([text])[0]
+    assert loaded.decode(ids) == text and 0 not in ids and 1 not in ids
+    assert len(loaded.encode_batch([CORPUS[0]])[0]) < len(CORPUS[0].encode()) * 0.6  # merges were learned
+
+
+def test_training_on_files_is_deterministic_and_reads_jsonl_fields(tmp_path):
+    import json
+
+    from tradewind.data import train_tokenizer
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"body": line}) + "\n" for line in CORPUS))
+    calls = []
+    one = train_tokenizer([path], tmp_path / "one.json", 280, text_field="body", progress=lambda d, t: calls.append(d))
+    two = train_tokenizer([tmp_path / "*.jsonl"], tmp_path / "two.json", 280, text_field="body")
+
+    assert one.fingerprint == two.fingerprint and one.vocab_size == 280
+    assert calls[-1] == path.stat().st_size
+
+
+def test_a_vocabulary_too_small_for_the_bytes_is_refused(tmp_path):
+    from tradewind.data import train_bpe_tokenizer
+
+    with pytest.raises(InvalidInputError, match="vocab_size must be at least 258"):
+        train_bpe_tokenizer(CORPUS, 100, tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_a_pickled_hf_tokenizer_encodes_the_same_and_is_rebuilt_once_per_process(tmp_path):
+    import pickle
+
+    tokenizer = HFTokenizer(train_bpe(tmp_path / "t.json", ["<|endoftext|>"]))
+    data = pickle.dumps(tokenizer)
+
+    first, second = pickle.loads(data), pickle.loads(data)
+
+    assert first is second and first.fingerprint == tokenizer.fingerprint and first.eos_id == tokenizer.eos_id
+    assert first.encode_batch(CORPUS[:2]) == tokenizer.encode_batch(CORPUS[:2])

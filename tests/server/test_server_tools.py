@@ -56,6 +56,57 @@ async def test_tokenize_dataset_builds_a_cache_then_reuses_it(server, ctx):
     assert first["path"] == str(ctx.workspace.datasets_dir / first["dataset_id"])
 
 
+async def test_tokenize_dataset_sends_progress_notifications_up_to_the_input_size(server, ctx):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total, message))
+
+    async with Client(server) as client:
+        info = await call(
+            client, "tokenize_dataset", {"input": "corpus.txt", "val_fraction": 0.3}, progress_callback=on_progress
+        )
+    size = (ctx.workspace.root / "corpus.txt").stat().st_size
+    assert info["reused"] is False and info["bad_records"] == {"skipped": 0, "per_file": {}, "examples": []}
+    assert seen and seen[-1] == (size, size, "input bytes tokenized")
+    assert [p for p, _, _ in seen] == sorted(p for p, _, _ in seen)
+
+
+async def test_train_tokenizer_trains_a_bpe_tokenizer_that_tokenize_dataset_accepts(server, ctx):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total))
+
+    async with Client(server) as client:
+        trained = await call(
+            client, "train_tokenizer", {"input": "corpus.txt", "vocab_size": 300}, progress_callback=on_progress
+        )
+        info = await call(client, "tokenize_dataset", {"input": "corpus.txt", "tokenizer": trained["tokenizer"]})
+    assert trained["vocab_size"] == 300 and trained["eos_id"] == 0 and trained["reused"] is False
+    assert trained["tokenizer"].startswith(str(ctx.workspace.root / "tokenizers" / "tok-"))
+    assert info["vocab_size"] == 300 and info["tokenizer"] == trained["tokenizer"]
+    assert seen and seen[-1][0] == seen[-1][1]
+
+
+async def test_inspect_dataset_reports_counts_histogram_and_decoded_samples(server, dataset_id):
+    async with Client(server) as client:
+        report = await call(client, "inspect_dataset", {"dataset_id": dataset_id, "split": "val", "samples": 2})
+    assert report["dataset_id"] == dataset_id and report["tokenizer"] == "byte"
+    assert sum(report["histogram"]["counts"]) == report["documents"]["val"]
+    assert len(report["samples"]) == 2 and report["samples"][0]["index"] == 0
+    assert report["samples"][0]["tokens"] == len(report["samples"][0]["text"].encode()) + 1  # bytes and EOS
+    assert report["bad_records"]["skipped"] == 0
+
+
+async def test_list_datasets_includes_a_tokenized_dataset(server, dataset_id):
+    async with Client(server) as client:
+        listed = await call(client, "list_datasets", {"limit": 100})
+    ids = [d["dataset_id"] for d in listed["datasets"]]
+    assert dataset_id in ids and listed["total"] == len(ids)
+    assert all(d["tokens"] > d["documents"] > 0 for d in listed["datasets"])
+
+
 async def test_launch_then_wait_reports_progress_and_success(server, dataset_id, tiny_run_settings):
     seen = []
 
@@ -160,6 +211,12 @@ BAD_CALLS = [
     ("tokenize_dataset", {"input": "corpus.txt", "val_fraction": "lots"}, "val_fraction"),
     ("tokenize_dataset", {"input": "corpus.txt", "tokenizer": "nowhere/tokenizer.json"}, "argument 'tokenizer'"),
     ("tokenize_dataset", {}, "input"),
+    ("tokenize_dataset", {"input": "corpus.txt", "workers": 0}, "workers"),
+    ("train_tokenizer", {"input": "corpus.txt", "vocab_size": 10}, "vocab_size"),
+    ("train_tokenizer", {"input": "../outside.txt"}, "argument 'input'"),
+    ("inspect_dataset", {"dataset_id": "ds-0000"}, "unknown dataset id 'ds-0000'"),
+    ("inspect_dataset", {"dataset_id": "DATASET", "split": "test"}, "split"),
+    ("list_datasets", {"limit": 0}, "limit"),
     ("launch_training", {"dataset": "ds-0000"}, "unknown dataset id 'ds-0000'"),
     ("launch_training", {"dataset": "../outside"}, "argument 'dataset'"),
     ("launch_training", {"dataset": "DATASET", "steps": "many"}, "steps"),
@@ -176,6 +233,8 @@ BAD_CALLS = [
     ("profile_run", {"run_id": "RUN", "steps": 0}, "steps"),
     ("summarize_report", {"run_id": "run-nope"}, "unknown run id"),
     ("summarize_report", {"run_id": 42}, "run_id"),
+    ("cluster_status", {"backend": "slurm"}, "backend"),
+    ("run_pipeline", {"pipeline": "../outside.py"}, "argument 'pipeline'"),
 ]
 
 

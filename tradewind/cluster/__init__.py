@@ -1,13 +1,104 @@
-"""Cluster: jobs and the backends that run them.
+"""Cluster: jobs, the backends that run them, and the step executor.
 
-Owns the job model (`JobSpec`, `JobRecord`, `JobStatus`), the local backend, where each job is a
-process on this machine with its record persisted under the workspace, and the task runners that run
-many small tasks (data shards) in parallel. Later: Ray and the step
-executor. May import only `tradewind.core`.
+Owns the job model (`JobSpec`, `Resources`, `JobRecord`, `JobStatus`), the local backend (processes
+on this machine admitted by a resource ledger, state in SQLite under the workspace), the Ray backend
+(`RayBackend`, the `ray` extra), the task runners that run many small tasks (data shards) in
+parallel, and the step executor that caches pipeline steps under content-addressed paths. May import
+only `tradewind.core`. Names load on first use (PEP 562), so `tradewind --help` can register the
+cluster commands without loading pydantic, and Ray loads only when a Ray backend or runner is used.
 """
 
-from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus
-from tradewind.cluster.local import LocalBackend
-from tradewind.cluster.tasks import LocalTaskRunner, TaskRunner, get_task_runner
+from __future__ import annotations
 
-__all__ = ["JobRecord", "JobSpec", "JobStatus", "LocalBackend", "LocalTaskRunner", "TaskRunner", "get_task_runner"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tradewind.cluster.backends import Backend, get_backend
+    from tradewind.cluster.executor import (
+        Executor,
+        PlannedStep,
+        Step,
+        StepBusyError,
+        StepFailedError,
+        load_pipeline,
+    )
+    from tradewind.cluster.jobs import (
+        DistributedEnv,
+        JobRecord,
+        JobSpec,
+        JobStatus,
+        Resources,
+        accelerator_resources,
+        distributed_env,
+        tpu_topology,
+    )
+    from tradewind.cluster.ledger import Capacity
+    from tradewind.cluster.local import BackendStatus, LocalBackend, LogChunk
+    from tradewind.cluster.ray_backend import RayBackend
+    from tradewind.cluster.tasks import LocalTaskRunner, RayTaskRunner, TaskRunner, get_task_runner
+
+_LAZY = {
+    "Backend": "tradewind.cluster.backends",
+    "accelerator_resources": "tradewind.cluster.jobs",
+    "get_backend": "tradewind.cluster.backends",
+    "BackendStatus": "tradewind.cluster.local",
+    "Capacity": "tradewind.cluster.ledger",
+    "DistributedEnv": "tradewind.cluster.jobs",
+    "Executor": "tradewind.cluster.executor",
+    "JobRecord": "tradewind.cluster.jobs",
+    "JobSpec": "tradewind.cluster.jobs",
+    "JobStatus": "tradewind.cluster.jobs",
+    "LocalBackend": "tradewind.cluster.local",
+    "LocalTaskRunner": "tradewind.cluster.tasks",
+    "LogChunk": "tradewind.cluster.local",
+    "PlannedStep": "tradewind.cluster.executor",
+    "RayBackend": "tradewind.cluster.ray_backend",
+    "RayTaskRunner": "tradewind.cluster.tasks",
+    "Resources": "tradewind.cluster.jobs",
+    "Step": "tradewind.cluster.executor",
+    "StepBusyError": "tradewind.cluster.executor",
+    "StepFailedError": "tradewind.cluster.executor",
+    "TaskRunner": "tradewind.cluster.tasks",
+    "distributed_env": "tradewind.cluster.jobs",
+    "get_task_runner": "tradewind.cluster.tasks",
+    "load_pipeline": "tradewind.cluster.executor",
+    "tpu_topology": "tradewind.cluster.jobs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "Backend",
+    "BackendStatus",
+    "Capacity",
+    "DistributedEnv",
+    "Executor",
+    "JobRecord",
+    "JobSpec",
+    "JobStatus",
+    "LocalBackend",
+    "LocalTaskRunner",
+    "LogChunk",
+    "PlannedStep",
+    "RayBackend",
+    "RayTaskRunner",
+    "Resources",
+    "Step",
+    "StepBusyError",
+    "StepFailedError",
+    "TaskRunner",
+    "accelerator_resources",
+    "distributed_env",
+    "get_backend",
+    "get_task_runner",
+    "load_pipeline",
+    "tpu_topology",
+]

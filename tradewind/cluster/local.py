@@ -1,83 +1,203 @@
-"""The local backend: every job is a process on this machine, watched by its own supervisor.
+"""The local backend: every job is a group of processes on this machine, watched by its own supervisor.
 
-Job records live under `<workspace>/jobs/<id>/job.json`, so a restarted server finds every job again.
-A record that says RUNNING while its supervisor is gone (machine reboot, `kill -9` of the supervisor)
-is reported as FAILED with that reason.
+State lives in `<workspace>/jobs/cluster.sqlite` (see `store.py`); each job's logs and supervisor log
+under `<workspace>/jobs/<id>/` unless the spec names a log file. A resource ledger (`ledger.py`) admits
+jobs only while their declared CPUs, memory and GPUs fit; the rest wait as PENDING. A restarted server
+loses nothing: it re-attaches to running jobs by checking their supervisor's pid *and* kernel start
+time, and marks jobs whose supervisor vanished FAILED with that reason (stopping orphaned replicas).
+
+Example:
+    backend = LocalBackend(workspace.jobs_dir, cpus=2)
+    job = backend.submit(JobSpec(name="hello", command=["echo", "hi"]))
+    backend.wait(job.id, timeout=30).status  # JobStatus.SUCCEEDED
+    backend.logs(job.id).text                # "hi\\n"
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from pydantic import BaseModel, Field
+
 from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, utc_now
+from tradewind.cluster.ledger import CAPACITY_KEY, check_fits_at_all, detect_capacity, usage
 from tradewind.cluster.process import process_alive
-from tradewind.cluster.supervisor import CANCEL_MARKER, load_record, save_record
-from tradewind.core import NotFoundError, check_id, make_id
+from tradewind.cluster.store import ACTIVE, JobRow, JobStore
+from tradewind.cluster.supervisor import replica_log, schedule, signal_groups, spawn_supervisor, stop_groups
+from tradewind.core import InvalidInputError, check_id, make_id, read_json
+
+DB_NAME = "cluster.sqlite"
+LOG_PAGE_BYTES = 64 * 1024
+SPAWN_GRACE_S = 30.0  # an admitted job whose supervisor has not reported by then is started again
+
+
+class LogChunk(BaseModel):
+    """A page of a job's log: `text` starts at byte `offset`; pass `next_offset` to read on."""
+
+    job_id: str
+    text: str
+    offset: int
+    next_offset: int
+    size: int = Field(description="Bytes in the log so far.")
+    finished: bool = Field(description="True when the job has ended, so the log will not grow.")
+
+
+class BackendStatus(BaseModel):
+    """Capacity and use of one backend, with its queued and running jobs."""
+
+    name: str
+    available: bool = True
+    detail: str | None = None
+    capacity: dict[str, float] = Field(default_factory=dict)
+    used: dict[str, float] = Field(default_factory=dict)
+    queued: list[JobRecord] = Field(default_factory=list)
+    running: list[JobRecord] = Field(default_factory=list)
+
+
+def read_log(path: Path, job_id: str, offset: int, limit: int, finished: bool) -> LogChunk:
+    """`limit` bytes of `path` from `offset`, cut back to a whole UTF-8 character."""
+    size = path.stat().st_size if path.exists() else 0
+    data = b""
+    if offset < size:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(limit)
+        for cut in range(4):  # a character may straddle the page end: leave it for the next page
+            try:
+                text = data[: len(data) - cut].decode("utf-8")
+                data = data[: len(data) - cut]
+                break
+            except UnicodeDecodeError:
+                continue
+        else:
+            text = data.decode("utf-8", errors="replace")
+    else:
+        text = ""
+    return LogChunk(
+        job_id=job_id, text=text, offset=offset, next_offset=offset + len(data), size=size, finished=finished
+    )
 
 
 class LocalBackend:
-    """Submit, inspect, wait for and cancel jobs that run as local processes.
+    """Submit, inspect, wait for, read the logs of and cancel jobs that run as local processes.
 
     Args:
-        jobs_dir: folder that holds one sub-folder per job (normally `Workspace.jobs_dir`).
+        jobs_dir: folder of the database and the per-job folders (normally `Workspace.jobs_dir`).
+        cpus, memory_gb, gpus: the capacity the ledger may hand out; each defaults to what was declared
+            before for this folder, else to this machine's. Declaring one stores it for later backends.
     """
 
-    def __init__(self, jobs_dir: str | os.PathLike[str]):
+    name = "local"
+
+    def __init__(
+        self,
+        jobs_dir: str | os.PathLike[str],
+        cpus: float | None = None,
+        memory_gb: float | None = None,
+        gpus: int | None = None,
+    ):
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        fresh = not (self.jobs_dir / DB_NAME).exists()
+        self.store = JobStore(self.jobs_dir / DB_NAME)
+        # Declared figures persist for later backends on this folder; undeclared ones follow the machine.
+        stored = self.store.get_meta(CAPACITY_KEY) or {}
+        declared = {
+            **stored.get("declared", {}),
+            **{k: v for k, v in (("cpus", cpus), ("memory_gb", memory_gb), ("gpus", gpus)) if v is not None},
+        }
+        capacity = detect_capacity().model_copy(update=declared)
+        if {**capacity.model_dump(), "declared": declared} != stored:
+            self.store.set_meta(CAPACITY_KEY, {**capacity.model_dump(), "declared": declared})
+        self.capacity = capacity
         # Supervisors we started ourselves must be reaped, or they linger as zombies that look alive.
         self._supervisors: dict[str, subprocess.Popen[bytes]] = {}
+        if fresh:
+            self._import_legacy_records()
 
-    def _record_path(self, job_id: str) -> Path:
-        return self.jobs_dir / check_id(job_id, "job_id") / "job.json"
+    def _import_legacy_records(self) -> None:
+        """Keep jobs recorded as `jobs/<id>/job.json` by earlier versions visible."""
+        for path in sorted(self.jobs_dir.glob("*/job.json")):
+            try:
+                record = JobRecord.model_validate(read_json(path))
+            except (ValueError, OSError):
+                continue
+            if not record.status.finished:
+                record.status, record.ended_at = JobStatus.FAILED, record.ended_at or utc_now()
+                record.reason = "recorded by an earlier Tradewind version whose supervisor no longer reports"
+            with self.store.transaction() as conn:
+                if not conn.execute("SELECT 1 FROM jobs WHERE id = ?", (record.id,)).fetchone():
+                    self.store.insert(record, conn)
+
+    def _schedule(self) -> None:
+        for job_id, handle in list(self._supervisors.items()):
+            if handle.poll() is not None:
+                del self._supervisors[job_id]
+        self._supervisors.update(schedule(self.store))
 
     def submit(self, spec: JobSpec, job_id: str | None = None) -> JobRecord:
-        """Start `spec` in the background and return its PENDING record at once."""
-        job_id = job_id or make_id("job")
-        path = self._record_path(job_id)
-        path.parent.mkdir(parents=True, exist_ok=False)
-        record = JobRecord(id=job_id, spec=spec)
-        save_record(path, record)
-        with open(path.parent / "supervisor.log", "ab") as supervisor_log:
-            self._supervisors[job_id] = subprocess.Popen(
-                [sys.executable, "-m", "tradewind.cluster.supervisor", str(path)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=supervisor_log,
-                start_new_session=True,  # the job outlives a server that exits or is killed
-            )
+        """Queue `spec` and start it at once if its resources are free; returns its PENDING record.
+
+        Raises:
+            InvalidInputError: the id is taken or invalid, or the job could never fit this backend.
+        """
+        job_id = check_id(job_id or make_id("job"), "job_id")
+        check_fits_at_all(spec, self.capacity)
+        (self.jobs_dir / job_id).mkdir(parents=True, exist_ok=True)
+        log_path = spec.log_path or str(self.jobs_dir / job_id / "job.log")
+        record = JobRecord(id=job_id, spec=spec, log_path=log_path)
+        with self.store.transaction() as conn:
+            if conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone():
+                raise InvalidInputError(f"argument 'job_id': a job with id {job_id!r} exists already")
+            self.store.insert(record, conn)
+        self._schedule()
         return record
+
+    def _supervisor_gone(self, row: JobRow) -> bool:
+        record = row.record
+        handle = self._supervisors.get(record.id)
+        if handle is not None:
+            handle.poll()  # reap it if it ended, so that it does not linger as a zombie
+        if record.supervisor_pid is not None:
+            return not process_alive(record.supervisor_pid, record.supervisor_start)
+        if handle is not None:
+            return handle.returncode is not None  # it ended before claiming the job (see its supervisor.log)
+        return False  # admitted a moment ago and its supervisor has not reported yet
 
     def status(self, job_id: str) -> JobRecord:
         """The job's current record; raises `NotFoundError` for an unknown id."""
-        path = self._record_path(job_id)
-        if not path.exists():
-            raise NotFoundError(f"unknown job id {job_id!r} (no record under {self.jobs_dir})")
-        record = load_record(path)
-        if record.status.finished:
+        row = self.store.get(check_id(job_id, "job_id"))
+        if row.record.status.finished:
+            return row.record
+        if not row.admitted:
+            self._schedule()
+            return self.store.get(job_id).record
+        if row.record.supervisor_pid is None and job_id not in self._supervisors:
+            if time.time() - row.admitted_at > SPAWN_GRACE_S:
+                # Admitted, but whoever admitted it died before its supervisor started: start one now.
+                self._supervisors[job_id] = spawn_supervisor(self.store.path, job_id)
+            return row.record
+        if not self._supervisor_gone(row):
+            return row.record
+
+        def mark_vanished(current: JobRow) -> JobRecord | None:
+            if current.record.status.finished:
+                return None  # the supervisor finished between our two reads
+            record = current.record
+            record.status, record.ended_at = JobStatus.FAILED, utc_now()
+            record.reason = "the supervising process vanished before the job finished (killed or machine restart)"
             return record
-        handle = self._supervisors.get(job_id)
-        if handle is not None:
-            supervisor_gone = handle.poll() is not None
-        elif record.supervisor_pid is not None:
-            supervisor_gone = not process_alive(record.supervisor_pid, record.supervisor_start)
-        else:
-            return record  # submitted by another server a moment ago; its supervisor has not reported yet
-        if supervisor_gone:
-            record = load_record(path)  # the supervisor may have finished between our two reads
-            if not record.status.finished:
-                record.status, record.ended_at = JobStatus.FAILED, utc_now()
-                record.reason = "the supervising process vanished before the job finished (killed or machine restart)"
-                save_record(path, record)
+
+        record = self.store.update(job_id, mark_vanished)
+        stop_groups(record.pids, record.pid_starts)  # orphaned replicas would hold what the ledger now frees
+        self._schedule()
         return record
 
-    def wait(self, job_id: str, timeout: float, poll_interval: float = 0.25) -> JobRecord:
+    def wait(self, job_id: str, timeout: float, poll_interval: float = 0.1) -> JobRecord:
         """Wait until the job finishes or `timeout` seconds pass; return its record either way."""
         deadline = time.monotonic() + timeout
         record = self.status(job_id)
@@ -86,18 +206,54 @@ class LocalBackend:
             record = self.status(job_id)
         return record
 
-    def cancel(self, job_id: str) -> JobRecord:
-        """Ask the job to stop: its whole process group gets SIGTERM; the record ends CANCELLED."""
+    def logs(self, job_id: str, offset: int = 0, limit: int = LOG_PAGE_BYTES, replica: int = 0) -> LogChunk:
+        """Up to `limit` bytes of the job's output from byte `offset` (replica 0 unless told)."""
         record = self.status(job_id)
-        if record.status.finished:
-            return record
-        (self._record_path(job_id).parent / CANCEL_MARKER).touch()
-        if record.pid is not None:
-            with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
-                os.killpg(record.pid, signal.SIGTERM)
+        if offset < 0 or limit < 1:
+            raise InvalidInputError(f"offset must be >= 0 and limit >= 1 (got {offset}, {limit})")
+        if not 0 <= replica < record.spec.replicas:
+            raise InvalidInputError(f"argument 'replica': job {job_id!r} has replicas 0..{record.spec.replicas - 1}")
+        path = replica_log(self.jobs_dir, record, replica)
+        return read_log(path, job_id, offset, limit, record.status.finished)
+
+    def cancel(self, job_id: str) -> JobRecord:
+        """Stop the job: a queued one ends at once; a running one's process groups get SIGTERM, then SIGKILL."""
+        check_id(job_id, "job_id")
+
+        def request(row: JobRow) -> JobRecord | None:
+            if row.record.status.finished:
+                return None
+            row.record.reason = "cancelled on request"
+            if not row.admitted:
+                row.record.status, row.record.ended_at = JobStatus.CANCELLED, utc_now()
+            return row.record
+
+        with self.store.transaction() as conn:
+            row = self.store.get(job_id, conn)
+            record = request(row)
+            if record is not None:
+                self.store.set_flag(job_id, "cancel_requested", conn)
+                self.store.put(record, conn)
+        # The supervisor notices within a fraction of a second; a SIGTERM now saves that wait.
+        current = self.store.get(job_id).record
+        if current.status is JobStatus.RUNNING:
+            signal_groups(current.pids, current.pid_starts, signal.SIGTERM)
         return self.status(job_id)
 
     def list(self) -> list[JobRecord]:
         """Every job's record, newest first."""
-        ids = sorted((p.parent.name for p in self.jobs_dir.glob("*/job.json")), reverse=True)
+        ids = [row.record.id for row in reversed(self.store.rows())]
         return [self.status(job_id) for job_id in ids]
+
+    def cluster_status(self) -> BackendStatus:
+        """Capacity, resources in use, and the queued and running jobs (oldest first)."""
+        for row in self.store.rows(ACTIVE):
+            self.status(row.record.id)  # notice vanished supervisors before counting
+        rows = self.store.rows(ACTIVE)
+        return BackendStatus(
+            name=self.name,
+            capacity=self.capacity.model_dump(),
+            used=usage(self.store).model_dump(),
+            queued=[r.record for r in rows if r.record.status is JobStatus.PENDING],
+            running=[r.record for r in rows if r.record.status is JobStatus.RUNNING],
+        )

@@ -1,34 +1,44 @@
-"""The small process that runs one job and records how it went.
+"""The small process that runs one admitted job, retries it by its policy and records how it went.
 
-The local backend starts one supervisor per job, in a session of its own, so that the job outlives the
-server that submitted it. The supervisor is the only writer of the job's record after submission: it
-starts the job's process, records RUNNING with the pid, waits, and records the exit code and status.
+The local backend starts one supervisor per admitted job, in a session of its own, so that the job
+outlives the server that submitted it. The supervisor starts the job's replicas (each in its own
+process group), records RUNNING with their pids and start times, and waits, watching for a cancel
+request and the timeout. An attempt that ends by a signal it did not send (SIGKILL, SIGTERM, SIGINT,
+SIGHUP from outside) is a preemption; any other non-zero exit is a failure. Each kind is retried up to
+its own limit. When the job ends the supervisor frees its resources and starts queued jobs that now fit.
 
-Command (started by `LocalBackend.submit`, not by hand):
-    python -m tradewind.cluster.supervisor <workspace>/jobs/<id>/job.json
+Command (started by the backend, not by hand):
+    python -m tradewind.cluster.supervisor <workspace>/jobs/cluster.sqlite <job id>
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from tradewind.cluster.jobs import JobRecord, JobStatus, utc_now
-from tradewind.cluster.process import process_start_time
-from tradewind.core import atomic_write_json, read_json
+from tradewind.cluster.jobs import (
+    ATTEMPT_ENV,
+    COORDINATOR_ENV,
+    JOB_ID_ENV,
+    PROCESS_COUNT_ENV,
+    PROCESS_ID_ENV,
+    JobRecord,
+    JobStatus,
+    utc_now,
+)
+from tradewind.cluster.ledger import CAPACITY_KEY, Capacity, admit_queued
+from tradewind.cluster.process import process_alive, process_start_time
+from tradewind.cluster.store import JobRow, JobStore
 
-CANCEL_MARKER = "cancel-requested"
-
-
-def save_record(path: Path, record: JobRecord) -> None:
-    atomic_write_json(path, record.model_dump(mode="json"))
-
-
-def load_record(path: Path) -> JobRecord:
-    return JobRecord.model_validate(read_json(path))
+PREEMPTION_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+STOP_GRACE_S = 5.0
+POLL_S = 0.1
 
 
 def describe_exit(code: int) -> str | None:
@@ -40,49 +50,216 @@ def describe_exit(code: int) -> str | None:
     return f"exited with code {code}"
 
 
-def supervise(record_path: Path) -> JobRecord:
-    """Run the job described at `record_path` to completion, updating the record as it goes."""
-    cancel_marker = record_path.parent / CANCEL_MARKER
-    record = load_record(record_path)
-    record.supervisor_pid = os.getpid()
-    record.supervisor_start = process_start_time(os.getpid())
-    if cancel_marker.exists():
-        record.status, record.ended_at, record.reason = JobStatus.CANCELLED, utc_now(), "cancelled before it started"
-        save_record(record_path, record)
+def replica_log(jobs_dir: Path, record: JobRecord, replica: int) -> Path:
+    """Replica 0 writes to the job's log; the others to `jobs/<id>/replica-<n>.log`."""
+    if replica == 0:
+        return Path(record.log_path or jobs_dir / record.id / "job.log")
+    return jobs_dir / record.id / f"replica-{replica}.log"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def signal_groups(pids: list[int], starts: list[int | None], sig: signal.Signals) -> list[tuple[int, int | None]]:
+    """Send `sig` to the process group of each pid still alive as the same process; returns those."""
+    live = [(pid, start) for pid, start in zip(pids, starts, strict=False) if process_alive(pid, start)]
+    for pid, _ in live:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+    return live
+
+
+def stop_groups(pids: list[int], starts: list[int | None], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM each process group, then SIGKILL what is left after `grace_s`."""
+    live = signal_groups(pids, starts, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(process_alive(pid, start) for pid, start in live) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid, _ in live:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def spawn_supervisor(db_path: Path, job_id: str) -> subprocess.Popen[bytes]:
+    """Start the supervisor of an admitted job in a session of its own."""
+    folder = db_path.parent / job_id
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "supervisor.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tradewind.cluster.supervisor", str(db_path), job_id],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,  # the job outlives a server that exits or is killed
+        )
+
+
+def schedule(store: JobStore) -> dict[str, subprocess.Popen[bytes]]:
+    """Admit the queued jobs that fit and start their supervisors; returns the new handles."""
+    capacity = Capacity.model_validate(store.get_meta(CAPACITY_KEY))
+    return {job_id: spawn_supervisor(store.path, job_id) for job_id in admit_queued(store, capacity)}
+
+
+class Attempt:
+    """One start of every replica of a job, and the wait for them."""
+
+    def __init__(self, store: JobStore, record: JobRecord):
+        self.store, self.record, self.spec = store, record, record.spec
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.starts: list[int | None] = []
+
+    def start(self) -> str | None:
+        """Start the replicas; returns an error message when one could not start."""
+        spec, record = self.spec, self.record
+        base = {**os.environ, **spec.env, JOB_ID_ENV: record.id, ATTEMPT_ENV: str(record.attempts)}
+        gang = {}
+        if spec.replicas > 1:
+            gang = {COORDINATOR_ENV: f"127.0.0.1:{free_port()}", PROCESS_COUNT_ENV: str(spec.replicas)}
+        for replica in range(spec.replicas):
+            log_path = replica_log(self.store.path.parent, record, replica)
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            env = {**base, **gang, PROCESS_ID_ENV: str(replica)} if gang else base
+            with open(log_path, "ab") as log:
+                try:
+                    process = subprocess.Popen(
+                        spec.argv(),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        cwd=spec.cwd,
+                        start_new_session=True,  # its own process group, so a stop ends the whole tree
+                    )
+                except OSError as error:
+                    self.stop()
+                    return f"could not start {spec.argv()[0]!r}: {error}"
+            self.processes.append(process)
+            self.starts.append(process_start_time(process.pid))
+        return None
+
+    def stop(self) -> None:
+        stop_groups([p.pid for p in self.processes], self.starts)
+        for process in self.processes:
+            process.wait()
+
+    def wait(self) -> tuple[str, int | None]:
+        """Wait for the replicas; returns (outcome, exit code), outcome one of
+        succeeded, failed, preempted, cancelled, timed_out."""
+        deadline = time.monotonic() + self.spec.timeout_s if self.spec.timeout_s else None
+        first_bad: int | None = None
+        next_cancel_check = 0.0
+        while True:
+            codes = [p.poll() for p in self.processes]
+            if first_bad is None:
+                first_bad = next((c for c in codes if c not in (None, 0)), None)
+                if first_bad is not None:  # one replica of a gang failed: the others cannot go on
+                    self.stop()
+                    codes = [p.returncode for p in self.processes]
+            if all(c is not None for c in codes):
+                break
+            now = time.monotonic()
+            if now >= next_cancel_check:
+                next_cancel_check = now + 0.25
+                if self.store.cancel_requested(self.record.id):
+                    self.stop()
+                    return "cancelled", self.processes[0].returncode
+            if deadline is not None and now >= deadline:
+                self.stop()
+                return "timed_out", self.processes[0].returncode
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.processes[0].wait(timeout=POLL_S)
+        if self.store.cancel_requested(self.record.id):
+            return "cancelled", first_bad if first_bad is not None else codes[0]
+        if first_bad is None:
+            return "succeeded", 0
+        if first_bad < 0 and signal.Signals(-first_bad) in PREEMPTION_SIGNALS:
+            return "preempted", first_bad
+        return "failed", first_bad
+
+
+def _finish(
+    store: JobStore, job_id: str, status: JobStatus, exit_code: int | None, reason: str | None, counts: JobRecord
+) -> JobRecord:
+    def change(row: JobRow) -> JobRecord:
+        record = row.record
+        record.failures, record.preemptions = counts.failures, counts.preemptions
+        record.status, record.exit_code, record.reason, record.ended_at = status, exit_code, reason, utc_now()
         return record
 
-    spec = record.spec
-    Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(spec.log_path, "ab") as log:
-        try:
-            process = subprocess.Popen(
-                spec.command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **spec.env},
-                cwd=spec.cwd,
-                start_new_session=True,  # its own process group, so cancel can end the whole tree
-            )
-        except OSError as error:
-            record.status, record.ended_at = JobStatus.FAILED, utc_now()
-            record.reason = f"could not start {spec.command[0]!r}: {error}"
-            save_record(record_path, record)
-            return record
-        record.status, record.pid, record.started_at = JobStatus.RUNNING, process.pid, utc_now()
-        save_record(record_path, record)
-        exit_code = process.wait()
+    return store.update(job_id, change)
 
-    record.exit_code, record.ended_at = exit_code, utc_now()
-    if cancel_marker.exists():
-        record.status, record.reason = JobStatus.CANCELLED, "cancelled on request"
-    elif exit_code == 0:
-        record.status = JobStatus.SUCCEEDED
-    else:
-        record.status, record.reason = JobStatus.FAILED, describe_exit(exit_code)
-    save_record(record_path, record)
-    return record
+
+def supervise(db_path: Path, job_id: str) -> JobRecord:
+    """Run job `job_id` to a terminal state, with retries, then start queued jobs that now fit."""
+    store = JobStore(db_path)
+    try:
+        return _supervise(store, job_id)
+    finally:
+        schedule(store)
+
+
+def _supervise(store: JobStore, job_id: str) -> JobRecord:
+    claimed = {"ok": False}
+
+    def claim(row: JobRow) -> JobRecord | None:
+        r = row.record
+        if r.status.finished or (r.supervisor_pid is not None and process_alive(r.supervisor_pid, r.supervisor_start)):
+            return None  # a restarted spawn raced a slow original: exactly one supervisor runs a job
+        r.supervisor_pid, r.supervisor_start = os.getpid(), process_start_time(os.getpid())
+        claimed["ok"] = True
+        return r
+
+    record = store.update(job_id, claim)
+    if not claimed["ok"]:
+        return record
+    while True:
+        if store.cancel_requested(job_id):
+            return _finish(store, job_id, JobStatus.CANCELLED, record.exit_code, "cancelled on request", record)
+        record.attempts += 1
+        attempt = Attempt(store, record)
+        if record.attempts > 1:
+            with open(replica_log(store.path.parent, record, 0), "a") as log:
+                log.write(f"[tradewind] attempt {record.attempts} of job {job_id} after: {record.reason}\n")
+        error = attempt.start()
+        if error is not None:
+            return _finish(store, job_id, JobStatus.FAILED, None, error, record)
+
+        def running(row: JobRow, attempt: Attempt = attempt, attempts: int = record.attempts) -> JobRecord:
+            r = row.record
+            r.status, r.attempts = JobStatus.RUNNING, attempts
+            r.pids, r.pid_starts = [p.pid for p in attempt.processes], attempt.starts
+            r.pid, r.started_at = r.pids[0], r.started_at or utc_now()
+            return r
+
+        record = store.update(job_id, running)
+        outcome, code = attempt.wait()
+        spec = record.spec
+        if outcome == "succeeded":
+            return _finish(store, job_id, JobStatus.SUCCEEDED, 0, None, record)
+        if outcome == "cancelled":
+            return _finish(store, job_id, JobStatus.CANCELLED, code, "cancelled on request", record)
+        if outcome == "timed_out":
+            reason = f"timed out after {spec.timeout_s:g} s (timeout_s) and was killed"
+            return _finish(store, job_id, JobStatus.FAILED, code, reason, record)
+        reason = describe_exit(code if code is not None else 1)
+        if outcome == "preempted":
+            record.preemptions += 1
+            if record.preemptions > spec.max_retries_preemption:
+                return _finish(store, job_id, JobStatus.PREEMPTED, code, reason, record)
+        else:
+            record.failures += 1
+            if record.failures > spec.max_retries_failure:
+                return _finish(store, job_id, JobStatus.FAILED, code, reason, record)
+
+        def retrying(row: JobRow, record: JobRecord = record, reason: str | None = reason) -> JobRecord:
+            row.record.failures, row.record.preemptions, row.record.reason = record.failures, record.preemptions, reason
+            return row.record
+
+        record = store.update(job_id, retrying)
 
 
 if __name__ == "__main__":
-    supervise(Path(sys.argv[1]))
+    supervise(Path(sys.argv[1]), sys.argv[2])

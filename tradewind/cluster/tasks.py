@@ -2,7 +2,7 @@
 
 A pipeline hands a picklable function and a list of task inputs (one per shard, say) to a `TaskRunner`
 and gets the results back in input order. The local runner uses worker processes on this machine; other
-backends (Ray) implement the same protocol, so a pipeline does not change when it moves.
+backends (`RayTaskRunner`) implement the same protocol, so a pipeline does not change when it moves.
 
 Example:
     runner = get_task_runner("local", workers=2)
@@ -51,8 +51,40 @@ class LocalTaskRunner:
             return list(pool.map(fn, items))
 
 
+def _apply(fn: Callable[[T], R], item: T) -> R:
+    """The one Ray task: call `fn` (shipped as an argument, so any picklable callable works)."""
+    return fn(item)
+
+
+class RayTaskRunner:
+    """Ray tasks on the cluster at `address` (default `$RAY_ADDRESS`, else a local Ray in this process).
+
+    `fn` must be importable on the workers (a function of an installed module, as the data pipeline's
+    are). A task that raises re-raises here as a Ray error that is also an instance of the original
+    exception class.
+
+    Args:
+        address: the cluster's GCS address `host:port`, or None.
+        cpus_per_task: CPUs Ray reserves for each task.
+    """
+
+    def __init__(self, address: str | None = None, cpus_per_task: float = 1.0):
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.cpus_per_task = cpus_per_task
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+        remote = ray.remote(num_cpus=self.cpus_per_task, max_retries=0)(_apply)
+        return ray.get([remote.remote(fn, item) for item in items])
+
+
 def get_task_runner(backend: str = "local", workers: int | None = None) -> TaskRunner:
-    """The task runner of `backend` (only "local" so far)."""
+    """The task runner of `backend`: "local" (worker processes) or "ray" (Ray tasks; `workers` is ignored)."""
     if backend == "local":
         return LocalTaskRunner(workers)
-    raise InvalidInputError(f"unknown task backend {backend!r}; known: local")
+    if backend == "ray":
+        return RayTaskRunner()
+    raise InvalidInputError(f"unknown task backend {backend!r}; known: local, ray")

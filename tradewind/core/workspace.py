@@ -5,7 +5,8 @@ Layout::
     <root>/datasets/<id>/   token caches
     <root>/runs/<id>/       one folder per training run (config, metrics, logs, checkpoints, profiles)
     <root>/reports/         markdown reports and their plots
-    <root>/jobs/<id>/       job records of the local cluster backend
+    <root>/jobs/            job records of the local cluster backend (cluster.sqlite) and job logs
+    <root>/steps/           outputs of pipeline steps, addressed by a hash of their inputs
 
 The root comes from `--workspace`, else `$TRADEWIND_WORKSPACE`, else `~/.tradewind`. Every path a tool
 accepts is resolved here: it must land inside the root or inside a root the user allowed explicitly

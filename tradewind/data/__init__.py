@@ -1,13 +1,16 @@
 """Data: reading corpora, tokenizing them into token caches, and packing caches into training batches.
 
 This layer owns everything between a text file and a `[batch, seq_len + 1]` array of token ids:
-readers (text and JSONL, plain, gzip or zstandard), tokenizers (bytes and Hugging Face files), the
-on-disk token cache and its manifest, the step-addressed packed loader, and the built-in corpora.
-It may import only `tradewind.core` and `tradewind.cluster` (never the trainer, tools, server or
-prompts), plus numpy, tokenizers, zstandard, fsspec and pydantic; it never imports jax, so data work
-runs on machines without an accelerator.
+readers (text, JSONL and Parquet over fsspec URLs, plain, gzip or zstandard, with a bad-record policy),
+`Dataset` transform pipelines, tokenizers (bytes, Hugging Face files, BPE training), the sharded,
+resumable on-disk token cache and its manifest, the step-addressed packed and mixture loaders, and the
+built-in corpora. Parallel work goes through `tradewind.cluster`'s task runners. It may import only
+`tradewind.core` and `tradewind.cluster` (never the trainer, tools, server or prompts), plus numpy,
+pyarrow, tokenizers, zstandard, fsspec and pydantic; it never imports jax, so data work runs on
+machines without an accelerator. See `docs/data.md`.
 """
 
+from tradewind.data.bad_records import BadRecords
 from tradewind.data.cache import (
     CacheManifest,
     SourceFile,
@@ -15,28 +18,55 @@ from tradewind.data.cache import (
     TokenCache,
     TokenizerInfo,
     build_token_cache,
+    cache_id,
     open_token_cache,
+    source_files,
 )
 from tradewind.data.corpora import BUILTIN_CORPORA, builtin_corpus_path
-from tradewind.data.loader import PackedLoader
-from tradewind.data.readers import Document, read_documents
-from tradewind.data.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, load_tokenizer
+from tradewind.data.dataset import Dataset, WriteResult
+from tradewind.data.loader import PackedLoader, StepLoader
+from tradewind.data.mixture import MixtureLoader
+from tradewind.data.permutation import FeistelPermutation
+from tradewind.data.readers import Document, list_input_files, read_documents
+from tradewind.data.shards import ShardStats
+from tradewind.data.stream import ShardedTokens
+from tradewind.data.tokenizers import (
+    ByteTokenizer,
+    HFTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    train_bpe_tokenizer,
+    train_tokenizer,
+)
 
 __all__ = [
     "BUILTIN_CORPORA",
+    "BadRecords",
     "ByteTokenizer",
     "CacheManifest",
+    "Dataset",
     "Document",
+    "FeistelPermutation",
     "HFTokenizer",
+    "MixtureLoader",
     "PackedLoader",
+    "ShardStats",
+    "ShardedTokens",
     "SourceFile",
     "SplitStats",
+    "StepLoader",
     "TokenCache",
     "Tokenizer",
     "TokenizerInfo",
+    "WriteResult",
     "build_token_cache",
     "builtin_corpus_path",
+    "cache_id",
+    "list_input_files",
     "load_tokenizer",
     "open_token_cache",
     "read_documents",
+    "source_files",
+    "train_bpe_tokenizer",
+    "train_tokenizer",
 ]

@@ -1,51 +1,78 @@
-"""Token caches: a corpus tokenized once into flat arrays that training memory-maps.
+"""Token caches: a corpus tokenized once, in parallel shards, into flat arrays that training memory-maps.
 
 Layout of a cache folder::
 
-    <dir>/manifest.json        written last: its presence marks the cache complete
-    <dir>/train/tokens.bin     flat token ids, uint16 if vocab_size <= 65536 else uint32;
-                               every document is followed by EOS
-    <dir>/train/offsets.npy    int64, documents + 1 entries: where each document starts in tokens.bin
-    <dir>/val/tokens.bin
-    <dir>/val/offsets.npy
+    <dir>/manifest.json                     written last: its presence marks the cache complete
+    <dir>/<split>/shard-NNNNN.bin           flat token ids of one shard's documents in the split,
+                                            uint16 if vocab_size <= 65536 else uint32
+    <dir>/<split>/shard-NNNNN.offsets.npy   int64, documents + 1 entries: where each document starts
+    <dir>/shards/shard-NNNNN.json           each shard's completion record (counts, checksums, bad records)
 
-A document goes to `val` iff `blake2b(text, digest_size=8)` read as a fraction of 2**64 is below
-`val_fraction`, so the split depends only on the document's text: rebuilding, or adding files, never
-moves a document from one split to the other.
+Splits are `train` and `val`. A split's token stream is its shards' files in shard order; with
+`append_eos` every document is followed by EOS (and with `prepend_bos` preceded by BOS). A document goes
+to `val` iff `blake2b(text, digest_size=8)` read as a fraction of 2**64 is below `val_fraction`, so the
+split depends only on the document's text.
+
+The build runs in `.<name>.partial` beside `<dir>` and is renamed into place once the manifest is
+written. Shards run through a `tradewind.cluster` `TaskRunner`; each writes its files under temporary
+names, renames them, then writes its completion record. Rerunning an interrupted build (even one killed
+with SIGKILL) redoes only the shards without a record, and gives the same bytes as an uninterrupted run.
 
 Example:
-    manifest = build_token_cache(["corpus/"], "datasets/corpus", ByteTokenizer(), val_fraction=0.05)
+    manifest = build_token_cache(["corpus/"], "datasets/corpus", ByteTokenizer(), runner=get_task_runner(workers=2))
     cache = open_token_cache("datasets/corpus")
-    train = cache.tokens("train")          # read-only memmap
+    train = cache.tokens("train")          # read-only, memory-mapped, 1-D
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
 import os
-import secrets
 import shutil
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import numpy as np
 import pydantic
 
-from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json, get_logger, parse_config, read_json
-from tradewind.data.readers import Document, Format, list_input_files, read_file_documents
+from tradewind.cluster import LocalTaskRunner, TaskRunner
+from tradewind.core import (
+    InvalidInputError,
+    NotFoundError,
+    TradewindError,
+    atomic_write_json,
+    get_logger,
+    parse_config,
+    read_json,
+)
+from tradewind.data.bad_records import BadRecords
+from tradewind.data.readers import FORMATS, Format, list_input_files
+from tradewind.data.shards import (
+    RECORDS_DIR,
+    SPLITS,
+    ShardRecord,
+    ShardStats,
+    ShardTask,
+    plan_shards,
+    tokenize_shard,
+)
+from tradewind.data.stream import ShardedTokens
 from tradewind.data.tokenizers import Tokenizer
 
 log = get_logger(__name__)
 
-FORMAT_VERSION = 1
-SPLITS = ("train", "val")
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
-# A tokenizer batch is flushed at whichever limit comes first, which bounds memory for huge documents.
-_BATCH_DOCUMENTS = 1_000
-_BATCH_CHARS = 16 * 2**20
+BUILD_KEY = "build.json"
+DEFAULT_SHARD_BYTES = 64 * 2**20
 _HASH_CHUNK = 8 * 2**20
+_PROGRESS_INTERVAL_S = 0.25
 
 
 class TokenizerInfo(pydantic.BaseModel):
@@ -59,19 +86,19 @@ class TokenizerInfo(pydantic.BaseModel):
 
 
 class SplitStats(pydantic.BaseModel):
-    """Counts and checksum of one split.
+    """Counts of one split and its shards.
 
     Attributes:
         documents: documents in the split.
-        tokens: token ids in `tokens.bin`, EOS included.
+        tokens: token ids in the split, BOS and EOS included.
         bytes: UTF-8 bytes of the split's document text before tokenization (for bits-per-byte).
-        sha256: sha256 hex of `tokens.bin`.
+        shards: each shard's part of the split, in stream order, with its checksum.
     """
 
     documents: int
     tokens: int
     bytes: int
-    sha256: str
+    shards: list[ShardStats]
 
 
 class SourceFile(pydantic.BaseModel):
@@ -96,6 +123,7 @@ class CacheManifest(pydantic.BaseModel):
     format: str
     sources: list[SourceFile]
     splits: dict[str, SplitStats]
+    bad_records: BadRecords = pydantic.Field(default_factory=BadRecords)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -103,64 +131,144 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
 
 
-def is_validation(text: str, val_fraction: float) -> bool:
-    """Whether a document belongs to the validation split; depends only on its text."""
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64 < val_fraction
+def source_files(inputs: Sequence[str | Path]) -> list[SourceFile]:
+    """Every file the inputs stand for (see `list_input_files`), with its size and modification time.
+
+    Raises:
+        NotFoundError: an input matches nothing.
+    """
+    if not inputs:
+        raise InvalidInputError("no inputs given; pass at least one file, folder or glob")
+    sources = []
+    for item in inputs:
+        for url in list_input_files(item):
+            fs, path = fsspec.core.url_to_fs(url)
+            info = fs.info(path)
+            mtime = info.get("mtime") or info.get("updated") or info.get("LastModified") or 0.0
+            if not isinstance(mtime, int | float):
+                mtime = datetime.fromisoformat(str(mtime)).timestamp() if isinstance(mtime, str) else mtime.timestamp()
+            sources.append(SourceFile(path=url, size=int(info.get("size") or 0), mtime=float(mtime)))
+    return sources
+
+
+def cache_id(sources: Sequence[SourceFile], tokenizer: Tokenizer, options: dict[str, Any]) -> str:
+    """A dataset id that changes whenever the input files, the tokenizer or the options do.
+
+    Args:
+        sources: the inputs, as `source_files` gives them (path, size, modification time).
+        tokenizer: the tokenizer (only its fingerprint counts).
+        options: the build options that change the cache's contents (not, say, the worker count).
+    """
+    key = {
+        "format_version": FORMAT_VERSION,
+        "sources": [source.model_dump() for source in sources],
+        "tokenizer": tokenizer.fingerprint,
+        "options": options,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return f"ds-{digest[:16]}"
 
 
 def build_token_cache(
-    inputs: list[str | Path],
+    inputs: Sequence[str | Path],
     out_dir: str | Path,
     tokenizer: Tokenizer,
     *,
     format: Format = "auto",
     text_field: str = "text",
     val_fraction: float = 0.1,
+    strict: bool = False,
+    prepend_bos: bool = False,
+    append_eos: bool = True,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    runner: TaskRunner | None = None,
+    exist_ok: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> CacheManifest:
-    """Tokenize the documents of `inputs` into a new token cache at `out_dir`.
-
-    The cache is built in a hidden sibling folder and renamed into place only once complete, so
-    `out_dir` either does not exist or holds a whole cache. Memory stays bounded: documents are
-    tokenized in batches and written as they go.
+    """Tokenize the documents of `inputs` into a token cache at `out_dir`, resuming an interrupted build.
 
     Args:
-        inputs: files or folders, read as by `read_documents`.
-        out_dir: the cache folder to create; it must not exist.
-        tokenizer: the tokenizer; its EOS id follows every document.
-        format: `"auto"`, `"text"` or `"jsonl"`, as in `read_documents`.
-        text_field: the JSONL field holding the text (may be dotted).
+        inputs: files, folders, globs or fsspec URLs, read as by `read_documents`.
+        out_dir: the cache folder to create.
+        tokenizer: the tokenizer.
+        format: `"auto"`, `"text"`, `"jsonl"` or `"parquet"`, as in `read_documents`.
+        text_field: the JSONL or Parquet field holding the text (may be dotted).
         val_fraction: the share of documents, chosen by a hash of their text, that go to `val`.
-        progress: called as `progress(done, total)` with input bytes read and the inputs' total size,
-            after every batch.
+        strict: fail on the first bad record (`file:line: reason`) instead of skipping and counting it.
+        prepend_bos: put the tokenizer's BOS before every document.
+        append_eos: put the tokenizer's EOS after every document (the loader relies on it to mark
+            document boundaries).
+        shard_bytes: uncompressed JSONL files larger than this are cut into shards of about this size;
+            other files are one shard each.
+        runner: runs the shards (`tradewind.cluster.get_task_runner`); defaults to this process.
+        exist_ok: if a complete cache is already at `out_dir`, return its manifest instead of failing.
+        progress: called as `progress(done, total)` with the input bytes of finished shards.
 
     Returns:
         The manifest, as written to `out_dir/manifest.json`.
 
     Raises:
-        InvalidInputError: `out_dir` exists, `val_fraction` is not in (0, 1), an input record is bad,
-            or a split would be empty.
+        InvalidInputError: `out_dir` exists (and not `exist_ok`), a bad option, a bad record under
+            `strict`, or a split that would be empty.
         NotFoundError: an input does not exist.
     """
     if not 0 < val_fraction < 1:
         raise InvalidInputError(f"val_fraction must be between 0 and 1, exclusive (got {val_fraction})")
+    if format not in FORMATS:
+        raise InvalidInputError(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
+    if prepend_bos and tokenizer.bos_id is None:
+        raise InvalidInputError(f"prepend_bos: tokenizer {tokenizer.name!r} has no BOS token")
     out_dir = Path(out_dir)
-    if out_dir.exists():
+    if out_dir.exists() and not exist_ok:
         raise InvalidInputError(f"{out_dir} already exists; choose a new folder or delete the old cache first")
-    if not inputs:
-        raise InvalidInputError("no inputs given; pass at least one file or folder")
-    files = [url for item in inputs for url in list_input_files(item)]
-    sources = [_source_file(url) for url in files]
+    sources = source_files(inputs)
+    options = {
+        "format": format,
+        "text_field": text_field,
+        "val_fraction": val_fraction,
+        "strict": strict,
+        "prepend_bos": prepend_bos,
+        "append_eos": append_eos,
+        "shard_bytes": shard_bytes,
+    }
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    partial = out_dir.parent / f".{out_dir.name}.partial-{secrets.token_hex(4)}"
-    partial.mkdir()
-    try:
+    partial = out_dir.parent / f".{out_dir.name}.partial"
+    with _build_lock(partial):
+        if (out_dir / MANIFEST).exists() and exist_ok:
+            return open_token_cache(out_dir).manifest
+        if out_dir.exists():
+            raise InvalidInputError(f"{out_dir} already exists; choose a new folder or delete the old cache first")
+        _start_or_resume(partial, cache_id(sources, tokenizer, options))
         dtype = token_dtype(tokenizer.vocab_size)
-        writers = {split: _SplitWriter(partial / split, dtype) for split in SPLITS}
-        _tokenize_into(files, sources, writers, tokenizer, format, text_field, val_fraction, progress)
-        splits = {split: writer.close() for split, writer in writers.items()}
-        _check_splits(splits, val_fraction)
+        plan = plan_shards([(s.path, s.size) for s in sources], format, shard_bytes)
+        tasks = [
+            ShardTask(
+                index=index,
+                url=url,
+                start=start,
+                end=end,
+                input_bytes=(end if end is not None else _size(sources, url)) - start,
+                folder=str(partial),
+                tokenizer=tokenizer,
+                format=format,
+                text_field=text_field,
+                val_fraction=val_fraction,
+                strict=strict,
+                prepend_bos=prepend_bos,
+                append_eos=append_eos,
+                dtype=dtype.name,
+            )
+            for index, (url, start, end) in enumerate(plan)
+        ]
+        try:
+            records = _run_shards(tasks, runner or LocalTaskRunner(workers=1), partial, progress)
+            splits = _split_stats(records, val_fraction)
+        except TradewindError:
+            shutil.rmtree(partial, ignore_errors=True)  # bad input: nothing worth resuming
+            raise
+        bad = BadRecords()
+        for record in records:
+            bad.merge(record.bad_records)
         manifest = CacheManifest(
             created=datetime.now(UTC).isoformat(timespec="seconds"),
             tokenizer=TokenizerInfo(
@@ -171,137 +279,123 @@ def build_token_cache(
                 eos_id=tokenizer.eos_id,
             ),
             dtype=dtype.name,
+            append_eos=append_eos,
+            prepend_bos=prepend_bos,
             val_fraction=val_fraction,
             text_field=text_field,
             format=format,
             sources=sources,
             splits=splits,
+            bad_records=bad,
         )
+        (partial / BUILD_KEY).unlink()
         atomic_write_json(partial / MANIFEST, manifest.model_dump(mode="json"))
-        if out_dir.exists():
-            raise InvalidInputError(f"{out_dir} appeared while the cache was being built; it was left untouched")
         os.rename(partial, out_dir)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+    if bad.skipped:
+        log.warning("%s: skipped %d bad record(s), e.g. %s", out_dir, bad.skipped, bad.examples[0])
     log.info("built token cache %s: %s", out_dir, {s: (v.documents, v.tokens) for s, v in splits.items()})
     return manifest
 
 
-def _tokenize_into(
-    files: list[str],
-    sources: list[SourceFile],
-    writers: dict[str, _SplitWriter],
-    tokenizer: Tokenizer,
-    format: Format,
-    text_field: str,
-    val_fraction: float,
-    progress: Callable[[int, int], None] | None,
-) -> None:
-    total = sum(source.size for source in sources)
-    done_before = 0
-    batch: list[Document] = []
-    chars = 0
+class _build_lock:
+    """An exclusive lock on one cache build (a flock on the partial folder's lock file), across processes."""
 
-    def flush() -> None:
-        nonlocal chars
-        ids = tokenizer.encode_batch([doc.text for doc in batch])
-        for split in SPLITS:
-            chosen = [i for i, doc in enumerate(batch) if is_validation(doc.text, val_fraction) == (split == "val")]
-            writers[split].write(
-                [ids[i] for i in chosen], [len(batch[i].text.encode("utf-8")) for i in chosen], tokenizer
-            )
-        batch.clear()
-        chars = 0
+    def __init__(self, partial: Path):
+        self.path = partial.with_name(partial.name + ".lock")
 
-    for url, source in zip(files, sources, strict=True):
-        position = 0
-        for document, position in read_file_documents(url, format=format, text_field=text_field):
-            batch.append(document)
-            chars += len(document.text)
-            if len(batch) >= _BATCH_DOCUMENTS or chars >= _BATCH_CHARS:
-                flush()
-                if progress:
-                    progress(min(done_before + position, total), total)
-        done_before += source.size
-    if batch:
-        flush()
-    if progress:
+    def __enter__(self) -> None:
+        while True:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            # The holder before us unlinks the file when done; a lock on that unlinked file would not
+            # exclude a newcomer who creates a new one, so lock again until the file is the one on disk.
+            try:
+                if os.stat(self.path).st_ino == os.fstat(self.fd).st_ino:
+                    return
+            except FileNotFoundError:
+                pass
+            os.close(self.fd)
+
+    def __exit__(self, *exc: object) -> None:
+        self.path.unlink(missing_ok=True)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def _start_or_resume(partial: Path, key: str) -> None:
+    """Keep a partial build with the same key (a resume); start afresh otherwise."""
+    key_path = partial / BUILD_KEY
+    if partial.exists():
+        if key_path.exists() and read_json(key_path).get("key") == key:
+            done = len(list((partial / RECORDS_DIR).glob("*.json"))) if (partial / RECORDS_DIR).exists() else 0
+            log.info("resuming the build in %s: %d shard(s) already finished", partial, done)
+            for leftover in partial.glob("*/*.tmp-*"):  # a killed shard's files, never renamed into place
+                leftover.unlink()
+            return
+        shutil.rmtree(partial)
+    partial.mkdir()
+    atomic_write_json(key_path, {"key": key})
+
+
+def _size(sources: Sequence[SourceFile], url: str) -> int:
+    return next(source.size for source in sources if source.path == url)
+
+
+def _run_shards(
+    tasks: list[ShardTask], runner: TaskRunner, partial: Path, progress: Callable[[int, int], None] | None
+) -> list[ShardRecord]:
+    total = sum(task.input_bytes for task in tasks)
+    pending = [task for task in tasks if not task.record_path.exists()]
+    if progress is None:
+        runner.map(tokenize_shard, pending)
+    else:
+        # Runners return only when every task is done, so progress comes from the completion records.
+        # The shards run in a helper thread and this thread reports, because a progress callback may only
+        # work from its caller's thread (the MCP server's calls back into its event loop from there).
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                runner.map(tokenize_shard, pending)
+            except BaseException as error:  # re-raised below, in the caller's thread
+                failure.append(error)
+
+        worker = threading.Thread(target=run, name="cache-shards", daemon=True)
+        worker.start()
+        last = -1
+        while worker.is_alive():
+            worker.join(_PROGRESS_INTERVAL_S)
+            done = sum(task.input_bytes for task in tasks if task.record_path.exists())
+            if done != last and done < total:
+                progress(done, total)
+                last = done
+        if failure:
+            raise failure[0]
         progress(total, total)
+    return [ShardRecord.model_validate(read_json(task.record_path)) for task in tasks]
 
 
-def _check_splits(splits: dict[str, SplitStats], val_fraction: float) -> None:
+def _split_stats(records: list[ShardRecord], val_fraction: float) -> dict[str, SplitStats]:
+    splits = {}
+    for split in SPLITS:
+        parts = [record.splits[split] for record in records]
+        splits[split] = SplitStats(
+            documents=sum(p.documents for p in parts),
+            tokens=sum(p.tokens for p in parts),
+            bytes=sum(p.bytes for p in parts),
+            shards=parts,
+        )
     documents = sum(stats.documents for stats in splits.values())
+    skipped = sum(record.bad_records.skipped for record in records)
     for split, stats in splits.items():
         if stats.documents == 0:
             other = "raise" if split == "val" else "lower"
             raise InvalidInputError(
                 f"the inputs hold {documents} document(s) and none went to the {split!r} split "
-                f"(val_fraction={val_fraction}); add more documents (plain-text documents are separated by "
-                f"blank lines) or {other} val_fraction"
+                f"(val_fraction={val_fraction}, {skipped} bad record(s) skipped); add more documents "
+                f"(plain-text documents are separated by blank lines) or {other} val_fraction"
             )
-
-
-def _source_file(url: str) -> SourceFile:
-    fs, path = fsspec.core.url_to_fs(url)
-    info = fs.info(path)
-    mtime = info.get("mtime", 0.0)
-    return SourceFile(path=url, size=int(info.get("size") or 0), mtime=float(mtime if mtime is not None else 0.0))
-
-
-class _SplitWriter:
-    """Appends documents to one split's `tokens.bin`, hashing as it goes, and writes `offsets.npy`."""
-
-    def __init__(self, folder: Path, dtype: np.dtype):
-        folder.mkdir()
-        self.folder = folder
-        self.dtype = dtype
-        self.tokens_file = open(folder / "tokens.bin", "wb")  # noqa: SIM115 - closed in close()
-        # Offsets go to a raw file first because the .npy header needs the final count.
-        self.offsets_file = open(folder / "offsets.raw", "wb")  # noqa: SIM115 - closed in close()
-        self.offsets_file.write(np.zeros(1, dtype="<i8").tobytes())
-        self.hasher = hashlib.sha256()
-        self.documents = 0
-        self.tokens = 0
-        self.text_bytes = 0
-
-    def write(self, documents: list[list[int]], text_bytes: list[int], tokenizer: Tokenizer) -> None:
-        if not documents:
-            return
-        lengths = np.array([len(ids) + 1 for ids in documents], dtype=np.int64)
-        joined: list[int] = []
-        for ids in documents:
-            joined.extend(ids)
-            joined.append(tokenizer.eos_id)
-        flat = np.array(joined, dtype=np.int64)
-        if flat.min() < 0 or flat.max() >= tokenizer.vocab_size:
-            raise InvalidInputError(
-                f"tokenizer {tokenizer.name!r} produced an id outside its vocabulary of {tokenizer.vocab_size}"
-            )
-        data = flat.astype(self.dtype).tobytes()
-        self.tokens_file.write(data)
-        self.hasher.update(data)
-        self.offsets_file.write((self.tokens + np.cumsum(lengths)).astype("<i8").tobytes())
-        self.documents += len(documents)
-        self.tokens += int(lengths.sum())
-        self.text_bytes += sum(text_bytes)
-
-    def close(self) -> SplitStats:
-        for f in (self.tokens_file, self.offsets_file):
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
-        raw = self.folder / "offsets.raw"
-        with open(self.folder / "offsets.npy", "wb") as out, open(raw, "rb") as src:
-            header = {"descr": "<i8", "fortran_order": False, "shape": (self.documents + 1,)}
-            np.lib.format.write_array_header_1_0(out, header)
-            shutil.copyfileobj(src, out)
-            out.flush()
-            os.fsync(out.fileno())
-        raw.unlink()
-        return SplitStats(
-            documents=self.documents, tokens=self.tokens, bytes=self.text_bytes, sha256=self.hasher.hexdigest()
-        )
+    return splits
 
 
 class TokenCache:
@@ -321,16 +415,36 @@ class TokenCache:
 
     @property
     def dtype(self) -> np.dtype:
-        """The dtype of `tokens.bin`."""
+        """The dtype of the token files."""
         return np.dtype(self.manifest.dtype)
 
-    def tokens(self, split: str) -> np.memmap:
-        """The split's token stream as a read-only memmap.
+    def shard_files(self, split: str) -> list[tuple[Path, Path]]:
+        """The `(tokens, offsets)` files of each shard of `split`, in stream order.
 
         Raises:
             NotFoundError: the cache has no such split.
         """
-        return np.memmap(self._split_dir(split) / "tokens.bin", dtype=self.dtype, mode="r")
+        folder = self._split_dir(split)
+        return [
+            (folder / f"{shard.name}.bin", folder / f"{shard.name}.offsets.npy")
+            for shard in self.manifest.splits[split].shards
+        ]
+
+    def tokens(self, split: str) -> np.memmap | ShardedTokens:
+        """The split's token stream: read-only and memory-mapped, 1-D, sliceable like an array.
+
+        A single non-empty shard comes back as its `np.memmap`; several as a `ShardedTokens` view over
+        their memmaps, whose slices are copied out as arrays.
+
+        Raises:
+            NotFoundError: the cache has no such split.
+        """
+        parts = [
+            np.memmap(path, dtype=self.dtype, mode="r")
+            for (path, _), shard in zip(self.shard_files(split), self.manifest.splits[split].shards, strict=True)
+            if shard.tokens
+        ]
+        return parts[0] if len(parts) == 1 else ShardedTokens(parts, self.dtype)
 
     def offsets(self, split: str) -> np.ndarray:
         """Where each document of the split starts in its token stream, plus the total length at the end.
@@ -338,36 +452,39 @@ class TokenCache:
         Raises:
             NotFoundError: the cache has no such split.
         """
-        return np.load(self._split_dir(split) / "offsets.npy", mmap_mode="r")
+        pieces, base = [np.zeros(1, dtype=np.int64)], 0
+        for (_, offsets_path), shard in zip(self.shard_files(split), self.manifest.splits[split].shards, strict=True):
+            pieces.append(np.load(offsets_path)[1:] + base)
+            base += shard.tokens
+        return np.concatenate(pieces)
 
     def verify(self) -> None:
-        """Check every split's files against the manifest: checksum, counts, offsets and EOS placement.
+        """Check every shard's files against the manifest: checksum, counts, offsets and EOS placement.
 
         Raises:
             InvalidInputError: a file does not match; the message names it and what differs.
         """
         for split, stats in self.manifest.splits.items():
-            tokens_path = self._split_dir(split) / "tokens.bin"
-            expected_size = stats.tokens * self.dtype.itemsize
-            if tokens_path.stat().st_size != expected_size:
-                raise InvalidInputError(
-                    f"{tokens_path}: {tokens_path.stat().st_size} bytes, the manifest says {expected_size}"
-                )
-            digest = _sha256_file(tokens_path)
-            if digest != stats.sha256:
-                raise InvalidInputError(f"{tokens_path}: sha256 is {digest}, the manifest says {stats.sha256}")
-            offsets = self.offsets(split)
-            offsets_path = self._split_dir(split) / "offsets.npy"
-            if offsets.shape != (stats.documents + 1,):
-                raise InvalidInputError(
-                    f"{offsets_path}: {offsets.shape[0]} entries, expected {stats.documents + 1} (documents + 1)"
-                )
-            if offsets[0] != 0 or offsets[-1] != stats.tokens or np.any(np.diff(offsets) < 1):
-                raise InvalidInputError(f"{offsets_path}: offsets must rise from 0 to {stats.tokens}")
-            if self.manifest.append_eos:
-                ends = self.tokens(split)[np.asarray(offsets[1:]) - 1]
-                if np.any(ends != self.manifest.tokenizer.eos_id):
-                    raise InvalidInputError(f"{tokens_path}: a document does not end with EOS")
+            for (tokens_path, offsets_path), shard in zip(self.shard_files(split), stats.shards, strict=True):
+                expected_size = shard.tokens * self.dtype.itemsize
+                if tokens_path.stat().st_size != expected_size:
+                    raise InvalidInputError(
+                        f"{tokens_path}: {tokens_path.stat().st_size} bytes, the manifest says {expected_size}"
+                    )
+                digest = _sha256_file(tokens_path)
+                if digest != shard.sha256:
+                    raise InvalidInputError(f"{tokens_path}: sha256 is {digest}, the manifest says {shard.sha256}")
+                offsets = np.load(offsets_path)
+                if offsets.shape != (shard.documents + 1,):
+                    raise InvalidInputError(
+                        f"{offsets_path}: {offsets.shape[0]} entries, expected {shard.documents + 1} (documents + 1)"
+                    )
+                if offsets[0] != 0 or offsets[-1] != shard.tokens or np.any(np.diff(offsets) < 1):
+                    raise InvalidInputError(f"{offsets_path}: offsets must rise from 0 to {shard.tokens}")
+                if self.manifest.append_eos and shard.tokens:
+                    ends = np.memmap(tokens_path, dtype=self.dtype, mode="r")[offsets[1:] - 1]
+                    if np.any(ends != self.manifest.tokenizer.eos_id):
+                        raise InvalidInputError(f"{tokens_path}: a document does not end with EOS")
 
     def _split_dir(self, split: str) -> Path:
         if split not in self.manifest.splits:
@@ -382,7 +499,7 @@ def open_token_cache(path: str | Path) -> TokenCache:
 
     Raises:
         NotFoundError: no `manifest.json` there (the build did not finish, or the path is wrong).
-        InvalidInputError: the manifest does not parse, or comes from a newer Tradewind.
+        InvalidInputError: the manifest does not parse, or comes from another cache format version.
     """
     path = Path(path)
     manifest_path = path / MANIFEST
@@ -390,13 +507,14 @@ def open_token_cache(path: str | Path) -> TokenCache:
         raise NotFoundError(
             f"no token cache at {path} (manifest.json missing: the build did not finish or the path is wrong)"
         )
-    manifest = parse_config(CacheManifest, read_json(manifest_path), source=str(manifest_path))
-    if manifest.format_version > FORMAT_VERSION:
+    raw = read_json(manifest_path)
+    version = raw.get("format_version", 1) if isinstance(raw, dict) else None
+    if version != FORMAT_VERSION:
         raise InvalidInputError(
-            f"{manifest_path}: format_version {manifest.format_version} is newer than this Tradewind reads "
-            f"({FORMAT_VERSION}); upgrade Tradewind or rebuild the cache"
+            f"{manifest_path}: cache format_version {version}, this Tradewind reads {FORMAT_VERSION}; "
+            f"rebuild the cache (tokenize the inputs again)"
         )
-    return TokenCache(path, manifest)
+    return TokenCache(path, parse_config(CacheManifest, raw, source=str(manifest_path)))
 
 
 def _sha256_file(path: Path) -> str:

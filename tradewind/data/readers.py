@@ -1,15 +1,25 @@
-"""Reading documents from text and JSONL files, plain or compressed, one line at a time.
+"""Reading documents from text, JSONL and Parquet files, local or behind any fsspec URL, in bounded memory.
 
 Formats:
     text: a document is a paragraph, i.e. a run of lines ended by one or more blank (whitespace-only)
         lines or by the end of the file. The lines keep their newlines, except the paragraph's last.
     jsonl: one JSON object per line; the document is the string at `text_field`, which may be dotted
         (`meta.body`) to reach into nested objects. Blank lines are ignored.
+    parquet: the document is the string at `text_field` of each row (dotted into struct columns). Only
+        that column is read, one row group at a time.
 
 Whitespace-only text is never a document. Compression is chosen by suffix: `.gz` (gzip) and `.zst`
 (zstandard) are stripped before `format="auto"` looks at the remaining suffix (`.jsonl` and `.ndjson`
-are JSONL, anything else is text). Files are opened through `open_url`, so fsspec URLs work as well as
-local paths, and are streamed: memory stays bounded by the longest line, whatever the file size.
+are JSONL, `.parquet` and `.pq` Parquet, anything else text). Inputs are local paths or fsspec URLs
+(`file://`, `memory://`, and `gs://` / `s3://` when gcsfs / s3fs are installed); a folder stands for
+every visible file beneath it and a glob (`data/*.jsonl.gz`) for the files it matches.
+
+Files are streamed in chunks of `READ_BUFFER_BYTES`, so memory is bounded by that buffer plus the
+longest record (or one Parquet row group), whatever the file size.
+
+Bad records (malformed JSON, a missing or non-string field, invalid UTF-8, an empty or truncated
+compressed file) go to a `BadRecords` collector: skipped and counted when one is given, else raised
+as `InvalidInputError("file:line: reason")`.
 
 Example:
     for doc in read_documents("corpus/", format="auto"):
@@ -18,9 +28,8 @@ Example:
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -30,11 +39,19 @@ import fsspec
 import zstandard
 
 from tradewind.core import InvalidInputError, NotFoundError, open_url
+from tradewind.data.bad_records import BadRecords
 
-Format = Literal["auto", "text", "jsonl"]
-FORMATS = ("auto", "text", "jsonl")
+Format = Literal["auto", "text", "jsonl", "parquet"]
+FORMATS = ("auto", "text", "jsonl", "parquet")
+READ_BUFFER_BYTES = 1 << 20
+PARQUET_BATCH_ROWS = 1024
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+_COMPRESSION_SUFFIXES = (".gz", ".zst")
 _UTF8_BOM = b"\xef\xbb\xbf"
+_GLOB_CHARS = "*?["
+_ZSTD_PIECE = 8 * 1024
+_OUTPUT_BYTES = READ_BUFFER_BYTES // 2
 
 
 @dataclass(frozen=True)
@@ -44,7 +61,7 @@ class Document:
     Attributes:
         text: the document's text.
         source: the file (path or URL) it was read from.
-        line: the 1-based line of that file where the document starts.
+        line: the 1-based line of that file where the document starts (the row, for Parquet).
     """
 
     text: str
@@ -52,114 +69,262 @@ class Document:
     line: int
 
 
-def read_documents(path: str | Path, *, format: Format = "auto", text_field: str = "text") -> Iterator[Document]:
-    """Stream the documents of a file, or of every file beneath a folder.
+def read_documents(
+    path: str | Path,
+    *,
+    format: Format = "auto",
+    text_field: str = "text",
+    bad_records: BadRecords | None = None,
+) -> Iterator[Document]:
+    """Stream the documents of a file, of every file beneath a folder, or of every file a glob matches.
 
     Args:
-        path: a file, or a folder whose regular files are all read (recursively, in sorted order,
-            skipping names that start with a dot).
-        format: `"text"`, `"jsonl"`, or `"auto"` to choose by suffix (see the module docstring).
-        text_field: for JSONL, the (possibly dotted) field that holds the text.
+        path: a path or fsspec URL: a file, a folder (its visible files, recursively, in sorted order)
+            or a glob.
+        format: `"text"`, `"jsonl"`, `"parquet"`, or `"auto"` to choose by suffix.
+        text_field: for JSONL and Parquet, the (possibly dotted) field that holds the text.
+        bad_records: where to count bad records, which are then skipped; None raises on the first.
 
     Yields:
         The documents in file order.
 
     Raises:
-        NotFoundError: nothing at `path`, or a folder with no files.
-        InvalidInputError: an unknown format, or a bad record: malformed JSON, a missing or non-string
-            field, or invalid UTF-8. The message starts with `file:line:`.
+        NotFoundError: nothing at `path`, or a folder or glob with no files.
+        InvalidInputError: an unknown format, or (without `bad_records`, or with a strict one) a bad
+            record; the message starts with `file:line:`.
     """
     for url in list_input_files(path):
-        for document, _ in read_file_documents(url, format=format, text_field=text_field):
+        for document, _ in read_file_documents(url, format=format, text_field=text_field, bad_records=bad_records):
             yield document
 
 
 def list_input_files(path: str | Path) -> list[str]:
-    """The files that `path` stands for: itself if a file, else every visible file beneath it, sorted.
+    """The files that `path` stands for: itself if a file; every visible file beneath a folder or
+    matched by a glob, sorted.
 
     Raises:
-        NotFoundError: nothing at `path`, or a folder holding no visible files.
+        NotFoundError: nothing at `path`, or a folder or glob holding no visible files.
     """
-    fs, root = fsspec.core.url_to_fs(str(path))
+    text = str(path)
+    fs, root = fsspec.core.url_to_fs(text)
+    remote = "://" in text
+    if any(char in root for char in _GLOB_CHARS):
+        found = sorted(p for p in fs.glob(root) if not fs.isdir(p))
+        if not found:
+            raise NotFoundError(f"no input files match {text!r}")
+        return [fs.unstrip_protocol(p) if remote else p for p in found]
     if not fs.exists(root):
-        raise NotFoundError(f"no input file or folder at {str(path)!r}")
+        raise NotFoundError(f"no input file or folder at {text!r}")
     if not fs.isdir(root):
-        return [str(path)]
+        return [text]
     files = []
     for found in sorted(fs.find(root)):
-        relative = PurePosixPath(found).relative_to(root)
+        relative = PurePosixPath(found).relative_to(PurePosixPath(root))
         if not any(part.startswith(".") for part in relative.parts):
-            files.append(fs.unstrip_protocol(found) if "://" in str(path) else found)
+            files.append(fs.unstrip_protocol(found) if remote else found)
     if not files:
-        raise NotFoundError(f"the folder {str(path)!r} holds no input files (names starting with '.' are skipped)")
+        raise NotFoundError(f"the folder {text!r} holds no input files (names starting with '.' are skipped)")
     return files
 
 
-def detect_format(url: str, format: Format = "auto") -> Literal["text", "jsonl"]:
+def detect_format(url: str, format: Format = "auto") -> Literal["text", "jsonl", "parquet"]:
     """The format that `format` means for the file `url`: itself unless `"auto"`, else chosen by suffix.
 
     Raises:
-        InvalidInputError: `format` is not one of `auto`, `text`, `jsonl`.
+        InvalidInputError: `format` is not one of `auto`, `text`, `jsonl`, `parquet`.
     """
     if format not in FORMATS:
         raise InvalidInputError(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
     if format != "auto":
         return format
-    name = _strip_compression(PurePosixPath(url).name)
-    return "jsonl" if name.endswith(_JSONL_SUFFIXES) else "text"
+    name = strip_compression(PurePosixPath(url).name)
+    if name.endswith(_JSONL_SUFFIXES):
+        return "jsonl"
+    return "parquet" if name.endswith(_PARQUET_SUFFIXES) else "text"
 
 
-def read_file_documents(
-    url: str, *, format: Format = "auto", text_field: str = "text"
-) -> Iterator[tuple[Document, int]]:
-    """Stream the documents of one file, each with the count of (compressed) file bytes read so far.
-
-    The byte count lets a caller report progress against the files' sizes on disk.
-
-    Raises:
-        InvalidInputError: as `read_documents`.
-    """
-    kind = detect_format(url, format)
-    with open_url(url, "rb") as raw:
-        lines = _decompressed_lines(raw, url)
-        documents = _text_documents(lines, url) if kind == "text" else _jsonl_documents(lines, url, text_field)
-        for document in documents:
-            yield document, raw.tell()
-
-
-def _strip_compression(name: str) -> str:
-    for suffix in (".gz", ".zst"):
+def strip_compression(name: str) -> str:
+    """`name` without a `.gz` or `.zst` suffix."""
+    for suffix in _COMPRESSION_SUFFIXES:
         if name.endswith(suffix):
             return name.removesuffix(suffix)
     return name
 
 
-def _decompressed_lines(raw: BinaryIO, url: str) -> Iterator[tuple[int, str]]:
-    """(1-based line number, decoded line with its newline) pairs of a possibly compressed file."""
-    name = PurePosixPath(url).name
-    stream: Any
-    if name.endswith(".gz"):
-        stream = gzip.GzipFile(fileobj=raw, mode="rb")
-    elif name.endswith(".zst"):
-        # The raw zstandard reader cannot split lines; the buffered wrapper can. closefd=False because
-        # the caller still asks `raw` for its position after the last line.
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=False)
-        stream = io.BufferedReader(reader)
-    else:
-        stream = raw
-    try:
-        for number, line in enumerate(stream, start=1):
-            if number == 1:
-                line = line.removeprefix(_UTF8_BOM)
-            try:
-                yield number, line.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise InvalidInputError(f"{url}:{number}: invalid UTF-8 (byte {error.start} of the line)") from None
-    except (gzip.BadGzipFile, EOFError, zstandard.ZstdError) as error:
-        raise InvalidInputError(f"{url}: cannot decompress: {error}") from None
+def is_splittable(url: str, format: Format = "auto") -> bool:
+    """Whether `read_file_documents` can read `url` by byte ranges (uncompressed JSONL only)."""
+    return detect_format(url, format) == "jsonl" and strip_compression(url) == url
 
 
-def _text_documents(lines: Iterator[tuple[int, str]], url: str) -> Iterator[Document]:
+def read_file_documents(
+    url: str,
+    *,
+    format: Format = "auto",
+    text_field: str = "text",
+    bad_records: BadRecords | None = None,
+    start: int = 0,
+    end: int | None = None,
+) -> Iterator[tuple[Document, int]]:
+    """Stream the documents of one file, each with the count of (compressed) file bytes read so far.
+
+    Args:
+        url: the file.
+        format, text_field, bad_records: as in `read_documents`.
+        start, end: read only the records whose first byte lies in `[start, end)`; for files that
+            `is_splittable`. Documents of a range starting past 0 carry line numbers counted from the
+            range's first line; bad-record messages still carry the file's line numbers.
+
+    Raises:
+        InvalidInputError: as `read_documents`, or a byte range on a file that cannot be split.
+    """
+    kind = detect_format(url, format)
+    if (start or end is not None) and not is_splittable(url, format):
+        raise InvalidInputError(f"{url}: only uncompressed JSONL files can be read by byte range")
+    bad = bad_records if bad_records is not None else BadRecords(strict=True)
+    if kind == "parquet":
+        yield from _parquet_documents(url, text_field, bad)
+        return
+    with open_url(url, "rb") as raw:
+        reader = _RawReader(raw, url, bad, start, end)
+        lines = reader.lines()
+        documents = (
+            _text_documents(lines, url, reader) if kind == "text" else _jsonl_documents(lines, url, text_field, reader)
+        )
+        for document in documents:
+            yield document, reader.position
+
+
+class _RawReader:
+    """Decompressed, numbered lines of one file, read in `READ_BUFFER_BYTES` chunks."""
+
+    def __init__(self, raw: BinaryIO, url: str, bad: BadRecords, start: int, end: int | None):
+        self.raw = raw
+        self.url = url
+        self.bad = bad
+        self.start = start
+        self.end = end
+        self.position = 0  # compressed bytes read, for progress
+        self._line_base: int | None = 0 if start == 0 else None
+
+    def report(self, line: int, reason: str) -> None:
+        """Hand a bad record at range-relative `line` to the collector, with the file's line number."""
+        self.bad.add(self.url, self.line_base() + line, reason)
+
+    def line_base(self) -> int:
+        # Counting the lines before a range costs a pass over them, so only bad records pay for it.
+        if self._line_base is None:
+            with open_url(self.url, "rb") as f:
+                remaining, count = self.start - 1, 0
+                while remaining > 0 and (chunk := f.read(min(READ_BUFFER_BYTES, remaining))):
+                    count += chunk.count(b"\n")
+                    remaining -= len(chunk)
+            self._line_base = count + 1
+        return self._line_base
+
+    def _chunks(self) -> Iterator[bytes]:
+        name = PurePosixPath(self.url).name
+        if self.start:
+            self.raw.seek(self.start - 1)
+            self.position = self.start - 1
+        if name.endswith(".gz"):
+            yield from self._decompressed(lambda: zlib.decompressobj(wbits=31), "gzip")
+        elif name.endswith(".zst"):
+            yield from self._decompressed(lambda: zstandard.ZstdDecompressor().decompressobj(), "zstandard")
+        else:
+            while chunk := self.raw.read(READ_BUFFER_BYTES):
+                self.position += len(chunk)
+                yield chunk
+
+    def _decompressed(self, make: Any, kind: str) -> Iterator[bytes]:
+        # Decompression objects, rather than file wrappers, because only they tell a clean end of
+        # stream (`eof`) from a file cut short; gzip members and zstandard frames may be concatenated.
+        # zlib bounds each output by `max_length`; zstandard cannot, so it gets small input pieces, which
+        # bound each output by the piece's size times the compression ratio.
+        bounded = kind == "gzip"
+        decompressor, in_stream = make(), False
+        try:
+            # Compressed input is read in quarter buffers, and gzip output comes in half buffers.
+            while chunk := self.raw.read(READ_BUFFER_BYTES // 4):
+                self.position += len(chunk)
+                pieces = [chunk] if bounded else [chunk[i : i + _ZSTD_PIECE] for i in range(0, len(chunk), _ZSTD_PIECE)]
+                for piece in pieces:
+                    data = piece
+                    while True:
+                        in_stream = in_stream or bool(data)
+                        if bounded:
+                            out = decompressor.decompress(data, _OUTPUT_BYTES)
+                            data = decompressor.unconsumed_tail
+                            more = len(out) == _OUTPUT_BYTES  # zlib may hold more output for this input
+                        else:
+                            out, data, more = decompressor.decompress(data), b"", False
+                        if out:
+                            yield out
+                        if decompressor.eof:
+                            data = decompressor.unused_data
+                            decompressor, in_stream = make(), False
+                            if not data:
+                                break
+                        elif not data and not more:
+                            break
+        except (zlib.error, zstandard.ZstdError) as error:
+            raise _Corrupt(f"corrupt {kind} data: {error}") from None
+        if self.position == 0:
+            raise _Corrupt(f"empty {kind} file (0 bytes)")
+        if in_stream:
+            raise _Corrupt(f"truncated {kind} file: the stream ends before its end marker")
+
+    def lines(self) -> Iterator[tuple[int, str]]:
+        """(range-relative 1-based line number, decoded line with its newline) pairs; bad ones reported."""
+        number = 0
+        offset = self.start - 1 if self.start else 0  # file offset of the next line's first byte
+        skip_first = bool(self.start)
+        pending: list[bytes] = []
+        try:
+            for chunk in self._chunks():
+                parts = chunk.split(b"\n")
+                if len(parts) == 1:
+                    pending.append(chunk)
+                    continue
+                parts[0] = b"".join([*pending, parts[0]])
+                tail = parts.pop()
+                pending = [tail] if tail else []
+                for part in parts:
+                    line = part + b"\n"
+                    if skip_first:  # the tail of the line before the range: the previous range's
+                        skip_first = False
+                        offset += len(line)
+                        continue
+                    if self.end is not None and offset >= self.end:
+                        return
+                    offset += len(line)
+                    number += 1
+                    decoded = self._decode(number, line)
+                    if decoded is not None:
+                        yield number, decoded
+        except _Corrupt as error:
+            self.report(number + 1, str(error))
+            return
+        last = b"".join(pending)
+        if last and not skip_first and (self.end is None or offset < self.end):
+            decoded = self._decode(number + 1, last)
+            if decoded is not None:
+                yield number + 1, decoded
+
+    def _decode(self, number: int, line: bytes) -> str | None:
+        if number == 1 and not self.start:
+            line = line.removeprefix(_UTF8_BOM)
+        try:
+            return line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            self.report(number, f"invalid UTF-8 (byte {error.start} of the line)")
+            return None
+
+
+class _Corrupt(Exception):
+    """A compressed stream that cannot be read to its end."""
+
+
+def _text_documents(lines: Iterator[tuple[int, str]], url: str, reader: _RawReader) -> Iterator[Document]:
     paragraph: list[str] = []
     start = 0
     for number, line in lines:
@@ -179,7 +344,25 @@ def _paragraph(lines: list[str], url: str, start: int) -> Document:
     return Document(text=text, source=url, line=start)
 
 
-def _jsonl_documents(lines: Iterator[tuple[int, str]], url: str, text_field: str) -> Iterator[Document]:
+def _field(record: Any, keys: list[str], text_field: str) -> tuple[Any, str | None]:
+    """The value at the dotted path `keys` in `record`, or None and the reason it is missing."""
+    value = record
+    for depth, key in enumerate(keys):
+        if not isinstance(value, dict) or key not in value:
+            where = "the record" if depth == 0 else f"field {'.'.join(keys[:depth])!r}"
+            return None, (
+                f"missing field {text_field!r} ({where} has no key {key!r}); "
+                "set text_field to the field that holds the text"
+            )
+        value = value[key]
+    if not isinstance(value, str):
+        return None, f"field {text_field!r} is a {type(value).__name__}, expected a string"
+    return value, None
+
+
+def _jsonl_documents(
+    lines: Iterator[tuple[int, str]], url: str, text_field: str, reader: _RawReader
+) -> Iterator[Document]:
     keys = text_field.split(".")
     for number, line in lines:
         if not line.strip():
@@ -187,19 +370,76 @@ def _jsonl_documents(lines: Iterator[tuple[int, str]], url: str, text_field: str
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise InvalidInputError(f"{url}:{number}: malformed JSON: {error.msg} at column {error.colno}") from None
-        value: Any = record
-        for depth, key in enumerate(keys):
-            if not isinstance(value, dict) or key not in value:
-                where = "the record" if depth == 0 else f"field {'.'.join(keys[:depth])!r}"
-                raise InvalidInputError(
-                    f"{url}:{number}: missing field {text_field!r} ({where} has no key {key!r}); "
-                    f"set text_field to the field that holds the text"
-                )
-            value = value[key]
-        if not isinstance(value, str):
-            raise InvalidInputError(
-                f"{url}:{number}: field {text_field!r} is a {type(value).__name__}, expected a string"
-            )
-        if value.strip():
+            reader.report(number, f"malformed JSON: {error.msg} (column {error.colno})")
+            continue
+        value, problem = _field(record, keys, text_field)
+        if problem is not None:
+            reader.report(number, problem)
+        elif value.strip():
             yield Document(text=value, source=url, line=number)
+
+
+def _parquet_documents(url: str, text_field: str, bad: BadRecords) -> Iterator[tuple[Document, int]]:
+    import pyarrow.parquet as pq
+
+    keys = text_field.split(".")
+    with open_url(url, "rb") as raw:
+        try:
+            parquet = pq.ParquetFile(raw)
+        except Exception as error:  # pyarrow raises its own ArrowInvalid for a file that is not Parquet
+            bad.add(url, 1, f"not a readable Parquet file: {error}")
+            return
+        columns = parquet.schema_arrow.names
+        if keys[0] not in columns:
+            rows = parquet.metadata.num_rows
+            bad.add(url, 1, f"no column {keys[0]!r} (columns: {', '.join(columns)}); its {rows} row(s) skipped")
+            return
+        size = raw.size if hasattr(raw, "size") else 0
+        total_groups = max(parquet.num_row_groups, 1)
+        row = 0
+        for group in range(parquet.num_row_groups):
+            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=[group], columns=[keys[0]]):
+                for item in batch.column(0).to_pylist():
+                    row += 1
+                    value, problem = _field({keys[0]: item}, keys, text_field)
+                    if problem is not None:
+                        bad.add(url, row, problem)
+                    elif value.strip():
+                        yield Document(text=value, source=url, line=row), size * (group + 1) // total_groups
+
+
+def read_file_records(
+    url: str, *, format: Format = "auto", bad_records: BadRecords | None = None
+) -> Iterator[dict[str, Any]]:
+    """Stream the records of one file as dicts: JSONL objects, Parquet rows, or `{"text": paragraph}`.
+
+    Raises:
+        InvalidInputError: as `read_documents` (a JSONL line that is not an object is a bad record).
+    """
+    kind = detect_format(url, format)
+    bad = bad_records if bad_records is not None else BadRecords(strict=True)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        with open_url(url, "rb") as raw:
+            for batch in pq.ParquetFile(raw).iter_batches(batch_size=PARQUET_BATCH_ROWS):
+                yield from batch.to_pylist()
+        return
+    with open_url(url, "rb") as raw:
+        reader = _RawReader(raw, url, bad, 0, None)
+        if kind == "text":
+            for document in _text_documents(reader.lines(), url, reader):
+                yield {"text": document.text}
+            return
+        for number, line in reader.lines():
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                reader.report(number, f"malformed JSON: {error.msg} (column {error.colno})")
+                continue
+            if isinstance(record, dict):
+                yield record
+            else:
+                reader.report(number, f"a JSON {type(record).__name__}, expected an object")

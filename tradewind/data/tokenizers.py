@@ -4,25 +4,29 @@ Every tokenizer has an EOS id (the cache puts one after each document) and a fin
 its definition, so that a token cache records exactly which tokenizer made it.
 
 Example:
-    tokenizer = load_tokenizer("byte")                   # or "path/to/tokenizer.json", or its folder
+    tokenizer = load_tokenizer("byte")       # or "path/to/tokenizer.json", its folder, or "hf:gpt2" (needs the hub)
     ids = tokenizer.encode_batch(["To be, or not to be"])[0]
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+import fsspec
 import numpy as np
 import tokenizers as hf
 
-from tradewind.core import InvalidInputError, NotFoundError
+from tradewind.core import InvalidInputError, NotFoundError, atomic_write_text
+from tradewind.data.bad_records import BadRecords
+from tradewind.data.readers import Format, list_input_files, read_file_documents
 
 # Tried in order when a tokenizer.json does not say which token ends a document.
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "[SEP]")
 BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>", "[CLS]")
+HUB_PREFIX = "hf:"
 
 
 @runtime_checkable
@@ -93,21 +97,36 @@ class HFTokenizer:
             token could be detected.
     """
 
-    def __init__(self, path: str | Path, eos_token: str | None = None):
+    def __init__(self, path: str | Path, eos_token: str | None = None, *, _data: bytes | None = None):
         path = Path(path)
+        if _data is None:
+            try:
+                _data = path.read_bytes()
+            except FileNotFoundError:
+                raise NotFoundError(f"no tokenizer file at {path}") from None
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise NotFoundError(f"no tokenizer file at {path}") from None
-        try:
-            self._tokenizer = hf.Tokenizer.from_str(data.decode("utf-8"))
+            self._tokenizer = hf.Tokenizer.from_str(_data.decode("utf-8"))
         except Exception as error:  # the Rust library raises plain Exception subclasses
             raise InvalidInputError(f"{path}: not a valid tokenizer.json: {error}") from None
         self.name = str(path)
-        self.fingerprint = hashlib.sha256(data).hexdigest()
+        self.fingerprint = hashlib.sha256(_data).hexdigest()
+        self._definition = (_data, eos_token)
         self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
         self.eos_id = self._find_eos(path, eos_token)
         self.bos_id = self._first_id(BOS_CANDIDATES)
+
+    @classmethod
+    def from_hub(cls, name: str, eos_token: str | None = None) -> HFTokenizer:
+        """The tokenizer of Hugging Face Hub model `name` (e.g. `gpt2`); needs the hub to be reachable.
+
+        Raises:
+            NotFoundError: the hub cannot be reached or has no tokenizer for `name`.
+        """
+        try:
+            data = hf.Tokenizer.from_pretrained(name).to_str().encode("utf-8")
+        except Exception as error:  # network and hub errors come as plain Exceptions from the Rust side
+            raise NotFoundError(f"cannot load tokenizer {name!r} from the Hugging Face Hub: {error}") from None
+        return cls(name, eos_token, _data=data)
 
     def _first_id(self, tokens: Sequence[str]) -> int | None:
         return next((i for t in tokens if (i := self._tokenizer.token_to_id(t)) is not None), None)
@@ -128,7 +147,8 @@ class HFTokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens."""
-        return [encoding.ids for encoding in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+        # `encode_batch_fast` skips the character offsets, which nothing here needs.
+        return [encoding.ids for encoding in self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of `ids`; special tokens are dropped."""
@@ -137,13 +157,30 @@ class HFTokenizer:
     def __repr__(self) -> str:
         return f"HFTokenizer({self.name!r})"
 
+    def __reduce__(self) -> tuple:
+        # Shard tasks carry the tokenizer to worker processes, one pickle per task; rebuilding it from
+        # JSON costs tens of milliseconds, so a worker keeps the ones it has built, by fingerprint.
+        data, eos_token = self._definition
+        return _restore_hf_tokenizer, (self.name, data, eos_token, self.fingerprint)
+
+
+_RESTORED: dict[tuple[str, str, str | None], HFTokenizer] = {}
+
+
+def _restore_hf_tokenizer(name: str, data: bytes, eos_token: str | None, fingerprint: str) -> HFTokenizer:
+    key = (fingerprint, name, eos_token)
+    if key not in _RESTORED:
+        _RESTORED.clear()  # one tokenizer per build; keep memory flat across builds
+        _RESTORED[key] = HFTokenizer(name, eos_token, _data=data)
+    return _RESTORED[key]
+
 
 def load_tokenizer(spec: str, eos_token: str | None = None) -> Tokenizer:
     """The tokenizer that `spec` names.
 
     Args:
-        spec: `"byte"` for the byte tokenizer, else a path to a `tokenizer.json` file or to a folder
-            that holds one.
+        spec: `"byte"` for the byte tokenizer; `"hf:<name>"` for a Hugging Face Hub tokenizer (needs
+            the hub); else a path to a `tokenizer.json` file or to a folder that holds one.
         eos_token: passed to `HFTokenizer` for tokenizer files whose EOS token is not detected.
 
     Returns:
@@ -155,12 +192,121 @@ def load_tokenizer(spec: str, eos_token: str | None = None) -> Tokenizer:
     """
     if spec == "byte":
         return ByteTokenizer()
+    if spec.startswith(HUB_PREFIX):
+        return HFTokenizer.from_hub(spec.removeprefix(HUB_PREFIX), eos_token=eos_token)
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "tokenizer.json"
     if not path.is_file():
         raise NotFoundError(
-            f"no tokenizer at {spec!r} (expected 'byte', a tokenizer.json file, or a folder containing one; "
-            f"looked for {path})"
+            f"no tokenizer at {spec!r} (expected 'byte', a tokenizer.json file, a folder containing one, "
+            f"or '{HUB_PREFIX}<name>' for a Hugging Face Hub tokenizer; looked for {path})"
         )
     return HFTokenizer(path, eos_token=eos_token)
+
+
+def train_bpe_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int,
+    out_path: str | Path,
+    *,
+    eos_token: str = "<|endoftext|>",
+    bos_token: str | None = "<|begin_of_text|>",
+    min_frequency: int = 2,
+) -> HFTokenizer:
+    """Train a byte-level BPE tokenizer (GPT-2 style) on `texts` and save it as a `tokenizer.json`.
+
+    Byte-level means every string is encodable: the 256 byte symbols are always in the vocabulary, and
+    merges are learned on top until `vocab_size` (special tokens included) is reached or no pair occurs
+    `min_frequency` times.
+
+    Args:
+        texts: the training documents (streamed once).
+        vocab_size: the vocabulary size to reach, at least 256 + the special tokens.
+        out_path: where to write the `tokenizer.json`; written whole or not at all.
+        eos_token: the end-of-document token (id 0).
+        bos_token: the begin-of-document token (id 1), or None for none.
+        min_frequency: the fewest occurrences for a pair to be merged.
+
+    Returns:
+        The trained tokenizer, loaded from `out_path`.
+
+    Raises:
+        InvalidInputError: `vocab_size` too small to hold the bytes and special tokens.
+    """
+    specials = [eos_token] + ([bos_token] if bos_token else [])
+    if vocab_size < 256 + len(specials):
+        raise InvalidInputError(f"vocab_size must be at least {256 + len(specials)} (256 bytes + special tokens)")
+    tokenizer = hf.Tokenizer(hf.models.BPE())
+    tokenizer.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = hf.decoders.ByteLevel()
+    trainer = hf.trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=specials,
+        initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_path, tokenizer.to_str())
+    return HFTokenizer(out_path, eos_token=eos_token)
+
+
+def train_tokenizer(
+    inputs: Sequence[str | Path],
+    out_path: str | Path,
+    vocab_size: int,
+    *,
+    format: Format = "auto",
+    text_field: str = "text",
+    max_documents: int | None = None,
+    min_frequency: int = 2,
+    bad_records: BadRecords | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> HFTokenizer:
+    """Train a byte-level BPE tokenizer of `vocab_size` on the documents of `inputs` (see `train_bpe_tokenizer`).
+
+    Args:
+        inputs: files, folders, globs or URLs, read as by `read_documents`.
+        out_path: the `tokenizer.json` to write.
+        vocab_size: the vocabulary size, special tokens included.
+        format, text_field: as in `read_documents`.
+        max_documents: train on at most this many documents (the first ones), or all if None.
+        min_frequency: the fewest occurrences for a pair to be merged; 1 reaches a large `vocab_size`
+            on a small corpus.
+        bad_records: collects skipped bad records; None fails on the first.
+        progress: called as `progress(done, total)` with input bytes read, every 1,000 documents.
+
+    Raises:
+        NotFoundError: an input does not exist.
+        InvalidInputError: a bad option, or a bad record without `bad_records`.
+    """
+    files = [url for item in inputs for url in list_input_files(item)]
+    sizes = [_size(url) for url in files]
+    total = sum(sizes)
+
+    def texts() -> Iterator[str]:
+        count, before = 0, 0
+        for url, size in zip(files, sizes, strict=True):
+            for document, position in read_file_documents(
+                url, format=format, text_field=text_field, bad_records=bad_records
+            ):
+                if max_documents is not None and count >= max_documents:
+                    return
+                count += 1
+                if progress and count % 1_000 == 0:
+                    progress(min(before + position, total), total)
+                yield document.text
+            before += size
+
+    tokenizer = train_bpe_tokenizer(texts(), vocab_size, out_path, min_frequency=min_frequency)
+    if progress:
+        progress(total, total)
+    return tokenizer
+
+
+def _size(url: str) -> int:
+    fs, path = fsspec.core.url_to_fs(url)
+    return int(fs.info(path).get("size") or 0)

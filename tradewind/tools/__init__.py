@@ -5,8 +5,30 @@ line of its docstring is what an agent reads. Plain Python, no MCP: the server a
 and the CLI and tests call them directly. May import `core`, `prompts`, `cluster`, `data`, `trainer`.
 """
 
+from tradewind.tools.cluster import (
+    ClusterStatus,
+    ClusterStatusRequest,
+    RunPipelineRequest,
+    RunPipelineResult,
+    cluster_status,
+    run_pipeline,
+)
 from tradewind.tools.context import Progress, ToolContext, no_progress
-from tradewind.tools.datasets import DatasetInfo, TokenizeDatasetRequest, tokenize_dataset
+from tradewind.tools.datasets import (
+    BadRecordReport,
+    DatasetInfo,
+    DatasetList,
+    DatasetReport,
+    InspectDatasetRequest,
+    ListDatasetsRequest,
+    TokenizeDatasetRequest,
+    TrainedTokenizer,
+    TrainTokenizerRequest,
+    inspect_dataset,
+    list_datasets,
+    tokenize_dataset,
+    train_tokenizer,
+)
 from tradewind.tools.profiling import ProfileResult, ProfileRunRequest, profile_run
 from tradewind.tools.reports import ReportInfo, summarize_report
 from tradewind.tools.runs import (
@@ -29,6 +51,9 @@ from tradewind.tools.runs import (
 # The order agents see them in: the loop from text to report.
 TOOLS = (
     tokenize_dataset,
+    train_tokenizer,
+    inspect_dataset,
+    list_datasets,
     launch_training,
     get_run,
     wait_for_run,
@@ -36,11 +61,24 @@ TOOLS = (
     read_metrics,
     profile_run,
     summarize_report,
+    run_pipeline,
+    cluster_status,
 )
 
 __all__ = [
     "TOOLS",
+    "ClusterStatus",
+    "ClusterStatusRequest",
+    "RunPipelineRequest",
+    "RunPipelineResult",
+    "cluster_status",
+    "run_pipeline",
+    "BadRecordReport",
     "DatasetInfo",
+    "DatasetList",
+    "DatasetReport",
+    "InspectDatasetRequest",
+    "ListDatasetsRequest",
     "LaunchTrainingRequest",
     "ListRunsRequest",
     "MetricsPage",
@@ -54,15 +92,20 @@ __all__ = [
     "RunRequest",
     "TokenizeDatasetRequest",
     "ToolContext",
+    "TrainTokenizerRequest",
+    "TrainedTokenizer",
     "WaitForRunRequest",
     "WaitForRunResult",
     "get_run",
+    "inspect_dataset",
     "launch_training",
+    "list_datasets",
     "list_runs",
     "no_progress",
     "profile_run",
     "read_metrics",
     "summarize_report",
     "tokenize_dataset",
+    "train_tokenizer",
     "wait_for_run",
 ]

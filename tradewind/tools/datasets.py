@@ -1,39 +1,80 @@
-"""Tools that turn text into token caches."""
+"""Tools that turn text into token caches and tokenizers, and describe the caches there are."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.core import NotFoundError
-from tradewind.data import BUILTIN_CORPORA, build_token_cache, builtin_corpus_path, load_tokenizer, open_token_cache
+from tradewind.cluster import get_task_runner
+from tradewind.core import InvalidInputError, TradewindError, check_id
+from tradewind.data import (
+    BUILTIN_CORPORA,
+    BadRecords,
+    CacheManifest,
+    build_token_cache,
+    builtin_corpus_path,
+    cache_id,
+    load_tokenizer,
+    open_token_cache,
+    source_files,
+)
+from tradewind.data import (
+    train_tokenizer as train_bpe_on_files,
+)
 from tradewind.tools.context import Progress, ToolContext, no_progress
 
 BUILTIN_PREFIX = "builtin:"
-# Bump when the cache layout changes, so that old caches are not reused for new code.
-CACHE_FORMAT = 1
+TOKENIZERS_DIR = "tokenizers"
+_GLOB_CHARS = "*?["
+Formats = Literal["auto", "text", "jsonl", "parquet"]
+_INPUT_HELP = (
+    "A text, JSONL (.jsonl/.ndjson, optionally .gz/.zst) or Parquet file, a folder of them, or a glob such as "
+    "'data/*.jsonl.gz', inside the workspace or an allowed root; or a built-in corpus: "
+    + ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
+    + "."
+)
+
+
+class BadRecordReport(BaseModel):
+    skipped: int = Field(description="Bad input records skipped: malformed JSON, missing/non-string text, bad UTF-8.")
+    per_file: dict[str, int] = Field(description="Skipped records by file.")
+    examples: list[str] = Field(description="The first few, each 'file:line: reason'.")
+
+    @classmethod
+    def of(cls, bad: BadRecords) -> BadRecordReport:
+        return cls(skipped=bad.skipped, per_file=bad.per_file, examples=bad.examples)
 
 
 class TokenizeDatasetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    input: str = Field(
-        description="A text or JSONL file, or a folder of them, inside the workspace or an allowed root; "
-        f"or a built-in corpus: {', '.join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)}."
-    )
+    input: str = Field(description=_INPUT_HELP)
     tokenizer: str = Field(
-        default="byte", description="'byte' for the built-in byte-level tokenizer, or a path to a tokenizer.json."
+        default="byte",
+        description="'byte' for the built-in byte-level tokenizer, a path to a tokenizer.json (e.g. from "
+        "train_tokenizer), or 'hf:<name>' for a Hugging Face Hub tokenizer when the hub is reachable.",
     )
-    format: Literal["auto", "text", "jsonl"] = Field(
-        default="auto", description="Input format; 'auto' picks JSONL for .jsonl/.ndjson files, else plain text."
+    format: Formats = Field(
+        default="auto",
+        description="Input format; 'auto' picks JSONL for .jsonl/.ndjson, Parquet for .parquet/.pq, else plain text.",
     )
-    text_field: str = Field(default="text", description="JSONL field with the text; dotted for nested fields.")
+    text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted for nested fields.")
     val_fraction: float = Field(
         default=0.1, gt=0, lt=1, description="Share of documents held out for validation (chosen by content hash)."
+    )
+    strict: bool = Field(
+        default=False, description="Fail on the first bad record instead of skipping and counting bad records."
+    )
+    prepend_bos: bool = Field(default=False, description="Put the tokenizer's BOS token before every document.")
+    append_eos: bool = Field(default=True, description="Put the tokenizer's EOS token after every document.")
+    workers: int | None = Field(
+        default=None, ge=1, le=256, description="Worker processes for tokenization; default: one per CPU."
     )
 
 
@@ -45,70 +86,292 @@ class DatasetInfo(BaseModel):
     vocab_size: int
     dtype: str
     documents: dict[str, int] = Field(description="Documents per split.")
-    tokens: dict[str, int] = Field(description="Tokens per split, EOS separators included.")
+    tokens: dict[str, int] = Field(description="Tokens per split, BOS/EOS included.")
+    shards: int = Field(description="Shards the cache was built in.")
+    bad_records: BadRecordReport
 
 
-def _resolve_input(ctx: ToolContext, value: str) -> Path:
+def _resolve_input(ctx: ToolContext, value: str) -> str:
+    """A built-in corpus's file, or the workspace path (or glob) that `value` names."""
     if value.startswith(BUILTIN_PREFIX):
-        return builtin_corpus_path(value.removeprefix(BUILTIN_PREFIX))
-    return ctx.workspace.resolve_path(value, argument="input")
+        return str(builtin_corpus_path(value.removeprefix(BUILTIN_PREFIX)))
+    if not any(char in value for char in _GLOB_CHARS):
+        return str(ctx.workspace.resolve_path(value, argument="input"))
+    # A glob: the folder before its first wildcard must be allowed; the pattern may not climb out of it.
+    head, _, _ = value.partition(next(char for char in value if char in _GLOB_CHARS))
+    folder, pattern = (value[: head.rindex("/")], value[head.rindex("/") + 1 :]) if "/" in head else (".", value)
+    if ".." in Path(pattern).parts:
+        raise InvalidInputError(f"argument 'input': the glob {value!r} may not contain '..' after its folder")
+    return str(ctx.workspace.resolve_path(folder or "/", argument="input") / pattern)
 
 
-def _input_files(path: Path) -> list[Path]:
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    if not files:
-        raise NotFoundError(f"argument 'input': folder {path} holds no files")
-    return files
+def _resolve_tokenizer(ctx: ToolContext, value: str) -> str:
+    if value == "byte" or value.startswith("hf:"):
+        return value
+    return str(ctx.workspace.resolve_path(value, argument="tokenizer"))
 
 
-def _dataset_id(files: list[Path], tokenizer_fingerprint: str, request: TokenizeDatasetRequest) -> str:
-    """An id that changes whenever the inputs, the tokenizer or the options do."""
-    key = {
-        "cache_format": CACHE_FORMAT,
-        "files": [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files],
-        "tokenizer": tokenizer_fingerprint,
-        "options": request.model_dump(exclude={"input", "tokenizer"}),
-    }
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-    return f"ds-{digest[:16]}"
-
-
-def tokenize_dataset(
-    ctx: ToolContext, request: TokenizeDatasetRequest, progress: Progress = no_progress
-) -> DatasetInfo:
-    """Tokenize text or JSONL files into a token cache for training; returns the dataset id.
-
-    Reuses an identical cache instantly when the inputs, tokenizer and options are unchanged. Takes
-    seconds per megabyte of text and reports progress in bytes read.
-    """
-    source = _resolve_input(ctx, request.input)
-    tokenizer_spec = request.tokenizer
-    if tokenizer_spec != "byte":
-        tokenizer_spec = str(ctx.workspace.resolve_path(tokenizer_spec, argument="tokenizer"))
-    tokenizer = load_tokenizer(tokenizer_spec)
-    dataset_id = _dataset_id(_input_files(source), tokenizer.fingerprint, request)
-    out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
-
-    reused = (out_dir / "manifest.json").exists()
-    if reused:
-        manifest = open_token_cache(out_dir).manifest
-    else:
-        manifest = build_token_cache(
-            [source],
-            out_dir,
-            tokenizer,
-            format=request.format,
-            text_field=request.text_field,
-            val_fraction=request.val_fraction,
-            progress=lambda done, total: progress(done, total, "bytes tokenized"),
-        )
+def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest) -> DatasetInfo:
     return DatasetInfo(
         dataset_id=dataset_id,
-        path=str(out_dir),
+        path=str(path),
         reused=reused,
         tokenizer=manifest.tokenizer.name,
         vocab_size=manifest.tokenizer.vocab_size,
         dtype=manifest.dtype,
         documents={split: stats.documents for split, stats in manifest.splits.items()},
         tokens={split: stats.tokens for split, stats in manifest.splits.items()},
+        shards=len(manifest.splits["train"].shards),
+        bad_records=BadRecordReport.of(manifest.bad_records),
     )
+
+
+def tokenize_dataset(
+    ctx: ToolContext, request: TokenizeDatasetRequest, progress: Progress = no_progress
+) -> DatasetInfo:
+    """Tokenize text, JSONL or Parquet files into a token cache for training; returns the dataset id.
+
+    Reuses the finished cache instantly when the input files, tokenizer and options are unchanged, and
+    resumes an interrupted build where it stopped. Runs in parallel worker processes; takes seconds per
+    megabyte of text per worker and reports progress in input bytes. Bad records are skipped and
+    reported (set strict to fail instead).
+    """
+    source = _resolve_input(ctx, request.input)
+    tokenizer = load_tokenizer(_resolve_tokenizer(ctx, request.tokenizer))
+    options = request.model_dump(exclude={"input", "tokenizer", "workers"})
+    dataset_id = cache_id(source_files([source]), tokenizer, options)
+    out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
+    if (out_dir / "manifest.json").exists():
+        return _info(dataset_id, out_dir, True, open_token_cache(out_dir).manifest)
+    manifest = build_token_cache(
+        [source],
+        out_dir,
+        tokenizer,
+        format=request.format,
+        text_field=request.text_field,
+        val_fraction=request.val_fraction,
+        strict=request.strict,
+        prepend_bos=request.prepend_bos,
+        append_eos=request.append_eos,
+        runner=get_task_runner("local", workers=request.workers or os.cpu_count() or 1),
+        exist_ok=True,  # another call may finish the same cache first; then it is reused
+        progress=lambda done, total: progress(done, total, "input bytes tokenized"),
+    )
+    return _info(dataset_id, out_dir, False, manifest)
+
+
+class TrainTokenizerRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input: str = Field(description=_INPUT_HELP)
+    vocab_size: int = Field(
+        default=32_000, ge=258, le=1_000_000, description="Vocabulary size, including the EOS and BOS tokens."
+    )
+    format: Formats = Field(default="auto", description="Input format, as in tokenize_dataset.")
+    text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted for nested fields.")
+    max_documents: int | None = Field(
+        default=None, ge=1, description="Train on at most this many documents (the first ones); default: all."
+    )
+    min_frequency: int = Field(default=2, ge=1, description="Fewest occurrences for a pair of tokens to be merged.")
+
+
+class TrainedTokenizer(BaseModel):
+    tokenizer: str = Field(description="Path of the tokenizer.json; pass it as 'tokenizer' to tokenize_dataset.")
+    reused: bool = Field(description="True when the same request had trained it before.")
+    vocab_size: int = Field(description="Vocabulary reached; below the request when the text has too few pairs.")
+    eos_id: int
+    bos_id: int | None
+    fingerprint: str
+    bad_records: BadRecordReport
+
+
+def train_tokenizer(
+    ctx: ToolContext, request: TrainTokenizerRequest, progress: Progress = no_progress
+) -> TrainedTokenizer:
+    """Train a byte-level BPE tokenizer of a chosen vocabulary size on text files; returns its path.
+
+    Use it when the byte tokenizer makes sequences too long. EOS is '<|endoftext|>' (id 0) and BOS
+    '<|begin_of_text|>' (id 1). The same request reuses the tokenizer it trained before. Takes about a
+    second per megabyte of text.
+    """
+    source = _resolve_input(ctx, request.input)
+    key = {
+        "sources": [s.model_dump() for s in source_files([source])],
+        "options": request.model_dump(exclude={"input"}),
+    }
+    tokenizer_id = "tok-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = ctx.workspace.root / TOKENIZERS_DIR / tokenizer_id / "tokenizer.json"
+    reused = path.exists()
+    bad = BadRecords()
+    if reused:
+        tokenizer = load_tokenizer(str(path))
+    else:
+        tokenizer = train_bpe_on_files(
+            [source],
+            path,
+            request.vocab_size,
+            format=request.format,
+            text_field=request.text_field,
+            max_documents=request.max_documents,
+            min_frequency=request.min_frequency,
+            bad_records=bad,
+            progress=lambda done, total: progress(done, total, "input bytes read"),
+        )
+    return TrainedTokenizer(
+        tokenizer=str(path),
+        reused=reused,
+        vocab_size=tokenizer.vocab_size,
+        eos_id=tokenizer.eos_id,
+        bos_id=tokenizer.bos_id,
+        fingerprint=tokenizer.fingerprint,
+        bad_records=BadRecordReport.of(bad),
+    )
+
+
+class InspectDatasetRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dataset_id: str = Field(description="A dataset id from tokenize_dataset or list_datasets.")
+    split: Literal["train", "val"] = Field(default="train", description="The split to histogram and sample.")
+    samples: int = Field(default=3, ge=0, le=20, description="Documents to decode and show, evenly spaced.")
+    sample_chars: int = Field(default=400, ge=1, le=10_000, description="Characters to show of each sample.")
+
+
+class LengthHistogram(BaseModel):
+    edges: list[int] = Field(description="Bin edges in tokens: bin i holds lengths in [edges[i], edges[i+1]).")
+    counts: list[int] = Field(description="Documents per bin.")
+    min: int
+    median: float
+    mean: float
+    max: int
+
+
+class SampleDocument(BaseModel):
+    index: int = Field(description="The document's index in the split.")
+    tokens: int
+    text: str = Field(description="Decoded text, cut to sample_chars.")
+
+
+class DatasetReport(BaseModel):
+    dataset_id: str
+    path: str
+    tokenizer: str
+    vocab_size: int
+    dtype: str
+    prepend_bos: bool
+    append_eos: bool
+    documents: dict[str, int] = Field(description="Documents per split.")
+    tokens: dict[str, int] = Field(description="Tokens per split, BOS/EOS included.")
+    bytes: dict[str, int] = Field(description="UTF-8 bytes of text per split, before tokenization.")
+    shards: int
+    sources: list[str] = Field(description="Input files, with their sizes in bytes.")
+    histogram: LengthHistogram = Field(description="Document lengths in tokens, in power-of-two bins, of the split.")
+    samples: list[SampleDocument]
+    note: str | None = Field(default=None, description="Why samples are missing, when they are.")
+    bad_records: BadRecordReport
+
+
+def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> DatasetReport:
+    """Describe a token cache: counts, document-length histogram, decoded samples and skipped records.
+
+    Use it to check a dataset before training on it. Fast: reads only the offsets and the sampled documents.
+    """
+    path = ctx.workspace.dataset_dir(request.dataset_id)
+    cache = open_token_cache(path)
+    manifest = cache.manifest
+    offsets = cache.offsets(request.split)
+    lengths = np.diff(offsets)
+    top = max(int(lengths.max()) if len(lengths) else 1, 1)
+    edges = [0] + [2**k for k in range(top.bit_length() + 1)]
+    counts, _ = np.histogram(lengths, bins=edges)
+    samples, note = [], None
+    if request.samples:
+        try:
+            tokenizer = load_tokenizer(manifest.tokenizer.name)
+        except TradewindError as error:
+            tokenizer, note = None, f"samples not decoded: {error}"
+        if tokenizer is not None and tokenizer.fingerprint != manifest.tokenizer.fingerprint:
+            tokenizer, note = None, f"samples not decoded: {manifest.tokenizer.name} changed since the cache was built"
+        if tokenizer is not None:
+            tokens = cache.tokens(request.split)
+            picks = np.unique(np.linspace(0, len(lengths) - 1, num=min(request.samples, len(lengths))).astype(int))
+            for index in picks.tolist():
+                ids = np.asarray(tokens[int(offsets[index]) : int(offsets[index + 1])])
+                text = tokenizer.decode(ids.tolist())[: request.sample_chars]
+                samples.append(SampleDocument(index=index, tokens=len(ids), text=text))
+    return DatasetReport(
+        dataset_id=request.dataset_id,
+        path=str(path),
+        tokenizer=manifest.tokenizer.name,
+        vocab_size=manifest.tokenizer.vocab_size,
+        dtype=manifest.dtype,
+        prepend_bos=manifest.prepend_bos,
+        append_eos=manifest.append_eos,
+        documents={split: stats.documents for split, stats in manifest.splits.items()},
+        tokens={split: stats.tokens for split, stats in manifest.splits.items()},
+        bytes={split: stats.bytes for split, stats in manifest.splits.items()},
+        shards=len(manifest.splits[request.split].shards),
+        sources=[f"{source.path} ({source.size} bytes)" for source in manifest.sources],
+        histogram=LengthHistogram(
+            edges=edges,
+            counts=counts.tolist(),
+            min=int(lengths.min()),
+            median=float(np.median(lengths)),
+            mean=float(lengths.mean()),
+            max=int(lengths.max()),
+        ),
+        samples=samples,
+        note=note,
+        bad_records=BadRecordReport.of(manifest.bad_records),
+    )
+
+
+class ListDatasetsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(default=50, ge=1, le=500, description="Most recently built datasets to return.")
+
+
+class DatasetSummary(BaseModel):
+    dataset_id: str
+    created: str
+    tokenizer: str
+    vocab_size: int
+    documents: int = Field(description="Documents in all splits.")
+    tokens: int = Field(description="Tokens in all splits.")
+    sources: list[str] = Field(description="The first few input files.")
+
+
+class DatasetList(BaseModel):
+    datasets: list[DatasetSummary] = Field(description="Newest first.")
+    total: int = Field(description="Complete datasets in the workspace.")
+
+
+def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList:
+    """List the token caches in the workspace, newest first, with their tokenizer and sizes.
+
+    Use it to find a dataset id to train on or inspect. Unfinished builds are not listed.
+    """
+    found = []
+    root = ctx.workspace.datasets_dir
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        if folder.name.startswith(".") or not (folder / "manifest.json").is_file():
+            continue
+        try:
+            manifest = open_token_cache(folder).manifest
+            check_id(folder.name, "dataset_id")
+        except TradewindError:
+            continue  # a cache of another format, or a stray folder: not something to train on
+        found.append(
+            DatasetSummary(
+                dataset_id=folder.name,
+                created=manifest.created,
+                tokenizer=manifest.tokenizer.name,
+                vocab_size=manifest.tokenizer.vocab_size,
+                documents=sum(s.documents for s in manifest.splits.values()),
+                tokens=sum(s.tokens for s in manifest.splits.values()),
+                sources=[source.path for source in manifest.sources[:3]],
+            )
+        )
+    found.sort(key=lambda summary: (summary.created, summary.dataset_id), reverse=True)
+    return DatasetList(datasets=found[: request.limit], total=len(found))

@@ -1,0 +1,152 @@
+"""Job start latency and throughput of the cluster backends.
+
+Command:
+    .venv/bin/python benchmarks/cluster.py            # local backend, plus local Ray when it is installed
+    .venv/bin/python benchmarks/cluster.py --no-ray   # local backend only
+
+Measures, on a fresh workspace in a temporary folder:
+- submit-to-running latency of an empty job (`true`) on the local backend: the median over 20 jobs of
+  `started_at - submitted_at` as the backend records them (supervisor start, ledger admission, fork);
+- the throughput of 200 tiny jobs submitted at once (the ledger queues what does not fit the machine's
+  CPUs), from the first submission to the last job finished;
+- submit-to-running latency of an empty job on a local Ray head (`$RAY_ADDRESS`, else one this script
+  starts and stops): the time until the job's driver reports its replicas started, median over 5.
+
+Prints readable lines, then one JSON line: value = the local median latency in seconds, baseline = the
+median start of a bare `python -c pass` (the supervisor is a Python process, so that is the floor),
+ratio = baseline / value (higher is better; 1.0 would mean admission and bookkeeping cost nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+from tradewind.cluster import JobSpec, JobStatus, LocalBackend
+
+LATENCY_JOBS = 20
+THROUGHPUT_JOBS = 200
+RAY_JOBS = 5
+
+
+def seconds_between(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def python_start_s() -> float:
+    times = []
+    for _ in range(10):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def local_latency(root: Path) -> float:
+    backend = LocalBackend(root / "latency", cpus=os.cpu_count() or 1)
+    latencies = []
+    for _ in range(LATENCY_JOBS):
+        record = backend.wait(backend.submit(JobSpec(name="empty", command=["true"])).id, timeout=60)
+        assert record.status is JobStatus.SUCCEEDED, record
+        latencies.append(seconds_between(record.submitted_at, record.started_at))
+    return statistics.median(latencies)
+
+
+def local_throughput(root: Path) -> float:
+    backend = LocalBackend(root / "throughput", cpus=os.cpu_count() or 1)
+    start = time.perf_counter()
+    ids = [backend.submit(JobSpec(name=f"tiny {i}", command=["true"])).id for i in range(THROUGHPUT_JOBS)]
+    for job_id in ids:
+        record = backend.wait(job_id, timeout=600)
+        assert record.status is JobStatus.SUCCEEDED, record
+    return THROUGHPUT_JOBS / (time.perf_counter() - start)
+
+
+def ray_latency() -> float | None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        print("ray: not installed (pip install 'tradewind[ray]'); skipped")
+        return None
+    from tradewind.cluster import RayBackend
+    from tradewind.cluster.ray_entry import STARTED_LINE
+
+    head = None
+    address = os.environ.get("RAY_ADDRESS")
+    if not address:
+        address = "127.0.0.1:6391"
+        ray_bin = Path(sys.executable).parent / "ray"
+        head = subprocess.Popen(
+            [
+                *(str(ray_bin), "start", "--head", "--block", "--port=6391", "--dashboard-port=8291"),
+                *("--num-cpus=2", "--dashboard-host=127.0.0.1", "--object-store-memory=200000000"),
+                "--disable-usage-stats",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 120
+        while subprocess.run([str(ray_bin), "status", f"--address={address}"], capture_output=True).returncode:
+            if time.monotonic() > deadline or head.poll() is not None:
+                head.terminate()
+                print("ray: the local head did not start; skipped")
+                return None
+            time.sleep(1)
+    try:
+        backend = RayBackend(address)
+        latencies = []
+        for _ in range(RAY_JOBS):
+            start = time.perf_counter()
+            job = backend.submit(JobSpec(name="empty", command=["true"]))
+            while STARTED_LINE not in backend.client.get_job_logs(job.id):
+                time.sleep(0.01)
+            latencies.append(time.perf_counter() - start)
+            backend.wait(job.id, timeout=120)
+        return statistics.median(latencies)
+    finally:
+        if head is not None:
+            head.terminate()
+            head.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray measurement")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="tradewind-bench-cluster-"))
+    try:
+        baseline = python_start_s()
+        latency = local_latency(root)
+        throughput = local_throughput(root)
+        print(f"python -c pass:                        {baseline * 1000:7.1f} ms")
+        print(f"local submit-to-running (empty job):   {latency * 1000:7.1f} ms (median of {LATENCY_JOBS})")
+        print(f"local throughput ({THROUGHPUT_JOBS} tiny jobs, {os.cpu_count()} CPUs): {throughput:7.1f} jobs/s")
+        ray = None if args.no_ray else ray_latency()
+        if ray is not None:
+            print(f"ray submit-to-running (empty job):     {ray * 1000:7.1f} ms (median of {RAY_JOBS})")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(
+        json.dumps(
+            {
+                "benchmark": "cluster_local_submit_to_running",
+                "value": round(latency, 4),
+                "baseline": round(baseline, 4),
+                "ratio": round(baseline / latency, 3),
+                "unit": "s",
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

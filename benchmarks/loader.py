@@ -1,0 +1,108 @@
+"""Loader throughput: shuffled (16, 1025) batches from a memory-mapped cache, against bare `np.memmap` reads.
+
+Command:
+    .venv/bin/python benchmarks/loader.py [--tokens 200_000_000]
+
+A token file of `--tokens` random uint16 ids (400 MB by default, larger than the CPU caches, and read
+back through the page cache) is written once. Then, on the same file:
+
+    ours      PackedLoader(memmap, batch_size=16, seq_len=1024).batch(step) for consecutive steps:
+              Feistel-shuffled windows, int32 batches, any step addressable
+    baseline  np.memmap with a random window start per row, stacked and cast to int32 (no epoch
+              permutation, no resumability)
+
+Prints readable lines (also a 4-shard `ShardedTokens` stream, a two-source `MixtureLoader`, and
+`iter_batches` with background prefetch), then one JSON line: value = our tokens/s, baseline = the bare
+memmap tokens/s, ratio = value / baseline (higher is better; target >= 0.8 and >= 10 M tokens/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tradewind.data import MixtureLoader, PackedLoader, ShardedTokens
+
+BATCH, SEQ = 16, 1024
+SECONDS = 2.0
+
+
+def rate(read_batch) -> float:
+    """Tokens per second of `read_batch(step)` over about SECONDS, after a short warm-up."""
+    for step in range(20):
+        read_batch(step)
+    steps, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < SECONDS:
+        for _ in range(50):
+            read_batch(10_000 + steps)
+            steps += 1
+    return steps * BATCH * (SEQ + 1) / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=lambda v: int(v.replace("_", "")), default=200_000_000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="tradewind-bench-loader-"))
+    try:
+        run(work, args.tokens)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(work: Path, count: int) -> None:
+    path = work / "tokens.bin"
+    rng = np.random.default_rng(0)
+    with open(path, "wb") as f:
+        for start in range(0, count, 10_000_000):
+            f.write(rng.integers(0, 50_000, size=min(10_000_000, count - start), dtype=np.uint16).tobytes())
+    tokens = np.memmap(path, dtype=np.uint16, mode="r")
+    print(f"token file: {count:,} uint16 tokens ({path.stat().st_size / 1e6:,.0f} MB); batches of ({BATCH}, {SEQ + 1})")
+
+    loader = PackedLoader(tokens, batch_size=BATCH, seq_len=SEQ, seed=0)
+    ours = rate(loader.batch)
+
+    starts_rng = np.random.default_rng(1)
+    last_start = len(tokens) - (SEQ + 1)
+
+    def bare(step: int) -> np.ndarray:
+        starts = starts_rng.integers(0, last_start, size=BATCH)
+        return np.stack([tokens[s : s + SEQ + 1] for s in starts]).astype(np.int32)
+
+    baseline = rate(bare)
+
+    quarter = len(tokens) // 4
+    sharded = ShardedTokens([tokens[i * quarter : (i + 1) * quarter] for i in range(4)], tokens.dtype)
+    sharded_rate = rate(PackedLoader(sharded, batch_size=BATCH, seq_len=SEQ, seed=0).batch)
+    mixture = MixtureLoader([tokens[:quarter], tokens[quarter:]], [0.3, 0.7], batch_size=BATCH, seq_len=SEQ)
+    mixture_rate = rate(mixture.batch)
+    prefetched = loader.iter_batches(start_step=0, prefetch=4)
+    prefetch_rate = rate(lambda step: next(prefetched))
+    prefetched.close()
+
+    print(f"bare np.memmap random windows: {baseline / 1e6:8.1f} M tokens/s")
+    print(f"PackedLoader.batch:            {ours / 1e6:8.1f} M tokens/s")
+    print(f"  over 4 shards (ShardedTokens): {sharded_rate / 1e6:6.1f} M tokens/s")
+    print(f"  MixtureLoader, 2 sources:      {mixture_rate / 1e6:6.1f} M tokens/s")
+    print(f"  iter_batches(prefetch=4):      {prefetch_rate / 1e6:6.1f} M tokens/s (consumer side)")
+    print(
+        json.dumps(
+            {
+                "benchmark": "loader_batches",
+                "value": round(ours),
+                "baseline": round(baseline),
+                "ratio": round(ours / baseline, 3),
+                "unit": "tokens/s",
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

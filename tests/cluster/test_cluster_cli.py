@@ -1,0 +1,67 @@
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+from tradewind.cluster import JobSpec, JobStatus, LocalBackend
+from tradewind.cluster.cli import add_cluster_commands
+
+
+def run_cli(argv, capsys):
+    """`tradewind cluster ...` as the CLI wires it: a common parent parser with --workspace."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--workspace")
+    parser = argparse.ArgumentParser(prog="tradewind")
+    add_cluster_commands(parser.add_subparsers(dest="command", required=True), common)
+    args = parser.parse_args(argv)
+    code = args.handler(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_registering_the_cluster_commands_loads_neither_pydantic_nor_ray():
+    code = (
+        "import argparse, sys; from tradewind.cluster.cli import add_cluster_commands\n"
+        "p = argparse.ArgumentParser()\n"
+        "add_cluster_commands(p.add_subparsers(), argparse.ArgumentParser(add_help=False))\n"
+        "print([m for m in ('pydantic', 'ray', 'jax') if m in sys.modules])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_status_logs_and_cancel_from_the_command_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    workspace = tmp_path / "ws"
+    backend = LocalBackend(workspace / "jobs", cpus=2, memory_gb=4)
+    done = backend.wait(backend.submit(JobSpec(name="hello", command=["echo", "hello there"])).id, timeout=30)
+    running = backend.submit(JobSpec(name="sleeper", command=["sleep", "300"]))
+    deadline = time.monotonic() + 30
+    while backend.status(running.id).status is not JobStatus.RUNNING:
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.02)
+
+    code, out, _ = run_cli(["cluster", "status", "--workspace", str(workspace), "--json"], capsys)
+    status = json.loads(out)
+    assert code == 0 and status["capacity"]["cpus"] == 2 and [j["id"] for j in status["running"]] == [running.id]
+
+    code, out, err = run_cli(["cluster", "logs", done.id, "--workspace", str(workspace), "--offset", "6"], capsys)
+    assert (code, out) == (0, "there\n") and "next offset 12 of 12" in err
+
+    code, out, _ = run_cli(["cluster", "cancel", running.id, "--workspace", str(workspace)], capsys)
+    assert code == 0 and running.id in out
+    assert backend.wait(running.id, timeout=30).status is JobStatus.CANCELLED
+
+
+def test_pipeline_plans_by_default(tmp_path, capsys):
+    pipe = tmp_path / "pipe.py"
+    pipe.write_text(
+        "from tradewind.cluster import Step\nsteps = [Step('only', lambda out, cfg, inputs: None, {'a': 1})]\n"
+    )
+    code, out, _ = run_cli(["cluster", "pipeline", str(pipe), "--workspace", str(tmp_path / "ws")], capsys)
+    assert code == 0 and json.loads(out)["action"] == "run"
+    code, out, _ = run_cli(["cluster", "pipeline", str(pipe), "--run", "--workspace", str(tmp_path / "ws")], capsys)
+    assert code == 0 and json.loads(out)["action"] == "run"
+    code, out, _ = run_cli(["cluster", "pipeline", str(pipe), "--workspace", str(tmp_path / "ws")], capsys)
+    assert json.loads(out)["action"] == "cached"

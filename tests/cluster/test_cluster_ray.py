@@ -1,0 +1,165 @@
+"""The Ray backend and task runner against a real Ray head (started by `.ci/run`).
+
+The head advertises fake TPU resources (`TPU: 8`, `TPU-v5litepod-8-head: 1`): a true external
+boundary, since no TPU is attached. Jobs asking for them are scheduled by Ray exactly as on a slice.
+"""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from tradewind.cluster import JobSpec, JobStatus, LocalTaskRunner, RayTaskRunner, Resources
+from tradewind.cluster.process import process_alive
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def backend(ray_address):
+    from tradewind.cluster.ray_backend import RayBackend
+
+    return RayBackend(ray_address)
+
+
+def shell(script: str, **settings) -> JobSpec:
+    return JobSpec(name="ray test", command=["bash", "-c", script], **settings)
+
+
+def wait_until(condition, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"{what} not met within {timeout} s"
+        time.sleep(0.05)
+    return value
+
+
+def test_a_job_runs_on_ray_and_its_logs_page_by_offset(backend, tmp_path):
+    log_path = tmp_path / "mirror.log"
+    record = backend.submit(shell("echo first line; echo second line", log_path=str(log_path)))
+    done = backend.wait(record.id, timeout=120)
+    assert (done.status, done.exit_code, done.attempts) == (JobStatus.SUCCEEDED, 0, 1)
+    pages, offset = [], 0
+    while chunk := backend.logs(record.id, offset=offset, limit=100):
+        if not chunk.text:
+            break
+        pages.append(chunk.text)
+        offset = chunk.next_offset
+    text = "".join(pages)
+    assert "first line" in text and "second line" in text and offset == chunk.size
+    assert log_path.read_text() == text
+    assert record.id in [job.id for job in backend.list()]
+
+
+def test_two_replicas_on_ray_are_a_gang_with_coordinator_and_process_ids(backend, tmp_path):
+    script = (
+        f'echo "$TRADEWIND_COORDINATOR_ADDRESS $TRADEWIND_PROCESS_COUNT" > {tmp_path}/replica-$TRADEWIND_PROCESS_ID'
+    )
+    done = backend.wait(backend.submit(shell(script, replicas=2)).id, timeout=120)
+    assert done.status is JobStatus.SUCCEEDED, backend.logs(done.id).text
+    lines = [(tmp_path / f"replica-{i}").read_text().split() for i in range(2)]
+    assert lines[0] == lines[1] and lines[0][1] == "2" and ":" in lines[0][0]
+
+
+def test_a_tpu_job_is_scheduled_on_the_tpu_resources_ray_names(backend, tmp_path):
+    done = backend.wait(backend.submit(shell("echo on tpu", resources=Resources(tpu_type="v5litepod-8"))).id, 120)
+    assert done.status is JobStatus.SUCCEEDED, backend.logs(done.id).text
+
+
+def test_a_job_asking_for_a_slice_the_cluster_lacks_stays_queued_until_cancelled(backend):
+    from ray.util.state import list_placement_groups
+
+    record = backend.submit(shell("echo never", resources=Resources(tpu_type="v5litepod-16")))
+    name = f"tradewind-{record.id}"
+
+    def group_waiting():
+        groups = list_placement_groups(address=backend.client.get_address(), filters=[("name", "=", name)])
+        return groups and groups[0].state == "PENDING"
+
+    wait_until(group_waiting, what="the job's placement group waiting for TPU hosts")
+    assert backend.status(record.id).status is JobStatus.PENDING
+    assert record.id in [job.id for job in backend.cluster_status().queued]
+    backend.cancel(record.id)
+    done = backend.wait(record.id, timeout=60)
+    assert done.status is JobStatus.CANCELLED
+
+
+def test_cancel_on_ray_ends_the_replica_process_group(backend, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    record = backend.submit(shell(f"sleep 300 & echo $! > {pid_file}; wait"))
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the job writing its pid")
+    child = int(pid_file.read_text())
+    assert backend.status(record.id).status is JobStatus.RUNNING
+    backend.cancel(record.id)
+    assert backend.wait(record.id, timeout=60).status is JobStatus.CANCELLED
+    wait_until(lambda: not process_alive(child), what="the replica's child ending after cancel")
+
+
+def test_a_replica_killed_from_outside_on_ray_is_retried_and_succeeds(backend, tmp_path):
+    pid_file = tmp_path / "pid"
+    script = f"if [ ! -e {pid_file} ]; then echo $$ > {pid_file}; sleep 300; else echo second attempt; fi"
+    record = backend.submit(shell(script, max_retries_preemption=1))
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the first attempt starting")
+    os.killpg(int(pid_file.read_text()), signal.SIGKILL)  # the replica leads its own process group
+    done = backend.wait(record.id, timeout=120)
+    assert (done.status, done.attempts, done.preemptions) == (JobStatus.SUCCEEDED, 2, 1)
+
+
+def test_a_job_past_its_timeout_on_ray_is_failed_with_the_reason(backend):
+    done = backend.wait(backend.submit(shell("sleep 300", timeout_s=2)).id, timeout=120)
+    assert (done.status, done.reason) == (JobStatus.FAILED, "timed out after 2 s (timeout_s) and was killed")
+
+
+def test_the_ray_task_runner_returns_what_the_local_one_does(ray_address):
+    items = [f"shard {i}" for i in range(6)]
+    assert RayTaskRunner(ray_address).map(str.upper, items) == LocalTaskRunner(workers=2).map(str.upper, items)
+
+
+def test_a_data_pipeline_builds_the_same_token_cache_on_ray_as_locally(ray_address, small_corpus, tmp_path):
+    from tradewind.data import ByteTokenizer, build_token_cache
+
+    options = {"val_fraction": 0.2, "shard_bytes": 16_000}
+    local = build_token_cache([small_corpus], tmp_path / "local", ByteTokenizer(), runner=LocalTaskRunner(2), **options)
+    on_ray = build_token_cache(
+        [small_corpus], tmp_path / "ray", ByteTokenizer(), runner=RayTaskRunner(ray_address), **options
+    )
+    assert local.model_dump(exclude={"created"}) == on_ray.model_dump(exclude={"created"})
+    local_files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*.bin"))
+    assert local_files
+    for name in local_files:
+        assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "ray" / name).read_bytes()
+
+
+@pytest.mark.slow
+def test_a_real_training_job_runs_through_ray_on_cpu(backend, dataset_id, ctx, tiny_run_settings, tmp_path):
+    import sys
+
+    from tradewind.trainer import RunLayout, TrainConfig
+
+    layout = RunLayout(tmp_path / "run")
+    layout.root.mkdir()
+    dataset = str(ctx.workspace.dataset_dir(dataset_id))
+    config = TrainConfig.model_validate({"dataset": dataset, "steps": 10, **tiny_run_settings})
+    layout.config.write_text(config.model_dump_json())
+    spec = JobSpec(name="train on ray", command=[sys.executable, "-m", "tradewind.trainer", str(layout.root)])
+    done = backend.wait(backend.submit(spec).id, timeout=240)
+    assert done.status is JobStatus.SUCCEEDED, backend.logs(done.id).text[-3000:]
+    assert json.loads(layout.summary.read_text())["steps"] == 10
+
+
+@pytest.mark.slow
+def test_two_ray_replicas_initialise_jax_distributed_from_the_gang_environment(backend, tmp_path):
+    import sys
+
+    code = (
+        "import sys, jax; from tradewind.cluster import distributed_env\n"
+        "d = distributed_env()\n"
+        "jax.distributed.initialize(d.coordinator_address, d.process_count, d.process_id)\n"
+        f"open(f'{tmp_path}/jax-{{d.process_id}}', 'w').write(f'{{jax.process_index()}} {{jax.process_count()}}')\n"
+    )
+    spec = JobSpec(name="jax gang", command=[sys.executable, "-c", code], replicas=2, timeout_s=180)
+    done = backend.wait(backend.submit(spec).id, timeout=240)
+    assert done.status is JobStatus.SUCCEEDED, backend.logs(done.id).text[-3000:]
+    assert [(tmp_path / f"jax-{i}").read_text() for i in range(2)] == ["0 2", "1 2"]

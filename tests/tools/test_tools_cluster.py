@@ -1,0 +1,112 @@
+"""cluster_status and run_pipeline, through the Python API and through a real MCP client in memory."""
+
+import time
+
+import pytest
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+
+from tradewind.cluster import JobSpec, JobStatus, Resources
+from tradewind.core import ConfigError, InvalidInputError, PathEscapeError
+from tradewind.server.adapter import as_mcp_tool
+from tradewind.tools import ToolContext
+from tradewind.tools.cluster import (
+    ClusterStatusRequest,
+    RunPipelineRequest,
+    cluster_status,
+    run_pipeline,
+)
+
+PIPELINE = """
+from tradewind.cluster import Step
+
+def write(out, config, inputs):
+    upstream = "".join((p / "out.txt").read_text() for p in inputs.values())
+    (out / "out.txt").write_text(upstream + config["word"])
+
+first = Step("first", write, {"word": "a"})
+steps = [Step("second", write, {"word": "b"}, deps=(first,))]
+"""
+
+
+@pytest.fixture
+def tool_ctx(tmp_path):
+    context = ToolContext.open(tmp_path / "workspace")
+    (context.workspace.root / "pipe.py").write_text(PIPELINE)
+    return context
+
+
+def wait_until(condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+    return value
+
+
+def test_cluster_status_shows_capacity_use_and_running_and_queued_jobs(tool_ctx, tmp_path):
+    release = tmp_path / "release"
+    cpus = tool_ctx.backend.capacity.cpus
+    hold = JobSpec(
+        name="hold",
+        command=["bash", "-c", f"while [ ! -e {release} ]; do sleep 0.05; done"],
+        resources=Resources(cpus=cpus),
+    )
+    running = tool_ctx.backend.submit(hold)
+    queued = tool_ctx.backend.submit(JobSpec(name="wait", command=["true"], resources=Resources(cpus=1)))
+    wait_until(lambda: tool_ctx.backend.status(running.id).status is JobStatus.RUNNING)
+    status = cluster_status(tool_ctx, ClusterStatusRequest(backend="local"))
+    local = status.backends[0]
+    assert (local.name, local.available, local.capacity["cpus"], local.used["cpus"]) == ("local", True, cpus, cpus)
+    assert [j.job_id for j in local.running] == [running.id] and [j.job_id for j in local.queued] == [queued.id]
+    assert (local.running_count, local.queued_count) == (1, 1)
+    release.touch()
+    assert tool_ctx.backend.wait(queued.id, timeout=30).status is JobStatus.SUCCEEDED
+
+
+def test_cluster_status_reports_ray_unavailable_without_an_address(tool_ctx, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ray = cluster_status(tool_ctx, ClusterStatusRequest(backend="ray")).backends[0]
+    assert (ray.name, ray.available) == ("ray", False) and "RAY_ADDRESS" in ray.detail
+
+
+def test_run_pipeline_plans_by_default_then_runs_as_a_job_then_finds_everything_cached(tool_ctx):
+    plan = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py"))
+    assert plan.dry_run and plan.job_id is None
+    assert [(s.name, s.action) for s in plan.steps] == [("first", "run"), ("second", "run")]
+    assert plan.steps[1].output_path.startswith(str(tool_ctx.workspace.root / "steps" / "second-"))
+
+    started = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py", dry_run=False))
+    done = tool_ctx.backend.wait(started.job_id, timeout=60)
+    assert done.status is JobStatus.SUCCEEDED, tool_ctx.backend.logs(started.job_id).text
+    with open(f"{plan.steps[1].output_path}/out.txt") as f:
+        assert f.read() == "ab"
+    again = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py"))
+    assert [s.action for s in again.steps] == ["cached", "cached"]
+
+
+def test_run_pipeline_refuses_paths_outside_the_workspace_and_files_without_steps(tool_ctx):
+    with pytest.raises(PathEscapeError, match="argument 'pipeline'"):
+        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="../elsewhere.py"))
+    (tool_ctx.workspace.root / "empty.py").write_text("x = 1\n")
+    with pytest.raises(ConfigError, match="must define `steps`"):
+        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="empty.py"))
+    (tool_ctx.workspace.root / "notes.txt").write_text("hello")
+    with pytest.raises(InvalidInputError, match="is not a Python file"):
+        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="notes.txt"))
+
+
+@pytest.mark.anyio
+async def test_both_tools_work_through_an_mcp_client(tool_ctx):
+    server = MCPServer(name="cluster-tools")
+    for tool in (cluster_status, run_pipeline):
+        server.add_tool(as_mcp_tool(tool, tool_ctx), name=tool.__name__, structured_output=True)
+    async with Client(server) as client:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert listed["run_pipeline"].input_schema["required"] == ["pipeline"]
+        status = await client.call_tool("cluster_status", {})
+        plan = await client.call_tool("run_pipeline", {"pipeline": "pipe.py"})
+        bad = await client.call_tool("cluster_status", {"backend": "slurm"})
+    assert not status.is_error and status.structured_content["backends"][0]["name"] == "local"
+    assert not plan.is_error and [s["action"] for s in plan.structured_content["steps"]] == ["run", "run"]
+    assert bad.is_error and "backend" in " ".join(block.text for block in bad.content)

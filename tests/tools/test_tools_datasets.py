@@ -1,0 +1,133 @@
+"""The dataset tools through their Python API, on fresh workspaces."""
+
+import json
+import shutil
+
+import pytest
+
+from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
+from tradewind.data import open_token_cache
+from tradewind.tools import (
+    InspectDatasetRequest,
+    ListDatasetsRequest,
+    TokenizeDatasetRequest,
+    ToolContext,
+    TrainTokenizerRequest,
+    inspect_dataset,
+    list_datasets,
+    tokenize_dataset,
+    train_tokenizer,
+)
+
+
+@pytest.fixture
+def workspace(tmp_path, small_corpus) -> ToolContext:
+    context = ToolContext.open(tmp_path / "ws")
+    shutil.copy(small_corpus, context.workspace.root / "corpus.txt")
+    folder = context.workspace.root / "jsonl"
+    folder.mkdir()
+    for part in range(2):
+        rows = [json.dumps({"meta": {"body": f"part {part} document {i} " + "la " * i}}) for i in range(200)]
+        rows.insert(5, "not json")
+        (folder / f"p{part}.jsonl").write_text("\n".join(rows) + "\n")
+    return context
+
+
+def test_tokenize_dataset_reuses_the_cache_for_the_same_inputs_tokenizer_and_options(workspace):
+    calls = []
+    first = tokenize_dataset(
+        workspace, TokenizeDatasetRequest(input="corpus.txt"), lambda d, t, m: calls.append((d, t, m))
+    )
+    again = tokenize_dataset(workspace, TokenizeDatasetRequest(input="corpus.txt", workers=2))
+    other = tokenize_dataset(workspace, TokenizeDatasetRequest(input="corpus.txt", val_fraction=0.2))
+
+    assert (first.reused, again.reused, other.reused) == (False, True, False)
+    assert first.dataset_id == again.dataset_id != other.dataset_id
+    assert first.documents["train"] + first.documents["val"] == 600 and first.shards == 1
+    assert calls[-1] == (calls[-1][1], calls[-1][1], "input bytes tokenized")
+
+
+def test_tokenize_dataset_reads_a_glob_of_jsonl_and_reports_skipped_records(workspace):
+    info = tokenize_dataset(workspace, TokenizeDatasetRequest(input="jsonl/*.jsonl", text_field="meta.body", workers=2))
+
+    root = workspace.workspace.root
+    assert info.documents["train"] + info.documents["val"] == 400 and info.shards == 2
+    assert info.bad_records.skipped == 2
+    assert info.bad_records.per_file == {str(root / "jsonl" / "p0.jsonl"): 1, str(root / "jsonl" / "p1.jsonl"): 1}
+    assert info.bad_records.examples[0].startswith(f"{root / 'jsonl' / 'p0.jsonl'}:6: malformed JSON")
+    with pytest.raises(InvalidInputError, match=r"p0\.jsonl:6: malformed JSON"):
+        tokenize_dataset(workspace, TokenizeDatasetRequest(input="jsonl/*.jsonl", text_field="meta.body", strict=True))
+
+
+def test_a_glob_may_not_climb_out_of_the_workspace(workspace):
+    with pytest.raises(PathEscapeError, match="argument 'input'"):
+        tokenize_dataset(workspace, TokenizeDatasetRequest(input="../../*.txt"))
+    with pytest.raises(InvalidInputError, match=r"may not contain '\.\.'"):
+        tokenize_dataset(workspace, TokenizeDatasetRequest(input="jsonl/*/../../../x"))
+
+
+def test_train_tokenizer_then_tokenize_with_it_records_its_fingerprint_and_bos(workspace):
+    trained = train_tokenizer(workspace, TrainTokenizerRequest(input="corpus.txt", vocab_size=400))
+    again = train_tokenizer(workspace, TrainTokenizerRequest(input="corpus.txt", vocab_size=400))
+    info = tokenize_dataset(
+        workspace, TokenizeDatasetRequest(input="corpus.txt", tokenizer=trained.tokenizer, prepend_bos=True)
+    )
+
+    assert (trained.reused, again.reused) == (False, True) and trained.tokenizer == again.tokenizer
+    assert trained.vocab_size == 400 and (trained.eos_id, trained.bos_id) == (0, 1)
+    manifest = open_token_cache(info.path).manifest
+    assert manifest.tokenizer.fingerprint == trained.fingerprint and manifest.prepend_bos is True
+    assert info.vocab_size == 400 and info.dtype == "uint16"
+    byte_tokens = tokenize_dataset(workspace, TokenizeDatasetRequest(input="corpus.txt")).tokens["train"]
+    assert info.tokens["train"] < byte_tokens * 0.7  # merges shorten the stream even at 400 tokens
+
+
+def test_inspect_dataset_shows_counts_histogram_samples_and_bad_records(workspace):
+    info = tokenize_dataset(workspace, TokenizeDatasetRequest(input="jsonl", text_field="meta.body"))
+
+    report = inspect_dataset(workspace, InspectDatasetRequest(dataset_id=info.dataset_id, samples=2, sample_chars=30))
+
+    assert report.documents == info.documents and report.tokens == info.tokens
+    assert sum(report.histogram.counts) == info.documents["train"]
+    assert report.histogram.edges[:4] == [0, 1, 2, 4]
+    assert report.histogram.min >= len("part 0 document 0 ") + 1
+    assert report.samples[0].text.startswith("part 0 document ")
+    assert all(len(s.text) <= 30 for s in report.samples) and len(report.samples) == 2
+    assert report.bad_records.skipped == 2 and report.note is None
+
+
+def test_inspect_dataset_of_an_unknown_id_lists_what_there_is(workspace):
+    with pytest.raises(NotFoundError, match="unknown dataset id 'ds-nope'"):
+        inspect_dataset(workspace, InspectDatasetRequest(dataset_id="ds-nope"))
+
+
+def test_list_datasets_lists_finished_caches_newest_first_and_skips_unfinished_ones(workspace):
+    one = tokenize_dataset(workspace, TokenizeDatasetRequest(input="corpus.txt"))
+    two = tokenize_dataset(workspace, TokenizeDatasetRequest(input="jsonl", text_field="meta.body"))
+    (workspace.workspace.datasets_dir / ".ds-x.partial").mkdir()
+    (workspace.workspace.datasets_dir / "ds-unfinished").mkdir()
+
+    listed = list_datasets(workspace, ListDatasetsRequest())
+
+    assert listed.total == 2 and {d.dataset_id for d in listed.datasets} == {one.dataset_id, two.dataset_id}
+    by_id = {d.dataset_id: d for d in listed.datasets}
+    assert by_id[one.dataset_id].documents == 600 and by_id[one.dataset_id].tokenizer == "byte"
+    assert [d.created for d in listed.datasets] == sorted((d.created for d in listed.datasets), reverse=True)
+    assert len(list_datasets(workspace, ListDatasetsRequest(limit=1)).datasets) == 1
+
+
+def test_cli_train_tokenizer_tokenize_and_inspect_run_end_to_end(workspace, capsys):
+    from tradewind.cli import main
+
+    common = ["--workspace", str(workspace.workspace.root), "--log-level", "WARNING"]
+    assert main(["train-tokenizer", "corpus.txt", "--vocab-size", "300", *common]) == 0
+    tokenizer = json.loads(capsys.readouterr().out)["tokenizer"]
+    assert main(["tokenize", "corpus.txt", "--tokenizer", tokenizer, "--workers", "1", *common]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert main(["inspect", info["dataset_id"], "--samples", "1", *common]) == 0
+    shown = capsys.readouterr().out
+
+    assert info["vocab_size"] == 300 and info["documents"]["train"] + info["documents"]["val"] == 600
+    assert f"dataset {info['dataset_id']}" in shown and "--- document 0" in shown
+    assert main(["tokenize", "corpus.txt", "--workers", "0", *common]) == 2
+    assert "workers: Input should be greater than or equal to 1" in capsys.readouterr().err

@@ -1,0 +1,109 @@
+"""The `tradewind cluster` commands: look at the backends, read a job's log, cancel a job, run a pipeline.
+
+    tradewind cluster status [--json]                  # backends, capacity and use, queued and running jobs
+    tradewind cluster logs JOB_ID [--offset N] [--replica N]
+    tradewind cluster cancel JOB_ID
+    tradewind cluster pipeline FILE [--run] [--force]  # plan by default; --run executes in this process
+
+The Ray backend is shown when `$RAY_ADDRESS` is set. Handlers import what they need when they run,
+so registering these commands costs `tradewind --help` nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _jobs_dir(args: argparse.Namespace):
+    from tradewind.core import Workspace
+
+    return Workspace.from_env(args.workspace).jobs_dir
+
+
+def _backend(args: argparse.Namespace, job_id: str | None = None):
+    """The local backend, or the Ray one when the job id is unknown locally and Ray is configured."""
+    from tradewind.cluster import LocalBackend
+    from tradewind.core import NotFoundError
+
+    local = LocalBackend(_jobs_dir(args))
+    if job_id is None or not os.environ.get("RAY_ADDRESS"):
+        return local
+    try:
+        local.status(job_id)
+        return local
+    except NotFoundError:
+        from tradewind.cluster import RayBackend
+
+        return RayBackend()
+
+
+def _status(args: argparse.Namespace) -> int:
+    from tradewind.cluster import LocalBackend
+
+    statuses = [LocalBackend(_jobs_dir(args)).cluster_status()]
+    if os.environ.get("RAY_ADDRESS"):
+        from tradewind.cluster import RayBackend
+
+        statuses.append(RayBackend().cluster_status())
+    if args.json:
+        for status in statuses:
+            print(status.model_dump_json())
+        return 0
+    for status in statuses:
+        print(f"backend {status.name}" + (f" ({status.detail})" if status.detail else ""))
+        for key, total in status.capacity.items():
+            print(f"  {key:>22}: {status.used.get(key, 0):g} used of {total:g}")
+        print(f"  running {len(status.running)}, queued {len(status.queued)}")
+        for record in [*status.running, *status.queued]:
+            print(f"    {record.status.value:9} {record.id}  {record.spec.name}  (submitted {record.submitted_at})")
+    return 0
+
+
+def _logs(args: argparse.Namespace) -> int:
+    chunk = _backend(args, args.job_id).logs(args.job_id, offset=args.offset, replica=args.replica)
+    sys.stdout.write(chunk.text)
+    print(f"\n[next offset {chunk.next_offset} of {chunk.size}; finished={chunk.finished}]", file=sys.stderr)
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    record = _backend(args, args.job_id).cancel(args.job_id)
+    print(f"{record.id}: {record.status.value}" + (f" ({record.reason})" if record.reason else ""))
+    return 0
+
+
+def _pipeline(args: argparse.Namespace) -> int:
+    from tradewind.cluster.pipeline import main
+
+    argv = [args.file, "--workspace", str(_jobs_dir(args).parent)]
+    return main(argv + (["--force"] if args.force else []) + ([] if args.run else ["--dry-run"]))
+
+
+def add_cluster_commands(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """Register `tradewind cluster ...` on the CLI's sub-command parser; `common` holds --workspace."""
+    # `common` goes on each action only: on both levels, the action's defaults would overwrite the options
+    # given before it.
+    cluster = commands.add_parser("cluster", help="job backends: status, logs, cancel, pipelines")
+    actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+
+    status = actions.add_parser("status", parents=[common], help="backends, capacity and use, queued and running jobs")
+    status.add_argument("--json", action="store_true", help="one JSON object per backend")
+    status.set_defaults(handler=_status)
+
+    logs = actions.add_parser("logs", parents=[common], help="print a job's log from a byte offset")
+    logs.add_argument("job_id")
+    logs.add_argument("--offset", type=int, default=0, help="byte offset to start at (default 0)")
+    logs.add_argument("--replica", type=int, default=0, help="replica of a gang job (default 0)")
+    logs.set_defaults(handler=_logs)
+
+    cancel = actions.add_parser("cancel", parents=[common], help="stop a queued or running job")
+    cancel.add_argument("job_id")
+    cancel.set_defaults(handler=_cancel)
+
+    pipeline = actions.add_parser("pipeline", parents=[common], help="plan (default) or run a step pipeline file")
+    pipeline.add_argument("file", help="a Python file defining `steps`")
+    pipeline.add_argument("--run", action="store_true", help="run the steps that are not cached (default: plan only)")
+    pipeline.add_argument("--force", action="store_true", help="rerun steps that failed before")
+    pipeline.set_defaults(handler=_pipeline)

@@ -1,0 +1,34 @@
+"""Runs a job whose entrypoint is a Python callable: imports it and calls it with the job's arguments.
+
+Command (built by `JobSpec.argv`, not typed by hand):
+    python -m tradewind.cluster.entry '{"callable": "pkg.module:function", "args": [], "kwargs": {}}'
+
+The process exits 0 when the call returns and 1 (with the traceback in the job's log) when it raises.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def load_callable(path: str) -> Callable[..., Any]:
+    """The object named by `package.module:attribute.path`."""
+    module_name, _, attribute = path.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def main(argv: list[str]) -> int:
+    call = json.loads(argv[0])
+    load_callable(call["callable"])(*call.get("args", []), **call.get("kwargs", {}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

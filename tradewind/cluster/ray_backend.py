@@ -1,0 +1,215 @@
+"""The Ray backend: the local backend's API, with jobs run as Ray jobs on a Ray cluster.
+
+Each Tradewind job is one Ray job (id = the Tradewind job id) whose entrypoint is
+`python -m tradewind.cluster.ray_entry`, a small driver that gang-schedules the replicas in a
+placement group and applies the retry and timeout policy (see `ray_entry.py`). The cluster keeps all
+state: the spec travels in the Ray job's metadata, so a restarted server finds every job again
+through the Jobs API. Logs are the Ray job's logs (replica output included), read by byte offset and
+mirrored into the spec's `log_path` when it has one.
+
+The address is the `address` argument, else `$RAY_ADDRESS` (a GCS address `host:6379` or a dashboard
+URL `http://host:8265`); with neither, a local Ray starts inside this process. Ray is imported only
+when a `RayBackend` is made.
+
+Example:
+    backend = RayBackend("127.0.0.1:6379")
+    job = backend.submit(JobSpec(name="hi", command=["echo", "hi"], resources=Resources(tpu_type="v5litepod-8")))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus
+from tradewind.cluster.local import LOG_PAGE_BYTES, BackendStatus, LogChunk
+from tradewind.cluster.ray_entry import RESULT_PREFIX, STARTED_LINE, ray_bundles, replica_count
+from tradewind.core import InvalidInputError, NotFoundError, atomic_write_text, check_id, make_id
+
+SPEC_KEY = "tradewind_spec"
+RAY_STATES = {"PENDING": JobStatus.PENDING, "SUCCEEDED": JobStatus.SUCCEEDED, "STOPPED": JobStatus.CANCELLED}
+
+
+def _iso(ms: int | None) -> str | None:
+    if not ms:
+        return None
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+class RayBackend:
+    """Submit, inspect, wait for, read the logs of and cancel jobs on a Ray cluster.
+
+    Args:
+        address: the cluster (GCS `host:port` or dashboard `http://host:port`); default `$RAY_ADDRESS`,
+            else a local Ray started in this process.
+        python: the interpreter that runs the driver on the cluster (default: this one, right when the
+            cluster shares this machine or image).
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, python: str | None = None):
+        from ray.job_submission import JobSubmissionClient
+
+        address = address or os.environ.get("RAY_ADDRESS")
+        if not address:
+            import ray
+
+            context = ray.init(include_dashboard=True, dashboard_host="127.0.0.1", ignore_reinit_error=True)
+            address = f"http://{context.dashboard_url}"
+        self.address = address
+        self.client = JobSubmissionClient(address)
+        self.python = python or sys.executable
+
+    def submit(self, spec: JobSpec, job_id: str | None = None) -> JobRecord:
+        """Submit `spec` as a Ray job; returns its PENDING record at once."""
+        job_id = check_id(job_id or make_id("job"), "job_id")
+        try:
+            replica_count(spec)
+            ray_bundles(spec)
+        except ValueError as error:
+            raise InvalidInputError(f"job {spec.name!r}: {error}") from error
+        entrypoint = shlex.join([self.python, "-m", "tradewind.cluster.ray_entry", job_id, spec.model_dump_json()])
+        try:
+            self.client.submit_job(
+                entrypoint=entrypoint,
+                submission_id=job_id,
+                entrypoint_num_cpus=0,  # the driver only waits; the replicas hold the resources
+                metadata={"name": spec.name, SPEC_KEY: spec.model_dump_json()},
+                runtime_env={"env_vars": dict(spec.env)} if spec.env else None,
+            )
+        except RuntimeError as error:
+            if "already exists" in str(error):
+                raise InvalidInputError(f"argument 'job_id': a Ray job with id {job_id!r} exists already") from error
+            raise
+        return JobRecord(id=job_id, spec=spec, backend=self.name, log_path=spec.log_path)
+
+    def _info(self, job_id: str):
+        try:
+            return self.client.get_job_info(check_id(job_id, "job_id"))
+        except RuntimeError as error:
+            raise NotFoundError(f"unknown job id {job_id!r} on the Ray cluster at {self.address}") from error
+
+    def _text(self, job_id: str) -> str:
+        return self.client.get_job_logs(job_id)
+
+    def _record(self, info) -> JobRecord:
+        metadata = info.metadata or {}
+        if SPEC_KEY not in metadata:
+            raise NotFoundError(f"Ray job {info.submission_id!r} was not submitted by Tradewind")
+        spec = JobSpec.model_validate_json(metadata[SPEC_KEY])
+        record = JobRecord(
+            id=info.submission_id,
+            spec=spec,
+            backend=self.name,
+            log_path=spec.log_path,
+            submitted_at=_iso(info.start_time),
+        )
+        state = str(info.status.value if hasattr(info.status, "value") else info.status)
+        text = self._text(info.submission_id) if state != "PENDING" else ""
+        if spec.log_path and text:
+            atomic_write_text(Path(spec.log_path), text)
+        if state == "RUNNING":
+            # Ray calls the job RUNNING while its driver waits for the placement group; we call it queued.
+            record.status = JobStatus.RUNNING if STARTED_LINE in text else JobStatus.PENDING
+            record.started_at = _iso(info.start_time) if record.status is JobStatus.RUNNING else None
+            return record
+        record.status = RAY_STATES.get(state, JobStatus.FAILED)
+        record.started_at, record.ended_at = _iso(info.start_time), _iso(info.end_time)
+        result = next((line for line in reversed(text.splitlines()) if line.startswith(RESULT_PREFIX)), None)
+        if result is not None:
+            outcome = json.loads(result[len(RESULT_PREFIX) :])
+            record.status, record.reason, record.exit_code = (
+                JobStatus(outcome["status"]),
+                outcome["reason"],
+                outcome["exit_code"],
+            )
+            record.attempts, record.failures = outcome["attempts"], outcome["failures"]
+            record.preemptions = outcome["preemptions"]
+        elif record.status is JobStatus.CANCELLED:
+            record.reason = "cancelled on request"
+        elif record.status is JobStatus.FAILED:
+            record.reason = info.message or "the Ray job failed"
+            record.exit_code = getattr(info, "driver_exit_code", None)
+        return record
+
+    def status(self, job_id: str) -> JobRecord:
+        """The job's current record; raises `NotFoundError` for an unknown id."""
+        return self._record(self._info(job_id))
+
+    def wait(self, job_id: str, timeout: float, poll_interval: float = 0.25) -> JobRecord:
+        """Wait until the job finishes or `timeout` seconds pass; return its record either way."""
+        deadline = time.monotonic() + timeout
+        record = self.status(job_id)
+        while not record.status.finished and time.monotonic() < deadline:
+            time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
+            record = self.status(job_id)
+        return record
+
+    def logs(self, job_id: str, offset: int = 0, limit: int = LOG_PAGE_BYTES, replica: int = 0) -> LogChunk:
+        """Up to `limit` bytes of the job's log (driver and every replica, as Ray collects it) from `offset`."""
+        record = self.status(job_id)
+        data = self._text(job_id).encode()
+        page = data[offset : offset + limit]
+        for cut in range(4):
+            try:
+                text = page[: len(page) - cut].decode()
+                page = page[: len(page) - cut]
+                break
+            except UnicodeDecodeError:
+                continue
+        else:
+            text = page.decode(errors="replace")
+        return LogChunk(
+            job_id=job_id,
+            text=text,
+            offset=offset,
+            next_offset=offset + len(page),
+            size=len(data),
+            finished=record.status.finished,
+        )
+
+    def cancel(self, job_id: str) -> JobRecord:
+        """Stop the Ray job; its driver cancels the replicas, whose process groups get SIGTERM."""
+        record = self.status(job_id)
+        if not record.status.finished:
+            self.client.stop_job(job_id)
+        return self.status(job_id)
+
+    def list(self) -> list[JobRecord]:
+        """Every Tradewind job on the cluster, newest first."""
+        jobs = [info for info in self.client.list_jobs() if SPEC_KEY in (info.metadata or {})]
+        jobs.sort(key=lambda info: info.start_time or 0, reverse=True)
+        return [self._record(info) for info in jobs]
+
+    def cluster_status(self) -> BackendStatus:
+        """The cluster's resources (from its nodes), what Tradewind's active jobs hold, and those jobs."""
+        from ray.util.state import list_nodes
+
+        capacity: dict[str, float] = {}
+        for node in list_nodes(address=self.client.get_address(), detail=True):
+            if str(node.state) == "ALIVE":
+                for key, value in (node.resources_total or {}).items():
+                    if not key.startswith("node:"):
+                        capacity[key] = capacity.get(key, 0) + value
+        active = [r for r in self.list() if not r.status.finished]
+        used: dict[str, float] = {}
+        for record in active:
+            if record.status is JobStatus.RUNNING:
+                for bundle in ray_bundles(record.spec)[0]:
+                    for key, value in bundle.items():
+                        used[key] = used.get(key, 0) + value
+        return BackendStatus(
+            name=self.name,
+            detail=self.address,
+            capacity=capacity,
+            used=used,
+            queued=[r for r in active if r.status is JobStatus.PENDING],
+            running=[r for r in active if r.status is JobStatus.RUNNING],
+        )

@@ -1,0 +1,212 @@
+"""The driver of one Tradewind job on Ray: reserves a placement group, runs the replicas, retries.
+
+The Ray backend submits this module as the entrypoint of a Ray job. It reserves one bundle per replica
+in a placement group (all or nothing: gang scheduling), finds the coordinator address on replica 0's
+node, starts every replica as a Ray task that runs the job's process, and waits. It applies the same
+policy as the local supervisor: a replica killed by a signal or lost with its worker or node is a
+preemption, any other non-zero exit a failure; each is retried up to its limit; the timeout fails
+the job. Its last output line is `[tradewind] result {json}`, which the backend reads for the status.
+
+Command (built by `RayBackend.submit`, not typed by hand):
+    python -m tradewind.cluster.ray_entry <job id> '<JobSpec as JSON>'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from tradewind.cluster.jobs import (
+    ATTEMPT_ENV,
+    COORDINATOR_ENV,
+    JOB_ID_ENV,
+    PROCESS_COUNT_ENV,
+    PROCESS_ID_ENV,
+    JobSpec,
+    JobStatus,
+    tpu_topology,
+)
+
+RESULT_PREFIX = "[tradewind] result "
+STARTED_LINE = "[tradewind] replicas started"
+LOG_FLUSH_S = 1.0
+PREEMPTION_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+
+
+def replica_count(spec: JobSpec) -> int:
+    """Replicas of the job: one per TPU host for a TPU job, else `spec.replicas`."""
+    if spec.resources.tpu_type is None:
+        return spec.replicas
+    hosts, _ = tpu_topology(spec.resources.tpu_type)
+    needed = hosts * spec.resources.tpu_slices
+    if spec.replicas not in (1, needed):
+        raise ValueError(
+            f"a {spec.resources.tpu_type} x{spec.resources.tpu_slices} job runs {needed} replicas, not {spec.replicas}"
+        )
+    return needed
+
+
+def ray_bundles(spec: JobSpec) -> tuple[list[dict[str, float]], str]:
+    """One Ray resource bundle per replica, and the placement strategy.
+
+    CPUs, GPUs and memory map to Ray's `CPU`, `GPU` and `memory`. A TPU type maps to `TPU: <chips per
+    host>` on every bundle and `TPU-<type>-head: 1` on the first bundle of each slice, the names Ray's
+    TPU support gives the hosts of a slice; multi-host slices spread one bundle per node.
+    """
+    r = spec.resources
+    base: dict[str, float] = {"CPU": max(r.cpus, 0.001)}
+    if r.gpus:
+        base["GPU"] = r.gpus
+    if r.memory_gb:
+        base["memory"] = r.memory_gb * 2**30
+    if r.tpu_type is None:
+        return [dict(base) for _ in range(spec.replicas)], "PACK"
+    hosts, chips = tpu_topology(r.tpu_type)
+    bundles = []
+    for _slice in range(r.tpu_slices):
+        for host in range(hosts):
+            bundle = {**base, "TPU": chips}
+            if host == 0:
+                bundle[f"TPU-{r.tpu_type}-head"] = 1
+            bundles.append(bundle)
+    return bundles, "STRICT_SPREAD" if len(bundles) > 1 else "PACK"
+
+
+def _run_replica(argv: list[str], env: dict[str, str], cwd: str | None) -> int:
+    """Runs on a Ray worker: the job's process, whose output goes to the worker's (and so the job's) log."""
+    process = subprocess.Popen(argv, env={**os.environ, **env}, cwd=cwd, start_new_session=True)
+    try:
+        return process.wait()
+    except BaseException:  # ray.cancel raises KeyboardInterrupt here: take the process group down with us
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        raise
+
+
+def _node_address() -> str:
+    """Runs on replica 0's node: an address there with a free port for the gang's coordinator.
+
+    `TRADEWIND_COORDINATOR_HOST` overrides the node's IP, e.g. 127.0.0.1 for a one-machine Ray in tests.
+    """
+    import ray
+
+    host = os.environ.get("TRADEWIND_COORDINATOR_HOST") or ray.util.get_node_ip_address()
+    with socket.socket() as s:
+        s.bind((host if host == "127.0.0.1" else "", 0))
+        port = s.getsockname()[1]
+    return f"{host}:{port}"
+
+
+def _result(status: JobStatus, reason: str | None, exit_code: int | None, **counts: Any) -> int:
+    time.sleep(LOG_FLUSH_S)  # replica output reaches the driver through Ray's log monitor a moment late
+    print(RESULT_PREFIX + json.dumps({"status": status.value, "reason": reason, "exit_code": exit_code, **counts}))
+    sys.stdout.flush()
+    return 0 if status is JobStatus.SUCCEEDED else 1
+
+
+def drive(job_id: str, spec: JobSpec) -> int:
+    """Run the job to a terminal state on the Ray cluster this process belongs to; returns the exit code."""
+    import ray
+    from ray.exceptions import NodeDiedError, OwnerDiedError, TaskCancelledError, WorkerCrashedError
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    os.environ["RAY_COLOR_PREFIX"] = "0"  # plain "(_run_replica pid=N)" prefixes in the job's log
+    ray.init(log_to_driver=True)
+    bundles, strategy = ray_bundles(spec)
+    count = replica_count(spec)
+    group = placement_group(bundles, strategy=strategy, name=f"tradewind-{job_id}")
+    ray.get(group.ready())  # the gang: nothing starts until every replica's bundle is reserved
+    run_replica = ray.remote(max_retries=0)(_run_replica)
+    stopping = {"cancelled": False}
+    refs: list[Any] = []
+
+    def on_term(signum: int, frame: Any) -> None:  # `ray job stop`: end the replicas before we go
+        stopping["cancelled"] = True
+        for ref in refs:
+            ray.cancel(ref)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    failures = preemptions = attempts = 0
+    while True:
+        attempts += 1
+        counts = {"attempts": attempts, "failures": failures, "preemptions": preemptions}
+        at = {i: PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i) for i in range(count)}
+        env = {**spec.env, JOB_ID_ENV: job_id, ATTEMPT_ENV: str(attempts)}
+        if count > 1:
+            address = ray.get(ray.remote(num_cpus=0)(_node_address).options(scheduling_strategy=at[0]).remote())
+            env |= {COORDINATOR_ENV: address, PROCESS_COUNT_ENV: str(count)}
+        refs[:] = []
+        for i in range(count):
+            options = {k: v for k, v in bundles[i].items() if k not in ("CPU", "GPU", "memory")}
+            refs.append(
+                run_replica.options(
+                    num_cpus=bundles[i]["CPU"],
+                    num_gpus=bundles[i].get("GPU", 0),
+                    memory=bundles[i].get("memory"),
+                    resources=options or None,
+                    scheduling_strategy=at[i],
+                ).remote(spec.argv(python=sys.executable), {**env, PROCESS_ID_ENV: str(i)}, spec.cwd)
+            )
+        print(f"{STARTED_LINE} (attempt {attempts}, {count} replicas)", flush=True)
+        deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
+        outcome, code, reason = "succeeded", 0, None
+        pending = list(refs)
+        try:
+            while pending:
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                done, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+                if not done:
+                    outcome, reason = "timed_out", f"timed out after {spec.timeout_s:g} s (timeout_s) and was killed"
+                    break
+                try:
+                    code = ray.get(done[0])
+                except (WorkerCrashedError, NodeDiedError, OwnerDiedError) as error:
+                    outcome, code, reason = "preempted", None, f"lost its Ray worker or node: {type(error).__name__}"
+                    break
+                if code != 0:
+                    preempted = code < 0 and signal.Signals(-code) in PREEMPTION_SIGNALS
+                    outcome = "preempted" if preempted else "failed"
+                    reason = (
+                        f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                    )
+                    break
+        except (KeyboardInterrupt, TaskCancelledError):
+            outcome, reason = "cancelled", "cancelled on request"
+        for ref in pending:  # one replica ended the attempt: the rest of the gang cannot go on
+            ray.cancel(ref)
+        with contextlib.suppress(Exception):
+            ray.wait(pending, num_returns=len(pending), timeout=10)
+        counts = {"attempts": attempts, "failures": failures, "preemptions": preemptions}
+        if stopping["cancelled"] or outcome == "cancelled":
+            return _result(JobStatus.CANCELLED, "cancelled on request", None, **counts)
+        if outcome == "succeeded":
+            return _result(JobStatus.SUCCEEDED, None, 0, **counts)
+        if outcome == "timed_out":
+            return _result(JobStatus.FAILED, reason, None, **counts)
+        if outcome == "preempted":
+            preemptions += 1
+            if preemptions > spec.max_retries_preemption:
+                return _result(JobStatus.PREEMPTED, reason, code, **{**counts, "preemptions": preemptions})
+        else:
+            failures += 1
+            if failures > spec.max_retries_failure:
+                return _result(JobStatus.FAILED, reason, code, **{**counts, "failures": failures})
+        print(f"[tradewind] attempt {attempts + 1} of job {job_id} after: {reason}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(drive(sys.argv[1], JobSpec.model_validate_json(sys.argv[2])))

@@ -1,0 +1,248 @@
+"""One shard of a token cache: plan the shards of a set of inputs, and tokenize one of them.
+
+A shard is a whole input file, or a byte range of a large uncompressed JSONL file. Tokenizing it writes,
+for each split, a flat token file and its document offsets under temporary names, renames them into
+place, and only then writes the shard's completion record `shards/shard-NNNNN.json`. A shard whose
+record exists is finished; a rerun after a crash or SIGKILL redoes only the shards without one.
+
+`tokenize_shard` is a top-level function of one picklable `ShardTask`, so any `tradewind.cluster`
+`TaskRunner` (worker processes here, Ray later) can run the shards in parallel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pydantic
+
+from tradewind.core import InvalidInputError, atomic_write_json, read_json
+from tradewind.data.bad_records import BadRecords
+from tradewind.data.readers import Format, is_splittable, read_file_documents
+from tradewind.data.tokenizers import Tokenizer
+
+SPLITS = ("train", "val")
+RECORDS_DIR = "shards"
+# A tokenizer batch is flushed at whichever limit comes first, which bounds memory for huge documents.
+_BATCH_DOCUMENTS = 1_000
+_BATCH_CHARS = 16 * 2**20
+
+
+class ShardStats(pydantic.BaseModel):
+    """One split's part of one shard.
+
+    Attributes:
+        name: the shard's name; its files are `<split>/<name>.bin` and `<split>/<name>.offsets.npy`.
+        documents: documents in this part.
+        tokens: token ids in `<name>.bin` (BOS and EOS included).
+        bytes: UTF-8 bytes of the documents' text before tokenization.
+        sha256: sha256 hex of `<name>.bin`.
+    """
+
+    name: str
+    documents: int
+    tokens: int
+    bytes: int
+    sha256: str
+
+
+class ShardRecord(pydantic.BaseModel):
+    """The completion record of one shard, written after its files."""
+
+    index: int
+    source: str
+    start: int
+    end: int | None
+    input_bytes: int
+    splits: dict[str, ShardStats]
+    bad_records: BadRecords
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """Everything a worker process needs to tokenize one shard into `folder`."""
+
+    index: int
+    url: str
+    start: int
+    end: int | None
+    input_bytes: int
+    folder: str
+    tokenizer: Tokenizer
+    format: Format
+    text_field: str
+    val_fraction: float
+    strict: bool
+    prepend_bos: bool
+    append_eos: bool
+    dtype: str
+
+    @property
+    def name(self) -> str:
+        return shard_name(self.index)
+
+    @property
+    def record_path(self) -> Path:
+        return Path(self.folder) / RECORDS_DIR / f"{self.name}.json"
+
+
+def shard_name(index: int) -> str:
+    """The file stem of shard `index`."""
+    return f"shard-{index:05d}"
+
+
+def plan_shards(
+    files: Sequence[tuple[str, int]], format: Format, shard_bytes: int
+) -> list[tuple[str, int, int | None]]:
+    """Cut `(url, size)` inputs into `(url, start, end)` shards of about `shard_bytes` each.
+
+    Only uncompressed JSONL files are cut (at exact byte offsets; a record belongs to the range holding its
+    first byte); other files are one shard each. The plan depends only on the files and their sizes.
+    """
+    if shard_bytes < 1:
+        raise InvalidInputError(f"shard_bytes must be at least 1 (got {shard_bytes})")
+    plan: list[tuple[str, int, int | None]] = []
+    for url, size in files:
+        pieces = -(-size // shard_bytes) if is_splittable(url, format) and size > shard_bytes else 1
+        if pieces == 1:
+            plan.append((url, 0, None))
+            continue
+        cuts = [size * k // pieces for k in range(pieces + 1)]
+        plan.extend((url, a, b if b < size else None) for a, b in itertools.pairwise(cuts))
+    return plan
+
+
+def is_validation(text: str, val_fraction: float) -> bool:
+    """Whether a document belongs to the validation split; depends only on its text."""
+    return _is_validation_bytes(text.encode("utf-8"), val_fraction)
+
+
+def _is_validation_bytes(data: bytes, val_fraction: float) -> bool:
+    digest = hashlib.blake2b(data, digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < val_fraction
+
+
+def tokenize_shard(task: ShardTask) -> ShardRecord:
+    """Tokenize one shard into its split files and completion record; return the record.
+
+    Does nothing but read the record when the shard is already finished.
+
+    Raises:
+        InvalidInputError: a bad record under `strict`, or a tokenizer id outside its vocabulary.
+    """
+    if task.record_path.exists():
+        return ShardRecord.model_validate(read_json(task.record_path))
+    bad = BadRecords(strict=task.strict)
+    writers = {split: _PartWriter(Path(task.folder) / split, task.name, np.dtype(task.dtype)) for split in SPLITS}
+    try:
+        batch: list[str] = []
+        chars = 0
+        documents = read_file_documents(
+            task.url, format=task.format, text_field=task.text_field, bad_records=bad, start=task.start, end=task.end
+        )
+        for document, _ in documents:
+            batch.append(document.text)
+            chars += len(document.text)
+            if len(batch) >= _BATCH_DOCUMENTS or chars >= _BATCH_CHARS:
+                _flush(batch, writers, task)
+                batch, chars = [], 0
+        if batch:
+            _flush(batch, writers, task)
+        splits = {split: writer.finish() for split, writer in writers.items()}
+    finally:
+        for writer in writers.values():
+            writer.discard()
+    record = ShardRecord(
+        index=task.index,
+        source=task.url,
+        start=task.start,
+        end=task.end,
+        input_bytes=task.input_bytes,
+        splits=splits,
+        bad_records=bad,
+    )
+    task.record_path.parent.mkdir(exist_ok=True)
+    atomic_write_json(task.record_path, record.model_dump(mode="json"))
+    return record
+
+
+def _flush(texts: list[str], writers: dict[str, _PartWriter], task: ShardTask) -> None:
+    ids = task.tokenizer.encode_batch(texts)
+    encoded = [text.encode("utf-8") for text in texts]
+    in_val = [_is_validation_bytes(data, task.val_fraction) for data in encoded]
+    for split in SPLITS:
+        want_val = split == "val"
+        chosen = [i for i, flag in enumerate(in_val) if flag == want_val]
+        if chosen:
+            writers[split].write([ids[i] for i in chosen], sum(len(encoded[i]) for i in chosen), task)
+
+
+class _PartWriter:
+    """Streams one split's tokens of one shard to `<name>.bin.tmp`; `finish` renames the files into place."""
+
+    def __init__(self, folder: Path, name: str, dtype: np.dtype):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.tokens_path = folder / f"{name}.bin"
+        self.offsets_path = folder / f"{name}.offsets.npy"
+        self.tmp = self.tokens_path.with_name(self.tokens_path.name + f".tmp-{os.getpid()}")
+        self.file = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish() or discard()
+        self.dtype = dtype
+        self.hasher = hashlib.sha256()
+        self.lengths: list[np.ndarray] = []
+        self.documents = 0
+        self.tokens = 0
+        self.text_bytes = 0
+
+    def write(self, documents: list[list[int]], text_bytes: int, task: ShardTask) -> None:
+        tokenizer = task.tokenizer
+        bos = [tokenizer.bos_id] if task.prepend_bos and tokenizer.bos_id is not None else []
+        eos = [tokenizer.eos_id] if task.append_eos else []
+        lengths = np.fromiter((len(ids) for ids in documents), dtype=np.int64, count=len(documents))
+        lengths += len(bos) + len(eos)
+        total = int(lengths.sum())
+        pieces = itertools.chain.from_iterable(itertools.chain.from_iterable((bos, ids, eos) for ids in documents))
+        flat = np.fromiter(pieces, dtype=np.int64, count=total)
+        if total and (flat.min() < 0 or flat.max() >= tokenizer.vocab_size):
+            raise InvalidInputError(
+                f"tokenizer {tokenizer.name!r} produced an id outside its vocabulary of {tokenizer.vocab_size}"
+            )
+        data = flat.astype(self.dtype).tobytes()
+        self.file.write(data)
+        self.hasher.update(data)
+        self.lengths.append(lengths)
+        self.documents += len(documents)
+        self.tokens += total
+        self.text_bytes += text_bytes
+
+    def finish(self) -> ShardStats:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        offsets = np.zeros(self.documents + 1, dtype="<i8")
+        if self.lengths:
+            np.cumsum(np.concatenate(self.lengths), out=offsets[1:])
+        offsets_tmp = self.offsets_path.with_name(self.offsets_path.name + f".tmp-{os.getpid()}")
+        with open(offsets_tmp, "wb") as out:
+            np.lib.format.write_array(out, offsets, allow_pickle=False)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(offsets_tmp, self.offsets_path)
+        os.replace(self.tmp, self.tokens_path)
+        return ShardStats(
+            name=self.tokens_path.stem,
+            documents=self.documents,
+            tokens=self.tokens,
+            bytes=self.text_bytes,
+            sha256=self.hasher.hexdigest(),
+        )
+
+    def discard(self) -> None:
+        """Close and delete the temporary file if `finish` did not run."""
+        if not self.file.closed:
+            self.file.close()
+        self.tmp.unlink(missing_ok=True)
