@@ -14,7 +14,11 @@ from tradewind.core import InvalidInputError, NotFoundError
 
 @pytest.fixture
 def backend(tmp_path):
-    return LocalBackend(tmp_path / "jobs", cpus=2, memory_gb=4)
+    backend = LocalBackend(tmp_path / "jobs", cpus=2, memory_gb=4)
+    yield backend
+    for record in backend.list():  # a failed test must not leave its jobs running after pytest
+        if not record.status.finished:
+            backend.cancel(record.id)
 
 
 def shell_job(tmp_path, script: str, **settings) -> JobSpec:
@@ -166,7 +170,9 @@ def test_twenty_concurrent_submissions_never_oversubscribe_the_ledger(backend, t
     for thread in threads:
         thread.join()
     assert len(ids) == 20
+    deadline = time.monotonic() + 120
     while not all(backend.status(job_id).status.finished for job_id in ids):
+        assert time.monotonic() < deadline, "20 short jobs did not all finish within 120 s"
         used_seen.append(backend.cluster_status().used["cpus"])
         time.sleep(0.05)
     assert all(backend.status(job_id).status is JobStatus.SUCCEEDED for job_id in ids)

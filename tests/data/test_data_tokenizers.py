@@ -1,5 +1,3 @@
-import hashlib
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -62,7 +60,9 @@ def test_hf_tokenizer_trained_locally_round_trips_without_adding_special_tokens(
     assert from_file.encode_batch([CORPUS[0]]) == [ids]
     assert len(ids) < len(CORPUS[0].encode())  # merges were learned, so it is not a byte tokenizer
     assert from_folder.eos_id == 0 and from_folder.eos_id not in ids
-    assert from_folder.fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert from_folder.fingerprint == from_file.fingerprint
+    other_eos = load_tokenizer(str(path), eos_token=from_folder._tokenizer.id_to_token(1))
+    assert other_eos.eos_id == 1 and other_eos.fingerprint != from_folder.fingerprint
     assert from_folder.name == str(path)
     assert max(ids) < from_folder.vocab_size
 

@@ -89,6 +89,24 @@ async def test_train_tokenizer_trains_a_bpe_tokenizer_that_tokenize_dataset_acce
     assert seen and seen[-1][0] == seen[-1][1]
 
 
+async def test_progress_from_the_tokenizer_trainers_own_threads_reaches_the_client(server):
+    # The Rust BPE trainer pulls documents (and so reports progress) from threads the tool did not start.
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append(progress)
+
+    async with Client(server) as client:
+        trained = await call(
+            client,
+            "train_tokenizer",
+            {"input": "builtin:tinyshakespeare", "vocab_size": 300, "max_documents": 3000},
+            progress_callback=on_progress,
+        )
+    assert trained["vocab_size"] == 300
+    assert len(seen) >= 3 and seen == sorted(seen)
+
+
 async def test_inspect_dataset_reports_counts_histogram_and_decoded_samples(server, dataset_id):
     async with Client(server) as client:
         report = await call(client, "inspect_dataset", {"dataset_id": dataset_id, "split": "val", "samples": 2})

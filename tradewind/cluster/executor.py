@@ -70,6 +70,12 @@ class Step:
     deps: tuple[Step, ...] = field(default_factory=tuple)
     version: str = "1"
 
+    def __post_init__(self) -> None:
+        names = [dep.name for dep in self.deps]
+        if len(set(names)) != len(names):
+            # Dependencies are addressed by name (in the hash and in `inputs`); twins would shadow each other.
+            raise ConfigError(f"step {self.name!r} has two dependencies with one name: {sorted(names)}")
+
 
 def canonical_config(config: Any) -> Any:
     """The config as plain JSON values: pydantic models dumped, paths as strings."""
@@ -127,19 +133,17 @@ class Executor:
         ordered: list[Step] = []
         seen: set[Path] = set()
 
-        def visit(step: Step, path: tuple[str, ...]) -> None:
-            if step.name in path:
-                raise ConfigError(f"step {step.name!r} depends on itself through {' -> '.join(path)}")
+        def visit(step: Step) -> None:  # a frozen Step cannot depend on itself, so no cycle check is needed
             out = self.output_path(step)
             if out in seen:
                 return
             for dep in step.deps:
-                visit(dep, (*path, step.name))
+                visit(dep)
             seen.add(out)
             ordered.append(step)
 
         for step in steps:
-            visit(step, ())
+            visit(step)
         return ordered
 
     def read_status(self, step: Step) -> dict[str, Any] | None:
@@ -222,14 +226,14 @@ class Executor:
             rerun = status == "FAILED"
             if rerun and not force:
                 raise StepFailedError(f"step {step.name!r} failed before; rerun with force=True ({out})")
-            self._execute(step, out)
+            self._execute(step, out, lease)
             return PlannedStep(
                 name=step.name, output_path=str(out), action="rerun" if rerun else "run", status="SUCCEEDED"
             )
         finally:
             lease.release()
 
-    def _execute(self, step: Step, out: Path) -> None:
+    def _execute(self, step: Step, out: Path, lease: Lease) -> None:
         for child in out.iterdir():  # leftovers of a crashed or failed attempt
             if child.name not in META_FILES:
                 shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
@@ -237,9 +241,13 @@ class Executor:
         base["deps"] = {dep.name: str(self.output_path(dep)) for dep in step.deps}
         atomic_write_json(out / STATUS_FILE, {**base, "status": "RUNNING", "started_at": utc_now()})
         inputs = {dep.name: self.output_path(dep) for dep in step.deps}
-        with heartbeat(Lease(out, self.owner, self.lease_ttl_s), self.heartbeat_s):
+        with heartbeat(lease, self.heartbeat_s):
             try:
                 step.fn(out, step.config, inputs)
+                if not lease.renew():  # another executor took the step over while this one stalled
+                    raise StepBusyError(f"step {step.name!r} lost its lease to another executor; its output is theirs")
+            except StepBusyError:
+                raise
             except Exception as error:
                 message = f"{type(error).__name__}: {error}"
                 atomic_write_json(

@@ -169,8 +169,9 @@ class Attempt:
             if deadline is not None and now >= deadline:
                 self.stop()
                 return "timed_out", self.processes[0].returncode
+            still_running = next(p for p, code in zip(self.processes, codes, strict=True) if code is None)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.processes[0].wait(timeout=POLL_S)
+                still_running.wait(timeout=POLL_S)
         if self.store.cancel_requested(self.record.id):
             return "cancelled", first_bad if first_bad is not None else codes[0]
         if first_bad is None:

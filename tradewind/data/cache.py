@@ -363,12 +363,16 @@ def _run_shards(
         worker = threading.Thread(target=run, name="cache-shards", daemon=True)
         worker.start()
         last = -1
-        while worker.is_alive():
-            worker.join(_PROGRESS_INTERVAL_S)
-            done = sum(task.input_bytes for task in tasks if task.record_path.exists())
-            if done != last and done < total:
-                progress(done, total)
-                last = done
+        try:
+            while worker.is_alive():
+                worker.join(_PROGRESS_INTERVAL_S)
+                done = sum(task.input_bytes for task in tasks if task.record_path.exists())
+                if done != last and done < total:
+                    progress(done, total)
+                    last = done
+        finally:
+            # A failing progress callback must not leave shards being written after the build lock is released.
+            worker.join()
         if failure:
             raise failure[0]
         progress(total, total)

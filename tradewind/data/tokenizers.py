@@ -109,10 +109,11 @@ class HFTokenizer:
         except Exception as error:  # the Rust library raises plain Exception subclasses
             raise InvalidInputError(f"{path}: not a valid tokenizer.json: {error}") from None
         self.name = str(path)
-        self.fingerprint = hashlib.sha256(_data).hexdigest()
-        self._definition = (_data, eos_token)
         self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
         self.eos_id = self._find_eos(path, eos_token)
+        # The EOS id decides the cache's separators, so it is part of the tokenizer's identity.
+        self.fingerprint = hashlib.sha256(_data + f"\neos={self.eos_id}".encode()).hexdigest()
+        self._definition = (_data, eos_token)
         self.bos_id = self._first_id(BOS_CANDIDATES)
 
     @classmethod
@@ -126,7 +127,7 @@ class HFTokenizer:
             data = hf.Tokenizer.from_pretrained(name).to_str().encode("utf-8")
         except Exception as error:  # network and hub errors come as plain Exceptions from the Rust side
             raise NotFoundError(f"cannot load tokenizer {name!r} from the Hugging Face Hub: {error}") from None
-        return cls(name, eos_token, _data=data)
+        return cls(f"hf:{name}", eos_token, _data=data)
 
     def _first_id(self, tokens: Sequence[str]) -> int | None:
         return next((i for t in tokens if (i := self._tokenizer.token_to_id(t)) is not None), None)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import anyio.from_thread
+import anyio.lowlevel
 import pydantic
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -38,10 +39,15 @@ def _signature(request_model: type[pydantic.BaseModel], result_model: type) -> i
 
 
 def _progress_reporter(mcp_context: Context) -> Callable[[float, float | None, str | None], None]:
-    """A progress callback for tool code running in a worker thread that notifies the MCP client."""
+    """A progress callback that notifies the MCP client, callable from any thread.
+
+    Made in the tool's worker thread, it keeps that request's event-loop token, so that threads the tool
+    code starts itself (a Rust tokenizer's, a build's poller) can report progress too.
+    """
+    loop = anyio.from_thread.run_sync(anyio.lowlevel.current_token)
 
     def report(done: float, total: float | None = None, message: str | None = None) -> None:
-        anyio.from_thread.run(mcp_context.report_progress, done, total, message)
+        anyio.from_thread.run(mcp_context.report_progress, done, total, message, token=loop)
 
     return report
 

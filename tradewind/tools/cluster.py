@@ -131,15 +131,25 @@ def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterSt
     return ClusterStatus(backends=backends)
 
 
+def _pipeline_command(ctx: ToolContext, path: str, force: bool) -> list[str]:
+    command = [sys.executable, "-m", "tradewind.cluster.pipeline", path, "--workspace", str(ctx.workspace.root)]
+    return command + (["--force"] if force else [])
+
+
 def _plan(ctx: ToolContext, path: str, force: bool) -> list[PlannedStep]:
     """The plan, computed in a child process so the pipeline's imports stay out of the server."""
-    command = [sys.executable, "-m", "tradewind.cluster.pipeline", path, "--workspace", str(ctx.workspace.root)]
-    result = subprocess.run(
-        [*command, "--dry-run", *(["--force"] if force else [])],
-        capture_output=True,
-        text=True,
-        timeout=PLAN_TIMEOUT_S,
-    )
+    try:
+        result = subprocess.run(
+            [*_pipeline_command(ctx, path, force), "--dry-run"],
+            capture_output=True,
+            text=True,
+            timeout=PLAN_TIMEOUT_S,
+            start_new_session=True,
+        )
+    except subprocess.TimeoutExpired:
+        raise ConfigError(
+            f"argument 'pipeline': planning {path} took over {PLAN_TIMEOUT_S} s; does the file do work at import?"
+        ) from None
     if result.returncode != 0:
         message = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit code {result.returncode}"
         raise ConfigError(message.removeprefix("pipeline failed: "))
@@ -167,8 +177,7 @@ def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progre
             f"argument 'force': steps {', '.join(blocked)} failed in an earlier run; pass force=true to rerun them"
         )
     job_id = make_id("pipeline")
-    command = [sys.executable, "-m", "tradewind.cluster.pipeline", str(path), "--workspace", str(ctx.workspace.root)]
     record = ctx.backend.submit(
-        JobSpec(name=f"pipeline {path.name}", command=command + (["--force"] if request.force else [])), job_id=job_id
+        JobSpec(name=f"pipeline {path.name}", command=_pipeline_command(ctx, str(path), request.force)), job_id=job_id
     )
     return RunPipelineResult(pipeline=str(path), dry_run=False, steps=steps, job_id=job_id, log_file=record.log_path)
