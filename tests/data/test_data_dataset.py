@@ -102,6 +102,27 @@ def test_bad_records_are_counted_in_the_write_result_or_fail_under_strict(tmp_pa
         Dataset.from_files(path, strict=True).write_jsonl(tmp_path / "strict")
 
 
+def test_a_file_that_is_not_parquet_is_a_bad_record_and_leaves_no_partial_output(tmp_path):
+    path = tmp_path / "broken.parquet"
+    path.write_bytes(b"this is not parquet")
+
+    result = Dataset.from_files(path).write_jsonl(tmp_path / "out")
+
+    assert result.records == [0] and result.bad_records.skipped == 1
+    assert result.bad_records.examples[0].startswith(f"{path}:1: not a readable Parquet file")
+    with pytest.raises(InvalidInputError, match=r"broken\.parquet:1: not a readable Parquet file"):
+        Dataset.from_files(path, strict=True).write_jsonl(tmp_path / "strict")
+    assert not any(p.name.endswith(".tmp") for p in (tmp_path / "strict").rglob("*"))
+
+
+def test_iterating_a_dataset_warns_of_skipped_records(tmp_path, caplog):
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"text": "ok"}\nnot json\n')
+
+    assert list(Dataset.from_files(path)) == [{"text": "ok"}]
+    assert f"skipped 1 bad records: {path}:2: malformed JSON" in caplog.text
+
+
 def test_text_files_give_one_text_record_per_paragraph(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("one\ntwo\n\nthree\n")

@@ -31,6 +31,7 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,9 +39,11 @@ import fsspec
 import zstandard
 
 from tradewind.cluster import LocalTaskRunner, TaskRunner
-from tradewind.core import InvalidInputError
+from tradewind.core import InvalidInputError, get_logger
 from tradewind.data.bad_records import BadRecords
 from tradewind.data.readers import Format, detect_format, list_input_files, read_file_records
+
+log = get_logger(__name__)
 
 Record = dict[str, Any]
 Compression = Literal["none", "gz", "zst"]
@@ -125,9 +128,16 @@ class Dataset:
         return replace(self, shards=self.shards[index::count])
 
     def __iter__(self) -> Iterator[Record]:
-        """The records of every shard, in shard order, computed in this process."""
+        """The records of every shard, in shard order, computed in this process.
+
+        Bad records are skipped as in the writers (or raise, with `strict`); after the last record a
+        warning gives their count and first examples, since a plain iterator has no result to report in.
+        """
+        bad = self._bad()
         for url in self.shards:
-            yield from _apply(self.ops, read_file_records(url, format=self.format, bad_records=self._bad()))
+            yield from _apply(self.ops, read_file_records(url, format=self.format, bad_records=bad))
+        if bad.skipped:
+            log.warning("skipped %d bad records: %s", bad.skipped, "; ".join(bad.examples))
 
     def write_jsonl(
         self, out_dir: str | Path, *, compression: Compression = "none", runner: TaskRunner | None = None
@@ -199,8 +209,14 @@ def _run_shard(job: _ShardJob) -> tuple[str, int, BadRecords]:
     records = _apply(job.ops, read_file_records(job.source, format=job.format, bad_records=bad))
     fs, target = fsspec.core.url_to_fs(job.target)
     temporary = f"{target}.tmp"
-    with fs.open(temporary, "wb") as raw:
-        count = _write_parquet(records, raw) if job.kind == "parquet" else _write_jsonl(records, raw, job.compression)
+    try:
+        with fs.open(temporary, "wb") as raw:
+            write = _write_parquet if job.kind == "parquet" else partial(_write_jsonl, compression=job.compression)
+            count = write(records, raw)
+    except BaseException:
+        if fs.exists(temporary):
+            fs.rm(temporary)
+        raise
     fs.mv(temporary, target)
     bad.strict = False
     return job.target, count, bad

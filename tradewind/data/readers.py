@@ -379,15 +379,22 @@ def _jsonl_documents(
             yield Document(text=value, source=url, line=number)
 
 
-def _parquet_documents(url: str, text_field: str, bad: BadRecords) -> Iterator[tuple[Document, int]]:
+def _open_parquet(raw: Any, url: str, bad: BadRecords) -> Any:
+    """The Parquet file over `raw`, or None (a bad record) when it is not one."""
     import pyarrow.parquet as pq
 
+    try:
+        return pq.ParquetFile(raw)
+    except Exception as error:  # pyarrow raises its own ArrowInvalid for a file that is not Parquet
+        bad.add(url, 1, f"not a readable Parquet file: {error}")
+        return None
+
+
+def _parquet_documents(url: str, text_field: str, bad: BadRecords) -> Iterator[tuple[Document, int]]:
     keys = text_field.split(".")
     with open_url(url, "rb") as raw:
-        try:
-            parquet = pq.ParquetFile(raw)
-        except Exception as error:  # pyarrow raises its own ArrowInvalid for a file that is not Parquet
-            bad.add(url, 1, f"not a readable Parquet file: {error}")
+        parquet = _open_parquet(raw, url, bad)
+        if parquet is None:
             return
         columns = parquet.schema_arrow.names
         if keys[0] not in columns:
@@ -419,10 +426,9 @@ def read_file_records(
     kind = detect_format(url, format)
     bad = bad_records if bad_records is not None else BadRecords(strict=True)
     if kind == "parquet":
-        import pyarrow.parquet as pq
-
         with open_url(url, "rb") as raw:
-            for batch in pq.ParquetFile(raw).iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            parquet = _open_parquet(raw, url, bad)
+            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS) if parquet else ():
                 yield from batch.to_pylist()
         return
     with open_url(url, "rb") as raw:
