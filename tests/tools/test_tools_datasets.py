@@ -131,3 +131,16 @@ def test_cli_train_tokenizer_tokenize_and_inspect_run_end_to_end(workspace, caps
     assert f"dataset {info['dataset_id']}" in shown and "--- document 0" in shown
     assert main(["tokenize", "corpus.txt", "--workers", "0", *common]) == 2
     assert "workers: Input should be greater than or equal to 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argument", ["linked", "linked/*.txt"])
+def test_a_folder_or_glob_that_reaches_outside_through_a_symlink_is_refused(workspace, tmp_path, argument):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret paragraph\n")
+    folder = workspace.workspace.root / "linked"
+    folder.mkdir()
+    (folder / "fine.txt").write_text("a paragraph\n")
+    (folder / "leak.txt").symlink_to(outside)
+
+    with pytest.raises(PathEscapeError, match="symlink that leads outside"):
+        tokenize_dataset(workspace, TokenizeDatasetRequest(input=argument))

@@ -47,8 +47,14 @@ class LocalTaskRunner:
             return [fn(item) for item in items]
         # "spawn": forking a process that holds threads (the MCP server's, JAX's) can deadlock the child.
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=context) as pool:
-            return list(pool.map(fn, items))
+        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=context)
+        try:
+            results = list(pool.map(fn, items))
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # one task failed: the queued ones would be wasted work
+            raise
+        pool.shutdown()
+        return results
 
 
 def _apply(fn: Callable[[T], R], item: T) -> R:

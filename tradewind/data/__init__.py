@@ -27,7 +27,7 @@ from tradewind.data.dataset import Dataset, WriteResult
 from tradewind.data.loader import PackedLoader, StepLoader
 from tradewind.data.mixture import MixtureLoader
 from tradewind.data.permutation import FeistelPermutation
-from tradewind.data.readers import Document, list_input_files, read_documents
+from tradewind.data.readers import GLOB_CHARS, Document, list_input_files, read_documents
 from tradewind.data.shards import ShardStats
 from tradewind.data.stream import ShardedTokens
 from tradewind.data.tokenizers import (
@@ -62,6 +62,7 @@ __all__ = [
     "build_token_cache",
     "builtin_corpus_path",
     "cache_id",
+    "GLOB_CHARS",
     "list_input_files",
     "load_tokenizer",
     "open_token_cache",

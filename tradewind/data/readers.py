@@ -49,7 +49,7 @@ _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 _COMPRESSION_SUFFIXES = (".gz", ".zst")
 _UTF8_BOM = b"\xef\xbb\xbf"
-_GLOB_CHARS = "*?["
+GLOB_CHARS = "*?["  # characters that make an input a glob pattern
 _ZSTD_PIECE = 8 * 1024
 _OUTPUT_BYTES = READ_BUFFER_BYTES // 2
 
@@ -108,7 +108,7 @@ def list_input_files(path: str | Path) -> list[str]:
     text = str(path)
     fs, root = fsspec.core.url_to_fs(text)
     remote = "://" in text
-    if any(char in root for char in _GLOB_CHARS):
+    if any(char in root for char in GLOB_CHARS):
         found = sorted(p for p in fs.glob(root) if not fs.isdir(p))
         if not found:
             raise NotFoundError(f"no input files match {text!r}")

@@ -15,11 +15,13 @@ from tradewind.cluster import get_task_runner
 from tradewind.core import InvalidInputError, TradewindError, check_id
 from tradewind.data import (
     BUILTIN_CORPORA,
+    GLOB_CHARS,
     BadRecords,
     CacheManifest,
     build_token_cache,
     builtin_corpus_path,
     cache_id,
+    list_input_files,
     load_tokenizer,
     open_token_cache,
     source_files,
@@ -31,7 +33,6 @@ from tradewind.tools.context import Progress, ToolContext, no_progress
 
 BUILTIN_PREFIX = "builtin:"
 TOKENIZERS_DIR = "tokenizers"
-_GLOB_CHARS = "*?["
 Formats = Literal["auto", "text", "jsonl", "parquet"]
 _INPUT_HELP = (
     "A text, JSONL (.jsonl/.ndjson, optionally .gz/.zst) or Parquet file, a folder of them, or a glob such as "
@@ -95,14 +96,23 @@ def _resolve_input(ctx: ToolContext, value: str) -> str:
     """A built-in corpus's file, or the workspace path (or glob) that `value` names."""
     if value.startswith(BUILTIN_PREFIX):
         return str(builtin_corpus_path(value.removeprefix(BUILTIN_PREFIX)))
-    if not any(char in value for char in _GLOB_CHARS):
+    if not any(char in value for char in GLOB_CHARS):
         return str(ctx.workspace.resolve_path(value, argument="input"))
     # A glob: the folder before its first wildcard must be allowed; the pattern may not climb out of it.
-    head, _, _ = value.partition(next(char for char in value if char in _GLOB_CHARS))
+    head, _, _ = value.partition(next(char for char in value if char in GLOB_CHARS))
     folder, pattern = (value[: head.rindex("/")], value[head.rindex("/") + 1 :]) if "/" in head else (".", value)
     if ".." in Path(pattern).parts:
         raise InvalidInputError(f"argument 'input': the glob {value!r} may not contain '..' after its folder")
     return str(ctx.workspace.resolve_path(folder or "/", argument="input") / pattern)
+
+
+def _resolve_input_files(ctx: ToolContext, value: str) -> str:
+    """As `_resolve_input`, also refusing a folder or glob that reaches a file through an escaping symlink."""
+    source = _resolve_input(ctx, value)
+    if not value.startswith(BUILTIN_PREFIX):
+        for file in list_input_files(source):
+            ctx.workspace.resolve_path(file, argument="input")
+    return source
 
 
 def _resolve_tokenizer(ctx: ToolContext, value: str) -> str:
@@ -136,7 +146,7 @@ def tokenize_dataset(
     megabyte of text per worker and reports progress in input bytes. Bad records are skipped and
     reported (set strict to fail instead).
     """
-    source = _resolve_input(ctx, request.input)
+    source = _resolve_input_files(ctx, request.input)
     tokenizer = load_tokenizer(_resolve_tokenizer(ctx, request.tokenizer))
     options = request.model_dump(exclude={"input", "tokenizer", "workers"})
     dataset_id = cache_id(source_files([source]), tokenizer, options)
@@ -194,7 +204,7 @@ def train_tokenizer(
     '<|begin_of_text|>' (id 1). The same request reuses the tokenizer it trained before. Takes about a
     second per megabyte of text.
     """
-    source = _resolve_input(ctx, request.input)
+    source = _resolve_input_files(ctx, request.input)
     key = {
         "sources": [s.model_dump() for s in source_files([source])],
         "options": request.model_dump(exclude={"input"}),
