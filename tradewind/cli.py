@@ -7,6 +7,8 @@
     tradewind train-tokenizer INPUT [--vocab-size 32000] [--format auto] [--text-field text]
         [--max-documents N] [--min-frequency 2]
     tradewind inspect DATASET_ID [--split train] [--samples 3] [--json]
+    tradewind train CONFIG.yaml [--set key=value ...] [--run-dir DIR]
+    tradewind export RUN --format hf --out DIR
     tradewind cluster status|logs|cancel|pipeline ...
 
 Every command takes `--workspace DIR` (default `$TRADEWIND_WORKSPACE`, else `~/.tradewind`) and
@@ -21,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from tradewind.cluster.cli import add_cluster_commands
+from tradewind.trainer.cli import add_train_commands
 
 
 def _context(args: argparse.Namespace):
@@ -218,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--samples", type=int, default=3)
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect.set_defaults(handler=_inspect)
+    add_train_commands(commands, common)
     add_cluster_commands(commands, common)
     return parser
 

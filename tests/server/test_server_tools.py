@@ -222,6 +222,18 @@ async def test_summarize_report_writes_markdown_and_a_png(server, finished_run):
     assert Path(plot).parent == path.parent and Path(plot).name in report["markdown"]
 
 
+async def test_sample_text_continues_a_prompt_from_the_runs_checkpoint(server, finished_run):
+    arguments = {"run_id": finished_run.run_id, "prompt": "ROMEO:", "max_tokens": 24, "seed": 3}
+    async with Client(server) as client:
+        first = await call(client, "sample_text", arguments)
+        again = await call(client, "sample_text", arguments)
+    assert first["tokens"] == 24 and first["step"] == 30 and first["prompt"] == "ROMEO:"
+    assert first["text"] == again["text"]  # same seed and settings, same text
+    from pathlib import Path
+
+    assert json.loads(Path(first["output_file"]).read_text())["text"] == first["text"]
+
+
 BAD_CALLS = [
     ("tokenize_dataset", {"input": "../../etc/passwd"}, "argument 'input'"),
     ("tokenize_dataset", {"input": "/etc/passwd"}, "is outside the workspace"),
@@ -240,6 +252,7 @@ BAD_CALLS = [
     ("launch_training", {"dataset": "DATASET", "steps": "many"}, "steps"),
     ("launch_training", {"dataset": "DATASET", "batch_size": 1000, "seq_len": 32}, "split 'val'"),
     ("launch_training", {"dataset": "DATASET", "model": {"d_model": 30, "n_heads": 4}}, "n_heads"),
+    ("launch_training", {"dataset": "DATASET", "init_from": "/etc"}, "argument 'init_from'"),
     ("get_run", {"run_id": "run-nope"}, "unknown run id 'run-nope'"),
     ("get_run", {"run_id": "../etc"}, "not a valid id"),
     ("wait_for_run", {"run_id": "run-nope"}, "unknown run id"),
@@ -251,6 +264,8 @@ BAD_CALLS = [
     ("profile_run", {"run_id": "RUN", "steps": 0}, "steps"),
     ("summarize_report", {"run_id": "run-nope"}, "unknown run id"),
     ("summarize_report", {"run_id": 42}, "run_id"),
+    ("sample_text", {"run_id": "run-nope"}, "unknown run id"),
+    ("sample_text", {"run_id": "RUN", "top_p": 0}, "top_p"),
     ("cluster_status", {"backend": "slurm"}, "backend"),
     ("run_pipeline", {"pipeline": "../outside.py"}, "argument 'pipeline'"),
 ]

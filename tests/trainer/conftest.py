@@ -33,7 +33,7 @@ def tiny_config(tiny_cache):
             "log_every": 5,
         }
         for key, value in overrides.items():
-            fields[key] = {**fields[key], **value} if isinstance(value, dict) else value
+            fields[key] = {**fields.get(key, {}), **value} if isinstance(value, dict) else value
         return TrainConfig.model_validate(fields)
 
     return make

@@ -68,3 +68,13 @@ def test_every_config_field_has_a_description_for_the_tool_schemas():
 def test_reading_a_missing_run_config_raises_not_found(tmp_path):
     with pytest.raises(NotFoundError, match="no run config"):
         read_train_config(tmp_path / "config.json")
+
+
+def test_the_trainer_docs_page_embeds_the_current_generated_config_reference():
+    from pathlib import Path
+
+    from tradewind.trainer.reference import reference_markdown
+
+    page = (Path(__file__).parents[2] / "docs" / "trainer.md").read_text(encoding="utf-8")
+    generated = page.split("keeps it in sync -->\n", 1)[1].split("<!-- END GENERATED -->", 1)[0]
+    assert generated == reference_markdown(), "run `python -m tradewind.trainer.reference` and paste it in"

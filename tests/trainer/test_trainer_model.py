@@ -8,6 +8,7 @@ from flax import nnx
 
 from tradewind.core import ConfigError
 from tradewind.trainer import MODELS, ModelConfig, build_model, count_params
+from tradewind.trainer.flops import count_model_params, flops_per_token, peak_flops
 from tradewind.trainer.model import RMSNorm, apply_rotary, rotary_angles
 
 TINY = {"vocab_size": 61, "d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 16}
@@ -85,3 +86,53 @@ def test_llama_has_the_parameter_count_of_its_shape_and_untied_adds_an_output_ma
     tied = vocab * d + layers * per_block + d
     assert count_params(tiny_model("llama")) == tied
     assert count_params(tiny_model("llama", tie_embeddings=False)) == tied + d * vocab
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"type": "llama", "n_heads": 4, "n_kv_heads": 2},
+        {"type": "llama", "n_heads": 4, "n_kv_heads": 1, "tie_embeddings": False},
+        {"type": "gpt2", "n_heads": 4},
+        {"type": "gpt2", "n_heads": 2, "tie_embeddings": False, "d_ff": 80},
+    ],
+)
+def test_the_analytic_parameter_count_equals_the_built_models(fields):
+    config = ModelConfig(vocab_size=258, d_model=32, n_layers=2, max_seq_len=64, **fields)
+    assert count_model_params(config) == count_params(build_model(config, rngs=nnx.Rngs(0)))
+
+
+def test_grouped_query_attention_shrinks_the_key_and_value_projections():
+    config = ModelConfig(vocab_size=258, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2)
+    model = build_model(config, rngs=nnx.Rngs(0))
+    assert model.blocks[0].attn.k_proj.kernel.shape == (32, 16)
+    assert model.blocks[0].attn.q_proj.kernel.shape == (32, 32)
+    with pytest.raises(ValueError, match="divisible by n_kv_heads"):
+        ModelConfig(n_heads=4, n_kv_heads=3)
+
+
+def test_presets_fill_the_shape_and_explicit_fields_override_them():
+    config = ModelConfig(preset="llama-1b", n_layers=2)
+    assert (config.d_model, config.n_layers, config.n_kv_heads, config.d_ff) == (2048, 2, 8, 8192)
+    assert ModelConfig(preset="gpt2-small").type == "gpt2"
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        ModelConfig(preset="huge")
+
+
+@pytest.mark.parametrize(("preset", "low", "high"), [("nano", 0.5e6, 2e6), ("llama-1b", 0.9e9, 1.3e9)])
+def test_presets_span_about_a_million_to_a_billion_parameters(preset, low, high):
+    vocab = 258 if preset == "nano" else 32_000
+    assert low <= count_model_params(ModelConfig(preset=preset, vocab_size=vocab)) <= high
+
+
+def test_flops_per_token_is_six_times_matmul_weights_plus_the_attention_term():
+    config = ModelConfig(vocab_size=100, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
+    matmul = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128) + 64 * 100
+    assert flops_per_token(config, seq_len=256) == 6 * matmul + 12 * 2 * 64 * 256
+
+
+def test_peak_flops_come_from_the_table_for_accelerators_and_an_estimate_for_cpus():
+    assert peak_flops("NVIDIA H100 80GB HBM3", 16)[0] == 989e12
+    assert peak_flops("TPU v5 lite", 1)[0] == 197e12
+    flops, source = peak_flops("cpu", 4)
+    assert flops == 4 * 96e9 and "estimate" in source

@@ -2,6 +2,7 @@
 
 import json
 import re
+import struct
 import subprocess
 import sys
 
@@ -68,7 +69,7 @@ def test_metrics_rows_carry_train_fields_at_log_steps_and_eval_loss_at_eval_step
     assert [row.elapsed for row in rows] == sorted(row.elapsed for row in rows)
     # Rows leave out fields that do not apply rather than writing null.
     first_line = RunLayout(run_dir).metrics.read_text(encoding="utf-8").splitlines()[0]
-    assert set(json.loads(first_line)) == {"step", "eval_loss", "elapsed"}
+    assert set(json.loads(first_line)) == {"step", "eval_loss", "eval_perplexity", "eval_bits_per_byte", "elapsed"}
 
 
 @pytest.mark.slow
@@ -159,3 +160,51 @@ def test_restoring_a_step_that_was_not_saved_names_the_saved_steps(tiny_run, tin
         restore_checkpoint(RunLayout(run_dir).checkpoints, setup.params, setup.opt_state, step=7)
     with pytest.raises(NotFoundError, match="no checkpoints"):
         restore_checkpoint(tmp_path / "empty", setup.params, setup.opt_state)
+
+
+@pytest.mark.slow
+def test_summary_and_rows_report_flops_mfu_perplexity_and_bits_per_byte(tiny_run):
+    import math
+
+    from tradewind.data import open_token_cache
+    from tradewind.trainer import flops_per_token
+
+    config, run_dir, summary = tiny_run
+    model = config.model.model_copy(update={"vocab_size": 258})
+    assert summary.model_flops_per_token == flops_per_token(model, config.seq_len)
+    assert 0 < summary.mfu < 1 and summary.peak_flops > 0 and "estimate" in summary.peak_flops_source
+    val = open_token_cache(config.dataset).manifest.splits["val"]
+    for row in read_metrics(RunLayout(run_dir).metrics):
+        if row.eval_loss is not None:
+            assert row.eval_perplexity == pytest.approx(math.exp(row.eval_loss))
+            assert row.eval_bits_per_byte == pytest.approx(row.eval_loss / math.log(2) * val.tokens / val.bytes)
+        if row.loss is not None:
+            assert row.param_norm > 0 and row.step_time_s > 0 and 0 < row.mfu < 1
+    assert summary.final_eval_perplexity == pytest.approx(math.exp(summary.final_eval_loss))
+
+
+@pytest.mark.slow
+def test_the_run_writes_one_tensorboard_event_per_metrics_row(tiny_run):
+    _, run_dir, _ = tiny_run
+    (events,) = RunLayout(run_dir).tensorboard.glob("events.out.tfevents.*")
+    raw = events.read_bytes()
+    count, pos = 0, 0
+    while pos < len(raw):
+        (length,) = struct.unpack("<Q", raw[pos : pos + 8])
+        pos += 16 + length
+        count += 1
+    assert count == 1 + len(read_metrics(RunLayout(run_dir).metrics))  # the version header, then the rows
+
+
+@pytest.mark.slow
+def test_skip_policy_finishes_a_run_whose_losses_go_non_finite_and_counts_the_skips(tiny_config, tmp_path):
+    config = tiny_config(
+        steps=6,
+        log_every=3,
+        checkpoint=False,
+        on_nonfinite="skip",
+        optimizer={"learning_rate": 1e10, "warmup_steps": 0},
+    )
+    summary = train(config, tmp_path / "run")
+    assert summary.skipped_steps is not None and summary.skipped_steps >= 1
+    assert summary.steps == 6

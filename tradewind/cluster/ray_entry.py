@@ -189,7 +189,7 @@ def drive(job_id: str, spec: JobSpec) -> int:
         for ref in pending:  # one replica ended the attempt: the rest of the gang cannot go on
             ray.cancel(ref)
         with contextlib.suppress(Exception):
-            ray.wait(pending, num_returns=len(pending), timeout=10)
+            ray.wait(pending, num_returns=len(pending), timeout=20)  # within RAY_JOB_STOP_WAIT_TIME_S
         counts = {"attempts": attempts, "failures": failures, "preemptions": preemptions}
         if stopping["cancelled"] or outcome == "cancelled":
             return _result(JobStatus.CANCELLED, "cancelled on request", None, **counts)

@@ -47,6 +47,7 @@ from tradewind.tools.runs import (
     read_metrics,
     wait_for_run,
 )
+from tradewind.tools.sampling import SampleTextRequest, SampleTextResult, sample_text
 
 # The order agents see them in: the loop from text to report.
 TOOLS = (
@@ -61,6 +62,7 @@ TOOLS = (
     read_metrics,
     profile_run,
     summarize_report,
+    sample_text,
     run_pipeline,
     cluster_status,
 )
@@ -71,8 +73,11 @@ __all__ = [
     "ClusterStatusRequest",
     "RunPipelineRequest",
     "RunPipelineResult",
+    "SampleTextRequest",
+    "SampleTextResult",
     "cluster_status",
     "run_pipeline",
+    "sample_text",
     "BadRecordReport",
     "DatasetInfo",
     "DatasetList",

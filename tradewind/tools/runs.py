@@ -95,8 +95,10 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest) -> RunInfo
     machine's CPU trains at several thousand tokens per second
     (a 1.3M-parameter model: about 3 steps of 16 x 128 tokens per second on 2 cores).
     """
-    dataset_path = _resolve_dataset(ctx, request.dataset)
-    config = TrainConfig.model_validate({**request.model_dump(), "dataset": str(dataset_path)})
+    paths = {"dataset": str(_resolve_dataset(ctx, request.dataset))}
+    if request.init_from is not None:
+        paths["init_from"] = str(ctx.workspace.resolve_path(request.init_from, argument="init_from"))
+    config = TrainConfig.model_validate({**request.model_dump(), **paths})
     open_run_data(config)  # fail now, not minutes later in the training process, if one batch does not fit
 
     run_id = make_id("run")

@@ -1,12 +1,14 @@
-"""Trainer: the model, the optimizer, and the loop that trains and profiles it on a token cache.
+"""Trainer: the models, the optimizers, and the loop that trains, checkpoints, samples and exports them.
 
-This layer owns everything from a `TrainConfig` to a finished run folder: the config schema, the
-registered models (`Llama`), the optimizer and its schedule, the pure train and eval steps, the loop that
-writes `metrics.jsonl`, checkpoints and `summary.json`, and the profiler. It may import only
-`tradewind.core`, `tradewind.cluster` and `tradewind.data` (plus JAX, flax, optax and orbax).
+This layer owns everything from a `TrainConfig` to a finished run folder: the config schema and presets,
+the registered models (`Llama`, `GPT2`), the optimizers and schedules, the pure train and eval steps, the
+device mesh, the loop that writes `metrics.jsonl`, TensorBoard events, checkpoints and `summary.json`,
+resume, sampling, Hugging Face export/import and the profiler. It may import only `tradewind.core`,
+`tradewind.cluster` and `tradewind.data` (plus JAX, flax, optax and orbax).
 
-Entry points: `python -m tradewind.trainer RUN_DIR` trains; `python -m tradewind.trainer.profile RUN_DIR`
-profiles.
+Entry points: `python -m tradewind.trainer RUN_DIR` trains (or resumes); `python -m tradewind.trainer.profile
+RUN_DIR` profiles; `python -m tradewind.trainer.sample RUN_DIR --prompt ...` samples;
+`python -m tradewind.trainer.cli train|export ...` is `tradewind train|export`.
 """
 
 from __future__ import annotations
@@ -14,26 +16,70 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tradewind.trainer.batches import RunData, open_run_data
-from tradewind.trainer.config import ModelConfig, OptimizerConfig, TrainConfig, read_train_config
-from tradewind.trainer.layout import RunLayout
-from tradewind.trainer.metrics import MetricRow, ProfileSummary, TrainSummary, read_metrics, read_summary
-
 if TYPE_CHECKING:
-    from tradewind.trainer.checkpoint import restore_checkpoint, save_checkpoint
+    from tradewind.trainer.batches import RunData, open_run_data
+    from tradewind.trainer.checkpoint import Checkpointer, restore_checkpoint, save_checkpoint
+    from tradewind.trainer.config import (
+        PRESETS,
+        CheckpointConfig,
+        DistributedConfig,
+        MeshConfig,
+        ModelConfig,
+        OptimizerConfig,
+        TrainConfig,
+        read_train_config,
+    )
+    from tradewind.trainer.flops import count_model_params, flops_per_token, peak_flops
+    from tradewind.trainer.gpt2 import GPT2
+    from tradewind.trainer.hf import export_hf, load_hf_params
+    from tradewind.trainer.layout import RunLayout
     from tradewind.trainer.loop import train
+    from tradewind.trainer.metrics import MetricRow, ProfileSummary, TrainSummary, read_metrics, read_summary
     from tradewind.trainer.model import MODELS, Llama, build_model, count_params, register_model
-    from tradewind.trainer.optimizer import build_optimizer, build_schedule
+    from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, register_optimizer
     from tradewind.trainer.profile import profile_training
+    from tradewind.trainer.restore import load_run_model
+    from tradewind.trainer.sample import sample_run, sample_tokens
+    from tradewind.trainer.sharding import build_mesh
     from tradewind.trainer.step import TrainSetup, evaluate, setup_training
 
-# JAX-heavy names load on first use (PEP 562): the CLI and MCP server import this package without JAX.
+# Every name loads on first use (PEP 562): the CLI and MCP server import this package without JAX, and
+# `tradewind --help` (which imports `tradewind.trainer.cli`) without numpy or pydantic models.
 _LAZY = {
+    "RunData": "tradewind.trainer.batches",
+    "open_run_data": "tradewind.trainer.batches",
+    "PRESETS": "tradewind.trainer.config",
+    "CheckpointConfig": "tradewind.trainer.config",
+    "DistributedConfig": "tradewind.trainer.config",
+    "MeshConfig": "tradewind.trainer.config",
+    "ModelConfig": "tradewind.trainer.config",
+    "OptimizerConfig": "tradewind.trainer.config",
+    "TrainConfig": "tradewind.trainer.config",
+    "read_train_config": "tradewind.trainer.config",
+    "count_model_params": "tradewind.trainer.flops",
+    "flops_per_token": "tradewind.trainer.flops",
+    "peak_flops": "tradewind.trainer.flops",
+    "RunLayout": "tradewind.trainer.layout",
+    "MetricRow": "tradewind.trainer.metrics",
+    "ProfileSummary": "tradewind.trainer.metrics",
+    "TrainSummary": "tradewind.trainer.metrics",
+    "read_metrics": "tradewind.trainer.metrics",
+    "read_summary": "tradewind.trainer.metrics",
     "MODELS": "tradewind.trainer.model",
     "Llama": "tradewind.trainer.model",
     "build_model": "tradewind.trainer.model",
     "count_params": "tradewind.trainer.model",
     "register_model": "tradewind.trainer.model",
+    "GPT2": "tradewind.trainer.gpt2",
+    "OPTIMIZERS": "tradewind.trainer.optimizer",
+    "register_optimizer": "tradewind.trainer.optimizer",
+    "Checkpointer": "tradewind.trainer.checkpoint",
+    "export_hf": "tradewind.trainer.hf",
+    "load_hf_params": "tradewind.trainer.hf",
+    "load_run_model": "tradewind.trainer.restore",
+    "sample_run": "tradewind.trainer.sample",
+    "sample_tokens": "tradewind.trainer.sample",
+    "build_mesh": "tradewind.trainer.sharding",
     "build_optimizer": "tradewind.trainer.optimizer",
     "build_schedule": "tradewind.trainer.optimizer",
     "TrainSetup": "tradewind.trainer.step",
@@ -55,6 +101,23 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "GPT2",
+    "OPTIMIZERS",
+    "PRESETS",
+    "CheckpointConfig",
+    "Checkpointer",
+    "DistributedConfig",
+    "MeshConfig",
+    "build_mesh",
+    "count_model_params",
+    "export_hf",
+    "flops_per_token",
+    "load_hf_params",
+    "load_run_model",
+    "peak_flops",
+    "register_optimizer",
+    "sample_run",
+    "sample_tokens",
     "RunData",
     "open_run_data",
     "MODELS",

@@ -1,4 +1,4 @@
-"""The training run's configuration: model, optimizer and loop settings, as pydantic models.
+"""The training run's configuration: model, optimizer, checkpoint, mesh and loop settings, as pydantic models.
 
 These classes are the JSON schema the MCP tools show an agent, so every field says what it does. They
 import no JAX: the CLI and the server load them at start-up. A run reads its config from YAML or JSON
@@ -11,11 +11,32 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tradewind.core import NotFoundError, parse_config, read_json
+
+# Named model shapes; any field given next to `preset` overrides the preset's value. Sizes are for a
+# 32k vocabulary (nano and micro are meant for byte-level vocabularies of 258).
+PRESETS: dict[str, dict[str, Any]] = {
+    "nano": {"d_model": 128, "n_layers": 4, "n_heads": 4, "max_seq_len": 256},
+    "micro": {"d_model": 256, "n_layers": 6, "n_heads": 8, "max_seq_len": 512},
+    "llama-20m": {"d_model": 384, "n_layers": 8, "n_heads": 6, "n_kv_heads": 2, "max_seq_len": 512},
+    "gpt2-small": {"type": "gpt2", "d_model": 768, "n_layers": 12, "n_heads": 12, "max_seq_len": 1024},
+    "llama-125m": {"d_model": 768, "n_layers": 12, "n_heads": 12, "max_seq_len": 1024},
+    "llama-350m": {"d_model": 1024, "n_layers": 24, "n_heads": 16, "n_kv_heads": 8, "max_seq_len": 2048},
+    "llama-1b": {
+        "d_model": 2048,
+        "n_layers": 16,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "d_ff": 8192,
+        "max_seq_len": 2048,
+        "rope_theta": 500000.0,
+        "tie_embeddings": True,
+    },
+}
 
 
 class ModelConfig(BaseModel):
@@ -23,9 +44,14 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["llama"] = Field(
+    preset: str | None = Field(
+        None,
+        description=f"Start from a named shape ({', '.join(PRESETS)}); fields set beside it override the preset's.",
+    )
+    type: Literal["llama", "gpt2"] = Field(
         "llama",
-        description="Architecture: 'llama' (RMSNorm, rotary position embeddings, SwiGLU MLP, pre-norm blocks).",
+        description="Architecture: 'llama' (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no "
+        "biases) or 'gpt2' (LayerNorm, learned positions, GELU MLP, biases).",
     )
     vocab_size: int | None = Field(
         None,
@@ -34,18 +60,35 @@ class ModelConfig(BaseModel):
     )
     d_model: int = Field(128, gt=0, description="Width of the residual stream (embedding size).")
     n_layers: int = Field(4, gt=0, description="Number of transformer blocks.")
-    n_heads: int = Field(4, gt=0, description="Attention heads per block; must divide d_model into an even head size.")
+    n_heads: int = Field(4, gt=0, description="Attention (query) heads per block; must divide d_model.")
+    n_kv_heads: int | None = Field(
+        None,
+        gt=0,
+        description="Key/value heads (grouped-query attention, llama only); must divide n_heads. Null: n_heads.",
+    )
     d_ff: int | None = Field(
         None,
         gt=0,
-        description="Hidden width of the SwiGLU MLP; null means about 8/3 of d_model, rounded up to a multiple of 32.",
+        description="Hidden width of the MLP; null means 8/3 of d_model rounded up to a multiple of 32 (SwiGLU) "
+        "or 4 * d_model (gpt2).",
     )
     max_seq_len: int = Field(256, gt=0, description="Longest sequence the model accepts, in tokens.")
-    rope_theta: float = Field(10000.0, gt=0, description="Base of the rotary position embedding frequencies.")
+    rope_theta: float = Field(10000.0, gt=0, description="Base of the rotary position embedding frequencies (llama).")
+    norm_eps: float = Field(1e-6, gt=0, description="Epsilon of the RMSNorm / LayerNorm.")
     tie_embeddings: bool = Field(
         True, description="Reuse the input embedding matrix as the output projection (fewer parameters)."
     )
     init_std: float = Field(0.02, gt=0, description="Standard deviation of the normal weight initialisation.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") is not None:
+            name = data["preset"]
+            if name not in PRESETS:
+                raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+            data = {**PRESETS[name], **data}
+        return data
 
     @field_validator("n_heads")
     @classmethod
@@ -62,35 +105,97 @@ class ModelConfig(BaseModel):
             )
         return n_heads
 
+    @field_validator("n_kv_heads")
+    @classmethod
+    def _kv_heads_divide_heads(cls, n_kv_heads: int | None, info: ValidationInfo) -> int | None:
+        n_heads = info.data.get("n_heads")
+        if n_kv_heads is not None and n_heads is not None and n_heads % n_kv_heads:
+            raise ValueError(f"n_heads ({n_heads}) must be divisible by n_kv_heads ({n_kv_heads})")
+        if n_kv_heads is not None and n_kv_heads != n_heads and info.data.get("type") == "gpt2":
+            raise ValueError("grouped-query attention (n_kv_heads != n_heads) is for type 'llama' only")
+        return n_kv_heads
+
     @property
     def head_dim(self) -> int:
         """Width of one attention head."""
         return self.d_model // self.n_heads
 
     @property
+    def kv_heads(self) -> int:
+        """Key/value heads: `n_kv_heads`, or `n_heads` when it is None."""
+        return self.n_kv_heads or self.n_heads
+
+    @property
     def ff_dim(self) -> int:
-        """The MLP hidden width: `d_ff`, or 8/3 of `d_model` rounded up to a multiple of 32."""
+        """The MLP hidden width: `d_ff`, else 4 * d_model (gpt2) or 8/3 of it rounded up to 32 (llama)."""
         if self.d_ff is not None:
             return self.d_ff
+        if self.type == "gpt2":
+            return 4 * self.d_model
         return 32 * -(-8 * self.d_model // (3 * 32))  # ceil(8/3 * d_model / 32) in integers
 
 
 class OptimizerConfig(BaseModel):
-    """AdamW with global-norm gradient clipping and a warmup-then-cosine learning-rate schedule."""
+    """The optimizer (AdamW, Lion or Adafactor) with global-norm clipping and a warmup-then-decay schedule."""
 
     model_config = ConfigDict(extra="forbid")
 
+    type: Literal["adamw", "lion", "adafactor"] = Field(
+        "adamw", description="Update rule: 'adamw', 'lion' (use a ~3-10x smaller learning rate) or 'adafactor'."
+    )
     learning_rate: float = Field(3e-3, gt=0, description="Peak learning rate, reached at the end of warmup.")
+    schedule: Literal["cosine", "linear", "constant"] = Field(
+        "cosine", description="Decay after warmup: 'cosine' or 'linear' to learning_rate * min_lr_ratio, or 'constant'."
+    )
     min_lr_ratio: float = Field(
-        0.1, ge=0, le=1, description="The cosine decay ends at learning_rate * min_lr_ratio on the last step."
+        0.1, ge=0, le=1, description="The decay ends at learning_rate * min_lr_ratio on the last step."
     )
     warmup_steps: int = Field(20, ge=0, description="Steps of linear warmup from 0 to learning_rate.")
     weight_decay: float = Field(
-        0.1, ge=0, description="Decoupled (AdamW) weight decay; applied to matrices, not to norm scales."
+        0.1, ge=0, description="Decoupled weight decay; applied to matrices, not to norm scales or biases."
     )
-    b1: float = Field(0.9, ge=0, lt=1, description="Adam decay rate of the first moment.")
-    b2: float = Field(0.95, ge=0, lt=1, description="Adam decay rate of the second moment.")
+    b1: float = Field(0.9, ge=0, lt=1, description="Decay rate of the first moment (AdamW, Lion).")
+    b2: float = Field(0.95, ge=0, lt=1, description="Decay rate of the second moment (AdamW; Lion's update mix).")
     grad_clip: float = Field(1.0, ge=0, description="Clip gradients to this global L2 norm; 0 turns clipping off.")
+
+
+class CheckpointConfig(BaseModel):
+    """When checkpoints are written and which are kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    every_steps: int | None = Field(None, gt=0, description="Save every this many steps (null: only at the end).")
+    every_minutes: float | None = Field(
+        None, gt=0, description="Also save when this many minutes of wall-clock time passed since the last save."
+    )
+    keep_last: int = Field(3, gt=0, description="Keep the newest this many checkpoints; older ones are deleted...")
+    keep_every: int | None = Field(
+        None, gt=0, description="... except those at steps divisible by this, which are kept for good."
+    )
+    async_save: bool = Field(True, description="Write checkpoints in the background while training continues.")
+
+
+class MeshConfig(BaseModel):
+    """How devices are arranged: batch over `data` x `fsdp`, parameters sharded over `fsdp` and `tensor`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: int = Field(-1, description="Data-parallel replicas; -1 takes the devices the other two axes leave.")
+    fsdp: int = Field(1, gt=0, description="Devices that shard parameters and optimizer state (ZeRO-3 style).")
+    tensor: int = Field(1, gt=0, description="Devices that split each matrix's output features (tensor parallel).")
+
+
+class DistributedConfig(BaseModel):
+    """Multi-process (multi-host) set-up for `jax.distributed.initialize`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="Initialise jax.distributed before training.")
+    coordinator_address: str | None = Field(
+        None, description="host:port of process 0; null lets JAX auto-detect it (TPU pods, SLURM)."
+    )
+    num_processes: int | None = Field(None, gt=0, description="Processes in the job; null: auto-detect.")
+    process_id: int | None = Field(None, ge=0, description="This process's index; null: auto-detect.")
 
 
 class TrainConfig(BaseModel):
@@ -102,9 +207,19 @@ class TrainConfig(BaseModel):
     model: ModelConfig = Field(default_factory=ModelConfig, description="Model architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, description="Number of optimizer updates.")
-    batch_size: int = Field(16, gt=0, description="Sequences per update.")
+    batch_size: int = Field(16, gt=0, description="Sequences per update (the global batch).")
+    grad_accum: int = Field(
+        1, gt=0, description="Split each batch into this many microbatches and sum their gradients (saves memory)."
+    )
     seq_len: int = Field(128, gt=0, description="Tokens per training sequence; at most model.max_seq_len.")
     seed: int = Field(0, ge=0, description="Seed for weight initialisation and for the order of training batches.")
+    z_loss: float = Field(0.0, ge=0, description="Weight of the z-loss, mean(logsumexp(logits)^2); 1e-4 is common.")
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Matmul dtype; params stay float32. 'auto': bfloat16 on GPU/TPU, float32 on CPU."
+    )
+    on_nonfinite: Literal["stop", "skip"] = Field(
+        "stop", description="A NaN/inf loss: 'stop' fails the run naming the step; 'skip' drops that update."
+    )
     eval_every: int = Field(
         50,
         gt=0,
@@ -112,7 +227,21 @@ class TrainConfig(BaseModel):
     )
     eval_batches: int = Field(4, gt=0, description="Val batches averaged per evaluation (the same batches each time).")
     log_every: int = Field(10, gt=0, description="Write a metrics row and a log line every this many steps.")
-    checkpoint: bool = Field(True, description="Save the final parameters and optimizer state with orbax.")
+    checkpoint: bool = Field(True, description="Save checkpoints (at the end, and as `checkpoints` says).")
+    checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoint policy.")
+    resume: bool = Field(True, description="If the run folder holds checkpoints, continue from the newest good one.")
+    init_from: str | None = Field(
+        None, description="Start from these weights: a Hugging Face Llama directory (config.json, model.safetensors)."
+    )
+    mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig, description="Multi-host set-up.")
+    tensorboard: bool = Field(True, description="Also write TensorBoard event files under <run>/tensorboard/.")
+    wandb_project: str | None = Field(
+        None, description="Log to this Weights & Biases project (needs the `wandb` extra installed)."
+    )
+    peak_flops: float | None = Field(
+        None, gt=0, description="Peak FLOP/s per device for MFU; null looks the device up (CPU: an estimate)."
+    )
 
     @field_validator("seq_len")
     @classmethod
@@ -124,6 +253,14 @@ class TrainConfig(BaseModel):
                 "shorten seq_len or raise model.max_seq_len"
             )
         return seq_len
+
+    @field_validator("grad_accum")
+    @classmethod
+    def _divides_batch(cls, grad_accum: int, info: ValidationInfo) -> int:
+        batch_size = info.data.get("batch_size")
+        if batch_size is not None and batch_size % grad_accum:
+            raise ValueError(f"grad_accum ({grad_accum}) must divide batch_size ({batch_size})")
+        return grad_accum
 
     @property
     def tokens_per_step(self) -> int:

@@ -6,6 +6,8 @@
 <run>/train.log       the training process's stdout and stderr
 <run>/checkpoints/    orbax checkpoints
 <run>/profile/        profiler traces and `profile/summary.json`
+<run>/tensorboard/    TensorBoard event files of the metrics rows
+<run>/samples/        text sampled from the run's checkpoints (`python -m tradewind.trainer.sample`)
 """
 
 from __future__ import annotations
@@ -43,3 +45,11 @@ class RunLayout:
     @property
     def profile(self) -> Path:
         return self.root / "profile"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+    @property
+    def samples(self) -> Path:
+        return self.root / "samples"

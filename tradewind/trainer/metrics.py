@@ -7,7 +7,12 @@ Rows of `metrics.jsonl`, one JSON object per line, in step order:
 - step 0 carries `eval_loss` only: the loss of the freshly initialised model;
 - every `log_every` steps and at the last step, a row carries the training fields (`loss`, `lr`,
   `grad_norm`, `tokens_per_s`);
-- every `eval_every` steps and at the last step, a row carries `eval_loss`.
+- every `eval_every` steps and at the last step, a row carries `eval_loss` (and `eval_perplexity`,
+  `eval_bits_per_byte` when the dataset records its text's byte count);
+- log rows also carry `param_norm`, `step_time_s`, `mfu` and, when updates were dropped under
+  `on_nonfinite="skip"`, `skipped_steps`.
+
+A resumed run first drops the rows past the checkpoint it resumed from, then goes on appending.
 
 A step that is both a log step and an eval step has one row with both; fields that do not apply are left
 out of the JSON rather than written as null.
@@ -37,6 +42,16 @@ class MetricRow(BaseModel):
     tokens_per_s: float | None = Field(
         None, description="Training tokens per second since the previous log row (evaluation time excluded)."
     )
+    param_norm: float | None = Field(None, description="Global L2 norm of the parameters after the latest update.")
+    step_time_s: float | None = Field(None, description="Mean seconds per update since the previous log row.")
+    mfu: float | None = Field(
+        None, description="Model FLOPs utilisation: model FLOP/s over the devices' peak FLOP/s (0 to 1)."
+    )
+    skipped_steps: int | None = Field(None, description="Updates dropped for a non-finite loss since the last row.")
+    eval_perplexity: float | None = Field(None, description="exp(eval_loss).")
+    eval_bits_per_byte: float | None = Field(
+        None, description="eval_loss in bits per UTF-8 byte of val text (comparable across tokenizers)."
+    )
     elapsed: float = Field(description="Seconds since the run started, compilation included.")
 
 
@@ -55,6 +70,16 @@ class TrainSummary(BaseModel):
     mean_tokens_per_s: float = Field(description="Training tokens per second of step time (no compile, no eval).")
     compile_s: float = Field(description="Seconds spent compiling the train and eval steps.")
     wall_s: float = Field(description="Seconds the whole run took, from reading the data to the last write.")
+    model_flops_per_token: float | None = Field(
+        None, description="Model FLOPs per trained token, forward + backward, attention included (PaLM formula)."
+    )
+    mfu: float | None = Field(None, description="Mean model FLOPs utilisation over the run's step time.")
+    peak_flops: float | None = Field(None, description="Peak FLOP/s of all devices together, used for `mfu`.")
+    peak_flops_source: str | None = Field(None, description="Where the peak FLOP/s figure came from.")
+    final_eval_perplexity: float | None = Field(None, description="exp(final_eval_loss).")
+    final_eval_bits_per_byte: float | None = Field(None, description="final_eval_loss in bits per UTF-8 byte.")
+    resumed_from_step: int | None = Field(None, description="Checkpoint step this run resumed from, if it did.")
+    skipped_steps: int | None = Field(None, description="Updates dropped for non-finite losses (skip policy).")
 
 
 class ProfileSummary(BaseModel):

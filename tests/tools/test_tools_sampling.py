@@ -1,0 +1,78 @@
+"""sample_text: text from a finished run's checkpoint, through the Python API and a real MCP client."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+
+from tradewind.core import NotFoundError
+from tradewind.data import build_token_cache, load_tokenizer
+from tradewind.server.adapter import as_mcp_tool
+from tradewind.tools import ToolContext
+from tradewind.tools.sampling import SampleTextRequest, sample_text
+from tradewind.trainer import TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def trained_ctx(tmp_path_factory, small_corpus):
+    """A workspace with one finished 10-step run, `r1`, of a tiny byte-level model."""
+    ctx = ToolContext.open(tmp_path_factory.mktemp("sampling") / "workspace")
+    cache = ctx.workspace.root / "datasets" / "tiny"
+    build_token_cache([small_corpus], cache, load_tokenizer("byte"))
+    config = TrainConfig(
+        dataset=str(cache),
+        model={"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64},
+        steps=10,
+        batch_size=8,
+        seq_len=32,
+        eval_every=10,
+        eval_batches=1,
+        tensorboard=False,
+    )
+    train(config, ctx.workspace.run_dir("r1", must_exist=False))
+    return ctx
+
+
+@pytest.mark.slow
+def test_sample_text_continues_the_prompt_with_max_tokens_bytes_and_is_repeatable(trained_ctx):
+    request = SampleTextRequest(run_id="r1", prompt="ROMEO:", max_tokens=20, temperature=0.9, top_k=40, seed=3)
+    first = sample_text(trained_ctx, request)
+    assert first.tokens == 20 and first.step == 10 and first.prompt == "ROMEO:"
+    saved = json.loads(Path(first.output_file).read_text(encoding="utf-8"))
+    assert len(saved["tokens"]) == 20 and all(0 <= t < 258 for t in saved["tokens"])
+    assert sample_text(trained_ctx, request).text == first.text
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_sample_text_through_mcp_returns_the_structured_result(trained_ctx):
+    server = MCPServer(name="sampling-tools")
+    server.add_tool(as_mcp_tool(sample_text, trained_ctx), name="sample_text", structured_output=True)
+    async with Client(server) as client:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert listed["sample_text"].input_schema["required"] == ["run_id"]
+        result = await client.call_tool(
+            "sample_text", {"run_id": "r1", "prompt": "A", "max_tokens": 5, "temperature": 0}
+        )
+        bad = await client.call_tool("sample_text", {"run_id": "r1", "top_p": 0})
+    assert not result.is_error
+    data = result.structured_content
+    assert {k: data[k] for k in ("run_id", "prompt", "tokens", "step")} == {
+        "run_id": "r1",
+        "prompt": "A",
+        "tokens": 5,
+        "step": 10,
+    }
+    assert len(data["text"]) > 0 and data["output_file"].endswith(".json")
+    assert bad.is_error and "top_p" in " ".join(block.text for block in bad.content)
+
+
+def test_sample_text_on_a_run_without_checkpoints_says_so(tmp_path):
+    ctx = ToolContext.open(tmp_path / "workspace")
+    ctx.workspace.run_dir("empty", must_exist=False).mkdir(parents=True)
+    with pytest.raises(NotFoundError, match="no checkpoints yet"):
+        sample_text(ctx, SampleTextRequest(run_id="empty"))
+    shutil.rmtree(ctx.workspace.run_dir("empty"))

@@ -1,0 +1,58 @@
+"""Sampling: the key/value cache reproduces the full forward pass, and the filters keep what they promise."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tradewind.core import InvalidInputError
+from tradewind.trainer import ModelConfig, build_model
+from tradewind.trainer.model import init_cache
+from tradewind.trainer.sample import filter_logits, sample_tokens
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+def test_decoding_token_by_token_with_the_cache_gives_the_full_forward_logits(model_type):
+    config = ModelConfig(type=model_type, vocab_size=50, d_model=32, n_layers=2, n_heads=4, max_seq_len=16)
+    model = build_model(config, rngs=nnx.Rngs(0))
+    forward = nnx.jit(lambda m, t, c: m(t, c))
+    tokens = jax.random.randint(jax.random.key(1), (2, 10), 0, 50)
+    full = nnx.jit(lambda m, t: m(t))(model, tokens)
+    cache = init_cache(config, batch=2, max_len=16)
+    prefill, cache = forward(model, tokens[:, :6], cache)
+    steps = [prefill]
+    for i in range(6, 10):
+        logits, cache = forward(model, tokens[:, i : i + 1], cache)
+        steps.append(logits)
+    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, rtol=1e-5, atol=1e-5)
+    assert int(cache["index"]) == 10
+
+
+def test_greedy_sampling_follows_the_argmax_of_the_full_forward_pass():
+    config = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
+    model = build_model(config, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model)
+    out = sample_tokens(graphdef, params, config, [3, 1, 4], max_tokens=6, temperature=0.0)
+    # Causal: the logits at position i ignore what follows, so one padded length serves every step.
+    forward = nnx.jit(lambda m, t: m(t))
+    sequence = [3, 1, 4]
+    for _ in range(6):
+        padded = jnp.asarray([sequence + [0] * (9 - len(sequence))])
+        sequence.append(int(jnp.argmax(forward(model, padded)[0, len(sequence) - 1])))
+    assert out == sequence[3:]
+
+
+def test_top_k_and_top_p_leave_only_the_most_likely_tokens():
+    logits = jnp.log(jnp.asarray([0.5, 0.3, 0.15, 0.05]))
+    assert np.isfinite(filter_logits(logits, 1.0, top_k=2, top_p=1.0)).tolist() == [True, True, False, False]
+    assert np.isfinite(filter_logits(logits, 1.0, top_k=0, top_p=0.7)).tolist() == [True, True, False, False]
+    assert np.isfinite(filter_logits(logits, 1.0, top_k=0, top_p=0.45)).tolist() == [True, False, False, False]
+    np.testing.assert_allclose(filter_logits(logits, 2.0, 0, 1.0), logits / 2)
+
+
+def test_a_prompt_plus_max_tokens_beyond_the_context_is_refused():
+    config = ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, max_seq_len=8)
+    graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0)))
+    with pytest.raises(InvalidInputError, match="max_seq_len"):
+        sample_tokens(graphdef, params, config, [1, 2, 3], max_tokens=6)

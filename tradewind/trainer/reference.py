@@ -1,0 +1,77 @@
+"""The config reference and presets table of `docs/trainer.md`, generated from the pydantic schema.
+
+    python -m tradewind.trainer.reference          # prints the markdown that docs/trainer.md embeds
+
+A test checks that `docs/trainer.md` holds exactly this text, so the page cannot drift from the code.
+Imports no JAX.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from tradewind.trainer.config import (
+    PRESETS,
+    CheckpointConfig,
+    DistributedConfig,
+    MeshConfig,
+    ModelConfig,
+    OptimizerConfig,
+    TrainConfig,
+)
+from tradewind.trainer.flops import count_model_params
+
+SECTIONS: list[tuple[str, type[BaseModel]]] = [
+    ("", TrainConfig),
+    ("model.", ModelConfig),
+    ("optimizer.", OptimizerConfig),
+    ("checkpoints.", CheckpointConfig),
+    ("mesh.", MeshConfig),
+    ("distributed.", DistributedConfig),
+]
+NESTED = {"model", "optimizer", "checkpoints", "mesh", "distributed"}
+
+
+def _default(field) -> str:
+    if field.is_required():
+        return "required"
+    if field.default_factory is not None:
+        return "(section)"
+    return f"`{field.default!r}`".replace("|", "\\|")
+
+
+def config_reference() -> str:
+    """Markdown tables of every config field: name, default and description."""
+    lines = []
+    for prefix, model in SECTIONS:
+        lines += [f"#### `{prefix or 'top level'}`", "", "| field | default | description |", "|---|---|---|"]
+        for name, field in model.model_fields.items():
+            if not prefix and name in NESTED:
+                continue
+            description = (field.description or "").replace("|", "\\|")
+            lines.append(f"| `{prefix}{name}` | {_default(field)} | {description} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def presets_table() -> str:
+    """Markdown table of the model presets with their parameter counts."""
+    lines = ["| preset | type | d_model | layers | heads (kv) | params (vocab 258) | params (vocab 32k) |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for name in PRESETS:
+        small = count_model_params(ModelConfig(preset=name, vocab_size=258))
+        large = ModelConfig(preset=name, vocab_size=32_000)
+        lines.append(
+            f"| `{name}` | {large.type} | {large.d_model} | {large.n_layers} | {large.n_heads} ({large.kv_heads}) | "
+            f"{small / 1e6:.1f}M | {count_model_params(large) / 1e6:.1f}M |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def reference_markdown() -> str:
+    """Both tables, as `docs/trainer.md` embeds them between its GENERATED markers."""
+    return "### Presets\n\n" + presets_table() + "\n### Config reference\n\n" + config_reference()
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

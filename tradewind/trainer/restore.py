@@ -1,0 +1,65 @@
+"""Load a finished (or checkpointed) run's model: its config, graph and the newest checkpoint's parameters.
+
+Used by sampling and by the Hugging Face export; training itself restores through `Checkpointer`.
+
+Example:
+    loaded = load_run_model(Path("runs/r1"))
+    logits = nnx.merge(loaded.graphdef, loaded.params)(tokens)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from tradewind.data import CacheManifest, open_token_cache
+from tradewind.trainer.checkpoint import Checkpointer
+from tradewind.trainer.config import CheckpointConfig, ModelConfig, TrainConfig, read_train_config
+from tradewind.trainer.layout import RunLayout
+from tradewind.trainer.model import build_model
+from tradewind.trainer.optimizer import build_optimizer
+from tradewind.trainer.step import resolve_model_config
+
+
+@dataclass
+class LoadedRun:
+    """A run's model as saved in its newest readable checkpoint."""
+
+    config: TrainConfig
+    model_config: ModelConfig
+    manifest: CacheManifest
+    graphdef: nnx.GraphDef
+    params: Any
+    step: int
+
+
+def load_run_model(run_dir: Path, step: int | None = None) -> LoadedRun:
+    """Rebuild the run's model and restore the parameters of checkpoint `step` (default: newest readable).
+
+    Raises:
+        NotFoundError: no run config, token cache or checkpoint.
+    """
+    layout = RunLayout(Path(run_dir))
+    config = read_train_config(layout.config)
+    manifest = open_token_cache(Path(config.dataset)).manifest
+    model_config = resolve_model_config(config.model, manifest)
+    graphdef, abstract_params = nnx.split(nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(config.seed))))
+    abstract_opt = jax.eval_shape(build_optimizer(config.optimizer, config.steps).init, abstract_params)
+    like = {
+        "params": abstract_params,
+        "opt_state": abstract_opt,
+        "step": 0,
+        "data_step": 0,
+        "rng": np.zeros(2, np.uint32),
+    }
+    checkpointer = Checkpointer(layout.checkpoints, CheckpointConfig(async_save=False))
+    try:
+        state, found = checkpointer.restore(like, step)
+    finally:
+        checkpointer.manager.close()
+    return LoadedRun(config, model_config, manifest, graphdef, state["params"], found)
