@@ -56,7 +56,7 @@ def _figure(value: float | None, digits: int = 4) -> str:
 def render_report(info: RunInfo, config: TrainConfig, profile: ProfileSummary | None, plot_name: str) -> str:
     """The markdown text of a run's report."""
     summary = info.summary
-    model = config.model
+    model, optimizer = config.model, config.optimizer
     lines = [
         f"# Training report: {info.run_id}",
         "",
@@ -67,11 +67,12 @@ def render_report(info: RunInfo, config: TrainConfig, profile: ProfileSummary | 
         "| setting | value |",
         "|---|---|",
         f"| dataset | `{config.dataset}` |",
-        f"| model | Llama-style, d_model {model.d_model}, {model.n_layers} layers, {model.n_heads} heads |",
+        f"| model | {model.type}, d_model {model.d_model}, {model.n_layers} layers, {model.n_heads} heads |",
         f"| parameters | {summary.parameters:,} |" if summary else "| parameters | n/a |",
         f"| steps | {config.steps} |",
         f"| batch x sequence | {config.batch_size} x {config.seq_len} |",
-        f"| learning rate | {config.optimizer.learning_rate:g} (warmup {config.optimizer.warmup_steps}, cosine) |",
+        f"| optimizer | {optimizer.type}, learning rate {optimizer.learning_rate:g} "
+        f"(warmup {optimizer.warmup_steps}, {optimizer.schedule}) |",
         "",
         "## Results",
         "",
@@ -81,7 +82,11 @@ def render_report(info: RunInfo, config: TrainConfig, profile: ProfileSummary | 
         f"| first eval loss | {_figure(summary.first_eval_loss if summary else None)} |",
         f"| final eval loss | {_figure(summary.final_eval_loss if summary else info.eval_loss)} |",
         f"| best eval loss | {_figure(summary.best_eval_loss if summary else None)} |",
+        f"| final eval perplexity | {_figure(summary.final_eval_perplexity if summary else None, 2)} |",
+        f"| final eval bits per byte | {_figure(summary.final_eval_bits_per_byte if summary else None)} |",
         f"| throughput | {_figure(summary.mean_tokens_per_s if summary else None, 0)} tokens/s |",
+        f"| model FLOPs utilisation | {_figure(summary.mfu * 100 if summary and summary.mfu else None, 1)} % "
+        f"({summary.peak_flops_source if summary and summary.peak_flops_source else 'peak unknown'}) |",
         f"| wall time | {_figure(summary.wall_s if summary else None, 1)} s |",
         "",
         f"![loss curve]({plot_name})",
