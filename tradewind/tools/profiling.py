@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sys
-import time
 
 from pydantic import Field
 
-from tradewind.cluster import JobSpec, JobStatus
-from tradewind.core import TradewindError, make_id, read_json, tail_lines
-from tradewind.tools.context import Progress, ToolContext, no_progress
-from tradewind.tools.runs import LOG_TAIL_LINES, RunRequest
+from tradewind.cluster import JobSpec
+from tradewind.core import make_id, read_json
+from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
+from tradewind.tools.runs import RunRequest
 from tradewind.trainer import ProfileSummary, RunLayout
 
 
@@ -33,32 +32,14 @@ def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress
     """
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     log_path = layout.profile / "profile.log"
-    job = ctx.backend.submit(
-        JobSpec(
-            name=f"profile {request.run_id}",
-            command=[
-                sys.executable,
-                "-m",
-                "tradewind.trainer.profile",
-                str(layout.root),
-                "--steps",
-                str(request.steps),
-            ],
-            log_path=str(log_path),
-        ),
+    command = [sys.executable, "-m", "tradewind.trainer.profile", str(layout.root), "--steps", str(request.steps)]
+    run_job(
+        ctx,
+        JobSpec(name=f"profile {request.run_id}", command=command, log_path=str(log_path)),
         job_id=make_id("profile"),
+        timeout_s=request.timeout_s,
+        activity=f"profiling run {request.run_id!r}",
+        progress=progress,
     )
-    start = time.monotonic()
-    record = job
-    while not record.status.finished:
-        elapsed = time.monotonic() - start
-        if elapsed >= request.timeout_s:
-            ctx.backend.cancel(job.id)
-            raise TradewindError(f"profiling run {request.run_id!r} took longer than timeout_s={request.timeout_s}")
-        progress(elapsed, request.timeout_s, "profiling (seconds elapsed)")
-        record = ctx.backend.wait(job.id, timeout=min(1.0, request.timeout_s - elapsed))
-    if record.status is not JobStatus.SUCCEEDED:
-        tail = "\n".join(tail_lines(log_path, LOG_TAIL_LINES))
-        raise TradewindError(f"profiling run {request.run_id!r} failed ({record.reason}); log {log_path} ends:\n{tail}")
     summary = ProfileSummary.model_validate(read_json(layout.profile / "summary.json"))
     return ProfileResult(**summary.model_dump(), run_id=request.run_id, log_file=str(log_path))

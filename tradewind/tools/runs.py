@@ -10,11 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import JobSpec, JobStatus
 from tradewind.core import atomic_write_json, make_id, read_json, tail_lines
-from tradewind.tools.context import Progress, ToolContext, no_progress
+from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.trainer import MetricRow, RunLayout, TrainConfig, TrainSummary, open_run_data, read_summary
 from tradewind.trainer import read_metrics as read_metric_rows
-
-LOG_TAIL_LINES = 20
 
 
 class LaunchTrainingRequest(TrainConfig):

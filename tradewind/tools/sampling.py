@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sys
-import time
 
 from pydantic import BaseModel, Field
 
-from tradewind.cluster import JobSpec, JobStatus
-from tradewind.core import NotFoundError, TradewindError, make_id, read_json, tail_lines
-from tradewind.tools.context import Progress, ToolContext, no_progress
-from tradewind.tools.runs import LOG_TAIL_LINES, RunRequest
+from tradewind.cluster import JobSpec
+from tradewind.core import NotFoundError, make_id, read_json
+from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
+from tradewind.tools.runs import RunRequest
 from tradewind.trainer import RunLayout
 
 
@@ -73,21 +72,14 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
     ]
     if request.step is not None:
         command += ["--step", str(request.step)]
-    job = ctx.backend.submit(
-        JobSpec(name=f"sample {request.run_id}", command=command, log_path=str(log_path)), job_id=sample_id
+    run_job(
+        ctx,
+        JobSpec(name=f"sample {request.run_id}", command=command, log_path=str(log_path)),
+        job_id=sample_id,
+        timeout_s=request.timeout_s,
+        activity=f"sampling run {request.run_id!r}",
+        progress=progress,
     )
-    start = time.monotonic()
-    record = job
-    while not record.status.finished:
-        elapsed = time.monotonic() - start
-        if elapsed >= request.timeout_s:
-            ctx.backend.cancel(job.id)
-            raise TradewindError(f"sampling run {request.run_id!r} took longer than timeout_s={request.timeout_s}")
-        progress(elapsed, request.timeout_s, "sampling (seconds elapsed)")
-        record = ctx.backend.wait(job.id, timeout=min(1.0, request.timeout_s - elapsed))
-    if record.status is not JobStatus.SUCCEEDED:
-        tail = "\n".join(tail_lines(log_path, LOG_TAIL_LINES))
-        raise TradewindError(f"sampling run {request.run_id!r} failed ({record.reason}); log {log_path} ends:\n{tail}")
     output = read_json(out_path)
     return SampleTextResult(
         run_id=request.run_id,
