@@ -6,6 +6,8 @@ import json
 import os
 import re
 import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -189,3 +191,13 @@ def accelerator_resources(accelerator: str, cpus: float = 1.0, memory_gb: float 
         tpu_type = f"{_ACCELERATOR_FAMILIES[match.group(1)]}-{match.group(2)}"
         return Resources(cpus=cpus, memory_gb=memory_gb, tpu_type=tpu_type)
     raise ValueError(f"unknown accelerator {accelerator!r}; expected cpu, gpu, gpu-<n> or tpu-<v4|v5p|v5e|v6e>-<size>")
+
+
+def wait_for_finish(status: Callable[[], JobRecord], timeout: float, poll_interval: float) -> JobRecord:
+    """Poll `status()` until the job finishes or `timeout` seconds pass; the last record either way."""
+    deadline = time.monotonic() + timeout
+    record = status()
+    while not record.status.finished and time.monotonic() < deadline:
+        time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
+        record = status()
+    return record

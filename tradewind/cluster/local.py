@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, utc_now
+from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, utc_now, wait_for_finish
 from tradewind.cluster.ledger import CAPACITY_KEY, check_fits_at_all, detect_capacity, usage
 from tradewind.cluster.process import process_alive
 from tradewind.cluster.store import ACTIVE, JobRow, JobStore
@@ -199,12 +199,7 @@ class LocalBackend:
 
     def wait(self, job_id: str, timeout: float, poll_interval: float = 0.1) -> JobRecord:
         """Wait until the job finishes or `timeout` seconds pass; return its record either way."""
-        deadline = time.monotonic() + timeout
-        record = self.status(job_id)
-        while not record.status.finished and time.monotonic() < deadline:
-            time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
-            record = self.status(job_id)
-        return record
+        return wait_for_finish(lambda: self.status(job_id), timeout, poll_interval)
 
     def logs(self, job_id: str, offset: int = 0, limit: int = LOG_PAGE_BYTES, replica: int = 0) -> LogChunk:
         """Up to `limit` bytes of the job's output from byte `offset` (replica 0 unless told)."""

@@ -22,10 +22,9 @@ import json
 import os
 import shlex
 import sys
-import time
 from pathlib import Path
 
-from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus
+from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, wait_for_finish
 from tradewind.cluster.local import LOG_PAGE_BYTES, BackendStatus, LogChunk
 from tradewind.cluster.ray_entry import RESULT_PREFIX, STARTED_LINE, ray_bundles, replica_count
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_text, check_id, make_id
@@ -145,12 +144,7 @@ class RayBackend:
 
     def wait(self, job_id: str, timeout: float, poll_interval: float = 0.25) -> JobRecord:
         """Wait until the job finishes or `timeout` seconds pass; return its record either way."""
-        deadline = time.monotonic() + timeout
-        record = self.status(job_id)
-        while not record.status.finished and time.monotonic() < deadline:
-            time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
-            record = self.status(job_id)
-        return record
+        return wait_for_finish(lambda: self.status(job_id), timeout, poll_interval)
 
     def logs(self, job_id: str, offset: int = 0, limit: int = LOG_PAGE_BYTES, replica: int = 0) -> LogChunk:
         """Up to `limit` bytes of the job's log (driver and every replica, as Ray collects it) from `offset`."""
