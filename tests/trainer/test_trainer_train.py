@@ -196,6 +196,55 @@ def test_the_run_writes_one_tensorboard_event_per_metrics_row(tiny_run):
     assert count == 1 + len(read_metrics(RunLayout(run_dir).metrics))  # the version header, then the rows
 
 
+def wandb_records(path):
+    """The protobuf records of a W&B run file, decoded independently of wandb's own reader.
+
+    The file is a 7-byte header (":W&B", magic, version), then LevelDB log chunks in 32 KiB blocks: a
+    4-byte checksum, 2-byte length and 1-byte type (1 whole record, 2 first, 3 middle, 4 last part).
+    """
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data, block = path.read_bytes(), 32 * 1024
+    assert data[:4] == b":W&B"
+    pos, parts, records = 7, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a chunk header is padding
+            pos += block - pos % block
+            continue
+        length, kind = struct.unpack("<HB", data[pos + 4 : pos + 7])
+        parts += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            records.append(Record.FromString(parts))
+            parts = b""
+    return records
+
+
+@pytest.mark.slow
+def test_with_wandb_project_set_every_metrics_row_is_logged_to_wandb(tiny_config, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    # W&B's offline mode is the boundary: it writes the run file that `wandb sync` would upload.
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    train(tiny_config(wandb_project="tradewind-test"), tmp_path / "wb-run")
+
+    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    records = wandb_records(run_file)
+    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert run.project == "tradewind-test" and run.display_name == "wb-run"
+    logged = {}
+    for record in records:
+        if record.WhichOneof("record_type") == "history":
+            items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            logged[items["_step"]] = items
+    rows = read_metrics(RunLayout(tmp_path / "wb-run").metrics)
+    assert sorted(logged) == [row.step for row in rows]
+    for row in rows:
+        expected = {k: v for k, v in row.model_dump(exclude_none=True).items() if k != "step"}
+        assert {k: logged[row.step][k] for k in expected} == pytest.approx(expected)
+
+
 @pytest.mark.slow
 def test_skip_policy_finishes_a_run_whose_losses_go_non_finite_and_counts_the_skips(tiny_config, tmp_path):
     config = tiny_config(

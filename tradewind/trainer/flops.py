@@ -10,6 +10,8 @@ the second term is the attention score and value products (not halved for the ca
 
 from __future__ import annotations
 
+import re
+
 from tradewind.trainer.config import ModelConfig
 
 # Dense bf16 peak FLOP/s per chip, from the vendors' data sheets (no sparsity).
@@ -25,8 +27,12 @@ PEAK_FLOPS: dict[str, float] = {
     "h100": 989e12,
     "h200": 989e12,
 }
-# A CPU core doing 2 x 8-wide float32 FMAs per cycle (AVX2) at ~3 GHz: 96 GFLOP/s. Only an estimate.
-CPU_FLOPS_PER_CORE = 2 * 2 * 8 * 3.0e9
+# The CPU estimate assumes two FMA units per core, each doing one fused multiply-add (2 FLOPs) per float32
+# lane per cycle. Lanes come from the widest vector extension /proc/cpuinfo lists, the clock from its
+# "cpu MHz" (often the base clock: turbo makes the real ceiling higher; CPUs that split 512-bit vectors
+# into two halves make it lower). Without /proc/cpuinfo (macOS, Windows) it assumes AVX2 at 3 GHz.
+CPU_FMA_UNITS = 2
+CPU_VECTOR_LANES = {"avx512f": 16, "avx2": 8, "avx": 8, "asimd": 4, "sse2": 4}  # widest first
 
 
 def matmul_params(config: ModelConfig) -> int:
@@ -63,6 +69,34 @@ def peak_flops(device_kind: str, cpu_cores: int) -> tuple[float, str]:
     for name in sorted(PEAK_FLOPS, key=len, reverse=True):
         if name in kind:
             return PEAK_FLOPS[name], f"table entry {name!r} (bf16 dense)"
-    return cpu_cores * CPU_FLOPS_PER_CORE, (
-        f"estimate for {device_kind!r}: {cpu_cores} cores x 96 GFLOP/s (8-wide fp32 FMA x2 at 3 GHz)"
+    return cpu_peak_flops(cpu_cores, device_kind)
+
+
+def cpu_peak_flops(cores: int, device_kind: str = "cpu", cpuinfo: str | None = None) -> tuple[float, str]:
+    """An estimate of the float32 peak of `cores` CPU cores, and a sentence saying how it was reached.
+
+    Args:
+        cores: cores the run may use.
+        device_kind: the device's name, quoted in the sentence.
+        cpuinfo: the text of /proc/cpuinfo; read from the system when None (empty where there is none).
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as file:
+                cpuinfo = file.read()
+        except OSError:
+            cpuinfo = ""
+    extension, lanes = "avx2, assumed", 8
+    flags = re.search(r"^(?:flags|Features)\s*:(.*)$", cpuinfo, re.MULTILINE)
+    if flags:
+        present = set(flags.group(1).split())
+        extension, lanes = next(((name, n) for name, n in CPU_VECTOR_LANES.items() if name in present), ("scalar", 1))
+    clock, clock_source = 3.0e9, "assumed"
+    mhz = re.search(r"^cpu MHz\s*:\s*([0-9.]+)", cpuinfo, re.MULTILINE)
+    if mhz and float(mhz.group(1)) > 0:
+        clock, clock_source = float(mhz.group(1)) * 1e6, "cpu MHz in /proc/cpuinfo"
+    flops = cores * CPU_FMA_UNITS * 2 * lanes * clock
+    return flops, (
+        f"estimate for {device_kind!r}: {cores} cores x {CPU_FMA_UNITS} FMA units x 2 FLOP x {lanes} float32 "
+        f"lanes ({extension}) x {clock / 1e9:.2f} GHz ({clock_source})"
     )

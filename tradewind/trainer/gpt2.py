@@ -17,7 +17,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tradewind.trainer.config import ModelConfig
-from tradewind.trainer.model import KVCache, causal_attention, register_model, require_vocab, update_cache
+from tradewind.trainer.model import (
+    KVCache,
+    causal_attention,
+    over_token_rows,
+    register_model,
+    require_vocab,
+    update_cache,
+)
 
 
 class GPT2Attention(nnx.Module):
@@ -58,7 +65,7 @@ class GPT2Block(nnx.Module):
     def __call__(self, x, positions, layer_cache=None):
         attended, layer_cache = self.attn(self.ln_1(x), positions, layer_cache)
         x = x + attended  # [batch, seq, d_model]
-        return x + self.fc_out(jax.nn.gelu(self.fc(self.ln_2(x)))), layer_cache
+        return x + over_token_rows(lambda rows: self.fc_out(jax.nn.gelu(self.fc(rows))), self.ln_2(x)), layer_cache
 
 
 @register_model("gpt2")

@@ -47,9 +47,13 @@ class RMSNorm(nnx.Module):
 
 
 def rotary_angles(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
-    """Cosines and sines of the rotary angles, each [seq, head_dim / 2], for integer `positions` [seq]."""
+    """Cosines and sines of the rotary angles, each [seq, head_dim], for integer `positions` [seq].
+
+    Channel pairs (i, i + head_dim / 2) share an angle, so each half of the last axis repeats the other.
+    """
     inv_freq = theta ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [head_dim / 2]
     angles = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]  # [seq, head_dim / 2]
+    angles = jnp.concatenate([angles, angles], axis=-1)  # [seq, head_dim]
     return jnp.cos(angles), jnp.sin(angles)
 
 
@@ -57,17 +61,37 @@ def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     """Rotate channel pairs of `x` [batch, seq, heads, head_dim] by the position angles.
 
     Channel i pairs with channel i + head_dim / 2 (the Hugging Face Llama layout, so exported weights
-    need no permutation). The dot product of a rotated query and key then depends only on their distance.
+    need no permutation): x * cos + (-x2, x1) * sin. The dot product of a rotated query and key then
+    depends only on their distance.
     """
     x1, x2 = jnp.split(x, 2, axis=-1)  # [batch, seq, heads, head_dim / 2] each
-    cos, sin = cos[None, :, None, :], sin[None, :, None, :]  # [1, seq, 1, head_dim / 2]
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+    rotated = jnp.concatenate([-x2, x1], axis=-1)  # [batch, seq, heads, head_dim]
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]  # [1, seq, 1, head_dim]
+    return (x * cos + rotated * sin).astype(x.dtype)
 
 
 def causal_attention(
     q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.Array, k_positions: jax.Array
 ) -> jax.Array:
     """Softmax attention of queries [b, sq, heads, d] over keys/values [b, sk, kv_heads, d], causally masked.
+
+    When queries and keys cover the same positions (training, or a whole prompt), the first half of the
+    queries can only see the first half of the keys, so the halves are attended separately: the quarter
+    of the score matrix that the mask would discard is never computed (a train step ~9% faster on CPU).
+    """
+    seq = q.shape[1]
+    if seq != k.shape[1] or seq % 2:
+        return masked_attention(q, k, v, q_positions, k_positions)
+    half = seq // 2
+    first = masked_attention(q[:, :half], k[:, :half], v[:, :half], q_positions[:half], k_positions[:half])
+    second = masked_attention(q[:, half:], k, v, q_positions[half:], k_positions)
+    return jnp.concatenate([first, second], axis=1)  # [b, sq, heads * d]
+
+
+def masked_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.Array, k_positions: jax.Array
+) -> jax.Array:
+    """`causal_attention` computed over all query/key pairs, with the mask applied to the scores.
 
     Query heads are grouped over the key/value heads (grouped-query attention; kv_heads = heads is plain
     multi-head attention). Scores and softmax are float32 whatever the compute dtype.
@@ -93,6 +117,17 @@ def update_cache(
     return k_cache, v_cache
 
 
+def over_token_rows(mlp: Callable[[jax.Array], jax.Array], x: jax.Array) -> jax.Array:
+    """`mlp` applied to `x` [batch, seq, d_model] as one [batch * seq, d_model] matrix, reshaped back.
+
+    The result is the same; the reason is speed. On CPU, XLA compiles the backward pass of elementwise
+    work on 3-D activations that feeds a weight gradient into slow transposing loops (a fifth of a train
+    step for the SwiGLU product); on 2-D rows it does not. The attention projections use rows too.
+    """
+    rows = x.reshape(-1, x.shape[-1])  # [batch * seq, d_model]
+    return mlp(rows).reshape(*x.shape[:-1], -1)  # [batch, seq, d_model]
+
+
 class CausalSelfAttention(nnx.Module):
     """Grouped-query self-attention in which each position attends to itself and earlier positions only."""
 
@@ -112,16 +147,17 @@ class CausalSelfAttention(nnx.Module):
 
     def __call__(self, x, cos, sin, positions, layer_cache=None):
         batch, seq, _ = x.shape  # [batch, seq, d_model]
-        q = apply_rotary(self.q_proj(x).reshape(batch, seq, self.n_heads, self.head_dim), cos, sin)
-        k = apply_rotary(self.k_proj(x).reshape(batch, seq, self.kv_heads, self.head_dim), cos, sin)
-        v = self.v_proj(x).reshape(batch, seq, self.kv_heads, self.head_dim)  # [batch, seq, kv_heads, head_dim]
+        rows = x.reshape(batch * seq, -1)  # the projections run on 2-D rows, see `over_token_rows`
+        q = apply_rotary(self.q_proj(rows).reshape(batch, seq, self.n_heads, self.head_dim), cos, sin)
+        k = apply_rotary(self.k_proj(rows).reshape(batch, seq, self.kv_heads, self.head_dim), cos, sin)
+        v = self.v_proj(rows).reshape(batch, seq, self.kv_heads, self.head_dim)  # [batch, seq, kv_heads, head_dim]
         k_positions = positions
         if layer_cache is not None:
             layer_cache = update_cache(layer_cache, k, v, positions[0])
             k, v = layer_cache
             k_positions = jnp.arange(k.shape[1])
         out = causal_attention(q, k, v, positions, k_positions)  # [batch, seq, d_model]
-        return self.o_proj(out), layer_cache
+        return self.o_proj(out.reshape(batch * seq, -1)).reshape(batch, seq, -1), layer_cache
 
 
 class SwiGLU(nnx.Module):
@@ -137,8 +173,10 @@ class SwiGLU(nnx.Module):
         self.down_proj = nnx.Linear(d_ff, d_model, kernel_init=out_init, **linear)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        hidden = jax.nn.silu(self.gate_proj(x)) * self.up_proj(x)  # [batch, seq, d_ff]
-        return self.down_proj(hidden)  # [batch, seq, d_model]
+        def mlp(rows: jax.Array) -> jax.Array:  # [tokens, d_model]
+            return self.down_proj(jax.nn.silu(self.gate_proj(rows)) * self.up_proj(rows))
+
+        return over_token_rows(mlp, x)
 
 
 class Block(nnx.Module):
@@ -221,7 +259,7 @@ class Llama(nnx.Module):
             raise ValueError(f"sequence of {seq} tokens is longer than max_seq_len ({self.max_seq_len})")
         start = 0 if cache is None else cache["index"]
         positions = start + jnp.arange(seq)  # [seq]
-        cos, sin = rotary_angles(positions, self.head_dim, self.rope_theta)  # [seq, head_dim / 2] each
+        cos, sin = rotary_angles(positions, self.head_dim, self.rope_theta)  # [seq, head_dim] each
         x = self.embed(tokens)  # [batch, seq, d_model]
         layers = []
         for i, block in enumerate(self.blocks):
