@@ -1,7 +1,7 @@
 """Tokens/s of the Tradewind training loop against a minimal hand-written `jax.jit` loop, plus model FLOP/s.
 
 Command:
-    .venv/bin/python benchmarks/train.py [--steps 40] [--pairs 9]
+    .venv/bin/python benchmarks/train.py [--steps 40] [--pairs 15]
 
 Part 1 trains the demo's model (Llama, d_model 160, 4 layers, batch 16, seq 128, byte vocabulary) on Tiny
 Shakespeare both ways: `tradewind.trainer.train` (metrics, eval, loader, everything; its
@@ -126,7 +126,7 @@ def model_flops(cache: Path, steps: int = 4) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--pairs", type=int, default=9)
+    parser.add_argument("--pairs", type=int, default=15)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"

@@ -93,17 +93,18 @@ def masked_attention(
 ) -> jax.Array:
     """`causal_attention` computed over all query/key pairs, with the mask applied to the scores.
 
-    Query heads are grouped over the key/value heads (grouped-query attention; kv_heads = heads is plain
-    multi-head attention). Scores and softmax are float32 whatever the compute dtype.
+    With fewer key/value heads than query heads (grouped-query attention), each key/value head is
+    repeated for its group of query heads. Scores and softmax are float32 whatever the compute dtype.
     """
     batch, sq, heads, head_dim = q.shape
-    kv_heads = k.shape[2]
-    q = q.reshape(batch, sq, kv_heads, heads // kv_heads, head_dim)  # [b, sq, kv, groups, d]
-    scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) / math.sqrt(head_dim)  # [b, kv, g, sq, sk]
+    groups = heads // k.shape[2]
+    if groups > 1:
+        k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)  # [b, sk, heads, d]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / math.sqrt(head_dim)  # [b, heads, sq, sk]
     causal = k_positions[None, :] <= q_positions[:, None]  # [sq, sk]
     scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
-    weights = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # [b, kv, g, sq, sk]
-    out = jnp.einsum("bkgqs,bskd->bqkgd", weights, v)  # [b, sq, kv, g, d]
+    weights = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # [b, heads, sq, sk]
+    out = jnp.einsum("bhqk,bkhd->bqhd", weights, v)  # [b, sq, heads, d]
     return out.reshape(batch, sq, heads * head_dim)  # [b, sq, heads * d]
 
 
