@@ -360,18 +360,24 @@ def _field(record: Any, keys: list[str], text_field: str) -> tuple[Any, str | No
     return value, None
 
 
-def _jsonl_documents(
-    lines: Iterator[tuple[int, str]], url: str, text_field: str, reader: _RawReader
-) -> Iterator[Document]:
-    keys = text_field.split(".")
+def _jsonl_values(lines: Iterator[tuple[int, str]], reader: _RawReader) -> Iterator[tuple[int, Any]]:
+    """`(line number, parsed JSON)` of each non-blank line; a malformed line is reported as a bad record."""
     for number, line in lines:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            value = json.loads(line)
         except json.JSONDecodeError as error:
             reader.report(number, f"malformed JSON: {error.msg} (column {error.colno})")
             continue
+        yield number, value
+
+
+def _jsonl_documents(
+    lines: Iterator[tuple[int, str]], url: str, text_field: str, reader: _RawReader
+) -> Iterator[Document]:
+    keys = text_field.split(".")
+    for number, record in _jsonl_values(lines, reader):
         value, problem = _field(record, keys, text_field)
         if problem is not None:
             reader.report(number, problem)
@@ -437,14 +443,7 @@ def read_file_records(
             for document in _text_documents(reader.lines(), url, reader):
                 yield {"text": document.text}
             return
-        for number, line in reader.lines():
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                reader.report(number, f"malformed JSON: {error.msg} (column {error.colno})")
-                continue
+        for number, record in _jsonl_values(reader.lines(), reader):
             if isinstance(record, dict):
                 yield record
             else:
