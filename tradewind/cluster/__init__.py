@@ -24,6 +24,8 @@ if TYPE_CHECKING:
         load_pipeline,
     )
     from tradewind.cluster.jobs import (
+        TPU_TYPES,
+        Accelerator,
         DistributedEnv,
         JobRecord,
         JobSpec,
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
         Resources,
         accelerator_resources,
         distributed_env,
+        parse_accelerator,
         tpu_topology,
     )
     from tradewind.cluster.ledger import Capacity
@@ -39,6 +42,9 @@ if TYPE_CHECKING:
     from tradewind.cluster.tasks import LocalTaskRunner, RayTaskRunner, TaskRunner, get_task_runner
 
 _LAZY = {
+    "Accelerator": "tradewind.cluster.jobs",
+    "TPU_TYPES": "tradewind.cluster.jobs",
+    "parse_accelerator": "tradewind.cluster.jobs",
     "Backend": "tradewind.cluster.backends",
     "accelerator_resources": "tradewind.cluster.jobs",
     "get_backend": "tradewind.cluster.backends",
@@ -76,6 +82,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "TPU_TYPES",
+    "Accelerator",
     "Backend",
     "BackendStatus",
     "Capacity",
@@ -100,5 +108,6 @@ __all__ = [
     "get_backend",
     "get_task_runner",
     "load_pipeline",
+    "parse_accelerator",
     "tpu_topology",
 ]

@@ -3,7 +3,8 @@
 Command (built by `JobSpec.argv`, not typed by hand):
     python -m tradewind.cluster.entry '{"callable": "pkg.module:function", "args": [], "kwargs": {}}'
 
-The process exits 0 when the call returns and 1 (with the traceback in the job's log) when it raises.
+The process exits 0 when the call returns and 1 when it raises: a `TradewindError` (a mistake the user can
+fix) prints `error: <message>` to stderr, anything else its traceback, both into the job's log.
 """
 
 from __future__ import annotations
@@ -25,8 +26,14 @@ def load_callable(path: str) -> Callable[..., Any]:
 
 
 def main(argv: list[str]) -> int:
+    from tradewind.core import TradewindError
+
     call = json.loads(argv[0])
-    load_callable(call["callable"])(*call.get("args", []), **call.get("kwargs", {}))
+    try:
+        load_callable(call["callable"])(*call.get("args", []), **call.get("kwargs", {}))
+    except TradewindError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

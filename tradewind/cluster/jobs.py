@@ -21,8 +21,28 @@ PROCESS_COUNT_ENV = "TRADEWIND_PROCESS_COUNT"
 JOB_ID_ENV = "TRADEWIND_JOB_ID"
 ATTEMPT_ENV = "TRADEWIND_ATTEMPT"
 
-_TPU_TYPE = re.compile(r"^(v4|v5p|v5litepod|v6e)-(\d+)$")
 
+
+def _tpu_types() -> dict[str, tuple[int, int]]:
+    """Every known TPU slice type with `(hosts, chips per host)`, as Google Cloud sells them.
+
+    v4 and v5p names count TensorCores (two per chip, four chips per host); v5litepod (v5e) and v6e
+    names count chips (up to eight on one host, then four per host).
+    """
+    table: dict[str, tuple[int, int]] = {}
+    for family in ("v4", "v5p"):
+        for cores in (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
+            table[f"{family}-{cores}"] = (cores // 8, 4)
+    for family in ("v5litepod", "v6e"):
+        for chips in (1, 4, 8):
+            table[f"{family}-{chips}"] = (1, chips)
+        for chips in (16, 32, 64, 128, 256):
+            table[f"{family}-{chips}"] = (chips // 4, 4)
+    return table
+
+
+TPU_TYPES = _tpu_types()
+_TPU_ALIASES = {"v5e": "v5litepod"}  # Cloud's marketing name of the v5litepod family
 
 class JobStatus(StrEnum):
     """The life of a job: PENDING (queued), then RUNNING, then one terminal state."""
@@ -42,19 +62,14 @@ class JobStatus(StrEnum):
 def tpu_topology(tpu_type: str) -> tuple[int, int]:
     """`(hosts, chips per host)` of one slice of `tpu_type`, e.g. `v5litepod-16` -> `(4, 4)`.
 
-    v4 and v5p names count TensorCores (two per chip); v5litepod and v6e names count chips. Slices of
-    up to 8 chips of v5litepod/v6e sit on one host; larger ones have 4 chips per host, as on GCP.
+    Raises:
+        ValueError: a type not in `TPU_TYPES`; the message lists the known ones.
     """
-    match = _TPU_TYPE.match(tpu_type)
-    if not match:
-        raise ValueError(f"unknown TPU type {tpu_type!r}; expected e.g. v4-8, v5p-8, v5litepod-8, v6e-16")
-    family, size = match.group(1), int(match.group(2))
-    chips = size // 2 if family in ("v4", "v5p") else size
-    if chips < 1:
-        raise ValueError(f"TPU type {tpu_type!r} has no whole chip")
-    if family in ("v5litepod", "v6e") and chips <= 8:
-        return 1, chips
-    return max(1, chips // 4), min(4, chips)
+    family, _, size = tpu_type.partition("-")
+    name = f"{_TPU_ALIASES.get(family, family)}-{size}"
+    if name not in TPU_TYPES:
+        raise ValueError(f"unknown TPU type {tpu_type!r}; known types: {', '.join(TPU_TYPES)}")
+    return TPU_TYPES[name]
 
 
 class Resources(BaseModel):
@@ -99,6 +114,12 @@ class JobSpec(BaseModel):
     max_retries_failure: int = Field(default=0, ge=0, le=100, description="Reruns after the job itself fails.")
     max_retries_preemption: int = Field(default=0, ge=0, le=100, description="Reruns after a kill from outside.")
     timeout_s: float | None = Field(default=None, gt=0, description="Kill and fail an attempt running this long.")
+    pending_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Fail the job, with the reason, if it has not started this many seconds after submission "
+        "(resources the backend cannot provide or never frees); null waits as long as it takes.",
+    )
 
     @model_validator(mode="after")
     def _check_entrypoint(self) -> JobSpec:
@@ -169,28 +190,61 @@ def distributed_env(environ: dict[str, str] | None = None) -> DistributedEnv | N
     )
 
 
-_ACCELERATOR_FAMILIES = {"v4": "v4", "v5p": "v5p", "v5e": "v5litepod", "v5litepod": "v5litepod", "v6e": "v6e"}
+class Accelerator(BaseModel):
+    """What an accelerator string names: `cpu`, `gpu` / `gpu:N` (N per host) or `tpu-<type>` (one slice)."""
+
+    kind: str = Field(description="'cpu', 'gpu' or 'tpu'.")
+    gpus: int = Field(default=0, description="GPUs per host.")
+    tpu_type: str | None = Field(default=None, description="TPU slice type, e.g. 'v5litepod-8'.")
+
+    @property
+    def hosts(self) -> int:
+        """Hosts of one slice: a TPU type's, else 1."""
+        return tpu_topology(self.tpu_type)[0] if self.tpu_type else 1
 
 
-def accelerator_resources(accelerator: str, cpus: float = 1.0, memory_gb: float = 0.0) -> Resources:
-    """Per-replica resources for an accelerator name as tools accept it.
-
-    `"cpu"`; `"gpu"` or `"gpu-<n>"` (n GPUs); `"tpu-<family>-<size>"` with family v4, v5p, v5e (Cloud
-    name of v5litepod) or v6e, e.g. `"tpu-v5e-8"` -> `tpu_type="v5litepod-8"`.
+def parse_accelerator(text: str) -> Accelerator:
+    """Read an accelerator string: `cpu`, `gpu`, `gpu:N`, or `tpu-<type>` with a type from `TPU_TYPES`
+    (e.g. `tpu-v5litepod-8`, `tpu-v4-32`, `tpu-v5p-128`; `tpu-v5e-8` is read as `tpu-v5litepod-8`).
 
     Raises:
-        ValueError: an unknown accelerator name.
+        ValueError: anything else; the message lists the accepted forms (and the known TPU types).
     """
-    name = accelerator.strip().lower()
+    name = text.strip().lower()
     if name == "cpu":
-        return Resources(cpus=cpus, memory_gb=memory_gb)
-    if name == "gpu" or re.fullmatch(r"gpu-\d+", name):
-        return Resources(cpus=cpus, memory_gb=memory_gb, gpus=int(name.partition("-")[2] or 1))
-    match = re.fullmatch(r"tpu-(v4|v5p|v5e|v5litepod|v6e)-(\d+)", name)
-    if match:
-        tpu_type = f"{_ACCELERATOR_FAMILIES[match.group(1)]}-{match.group(2)}"
-        return Resources(cpus=cpus, memory_gb=memory_gb, tpu_type=tpu_type)
-    raise ValueError(f"unknown accelerator {accelerator!r}; expected cpu, gpu, gpu-<n> or tpu-<v4|v5p|v5e|v6e>-<size>")
+        return Accelerator(kind="cpu")
+    if match := re.fullmatch(r"gpu(?::(\d+))?", name):
+        gpus = int(match.group(1) or 1)
+        if gpus < 1:
+            raise ValueError(f"accelerator {text!r} asks for no GPU; use 'cpu', 'gpu' or 'gpu:N' with N >= 1")
+        return Accelerator(kind="gpu", gpus=gpus)
+    if name.startswith("tpu-"):
+        tpu_type = name.removeprefix("tpu-")
+        family, _, size = tpu_type.partition("-")
+        tpu_type = f"{_TPU_ALIASES.get(family, family)}-{size}"
+        tpu_topology(tpu_type)  # raises with the known types
+        return Accelerator(kind="tpu", tpu_type=tpu_type)
+    raise ValueError(
+        f"unknown accelerator {text!r}; use 'cpu', 'gpu', 'gpu:N' (N GPUs per host) or 'tpu-<type>' "
+        "such as 'tpu-v5litepod-8', 'tpu-v4-32', 'tpu-v5p-128'"
+    )
+
+
+def accelerator_resources(
+    accelerator: str, *, slices: int = 1, cpus: float = 1.0, memory_gb: float = 0.0
+) -> tuple[Resources, int]:
+    """Per-replica `Resources` for an accelerator string, and the replicas of its gang.
+
+    A TPU job runs one replica per host of each slice (`hosts x slices`); CPU and GPU jobs one.
+
+    Raises:
+        ValueError: an unknown accelerator (see `parse_accelerator`), or `slices` without a TPU.
+    """
+    parsed = parse_accelerator(accelerator)
+    if parsed.kind != "tpu" and slices != 1:
+        raise ValueError(f"slices={slices} needs a TPU accelerator, not {accelerator!r}")
+    resources = Resources(cpus=cpus, memory_gb=memory_gb, gpus=parsed.gpus, tpu_type=parsed.tpu_type, tpu_slices=slices)
+    return resources, parsed.hosts * slices
 
 
 def wait_for_finish(status: Callable[[], JobRecord], timeout: float, poll_interval: float) -> JobRecord:
