@@ -52,9 +52,11 @@ def small_corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def ctx(tmp_path_factory, small_corpus) -> ToolContext:
-    """A tool context on a fresh workspace holding `corpus.txt`."""
+    """A tool context on a fresh workspace holding `corpus.txt`, whose runs default to the local backend
+    (CI sets RAY_ADDRESS, which would send them to Ray; the Ray tests ask for it by name)."""
     context = ToolContext.open(tmp_path_factory.mktemp("workspace"))
     shutil.copy(small_corpus, context.workspace.root / "corpus.txt")
+    (context.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
     return context
 
 

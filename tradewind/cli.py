@@ -7,13 +7,16 @@
     tradewind train-tokenizer INPUT [--vocab-size 32000] [--format auto] [--text-field text]
         [--max-documents N] [--min-frequency 2]
     tradewind inspect DATASET_ID [--split train] [--samples 3] [--json]
-    tradewind train CONFIG.yaml [--set key=value ...] [--run-dir DIR]
+    tradewind train CONFIG.yaml [--set key=value ...] [--detach]
+    tradewind runs list [--limit N] [--json] | show RUN [--json] | cancel RUN
     tradewind export RUN --format hf --out DIR
     tradewind cluster status|logs|cancel|pipeline ...
 
 Every command takes `--workspace DIR` (default `$TRADEWIND_WORKSPACE`, else `~/.tradewind`) and
-`--allow-path DIR` (repeatable) for input folders outside the workspace. Commands import what they need
-when they run, so `tradewind --help` answers at once and nothing loads JAX before it has to.
+`--allow-path DIR` (repeatable) for input folders outside the workspace. Paths given to commands and inside
+configs (datasets, runs, inputs) are relative to the workspace root; only a command's own CONFIG file is a
+plain path. Commands import what they need when they run, so `tradewind --help` answers at once and
+nothing loads JAX before it has to.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import sys
 from collections.abc import Sequence
 
 from tradewind.cluster.cli import add_cluster_commands
-from tradewind.trainer.cli import add_train_commands
+from tradewind.trainer.cli import add_export_command
 
 
 def _context(args: argparse.Namespace):
@@ -163,6 +166,91 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from tradewind.core import load_config
+    from tradewind.tools import LaunchTrainingRequest, launch_training
+
+    ctx = _context(args)
+    request = load_config(LaunchTrainingRequest, args.config, overrides=args.set)
+    run = _with_progress("preparing the dataset", lambda progress: launch_training(ctx, request, progress))
+    print(f"run {run.run_id} ({run.status.value} on {run.backend}, {run.accelerator}); folder {run.run_dir}")
+    if args.detach:
+        return 0
+    return _follow(ctx, run.run_id)
+
+
+def _follow(ctx, run_id: str) -> int:
+    """Show a run's progress until it ends; Ctrl-C cancels it. Exit status 0 only if it succeeded."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from tradewind.tools import RunRequest, WaitForRunRequest, cancel_run, wait_for_run
+
+    console = Console(stderr=True, highlight=False)
+    columns = (
+        TextColumn("train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[note]}"),
+    )
+    try:
+        with Progress(*columns, console=console) as bar:
+            task = bar.add_task("train", total=None, note="starting")
+
+            def progress(done: float, total: float | None = None, message: str | None = None) -> None:
+                bar.update(task, completed=done, total=total, note=message or "")
+
+            info = wait_for_run(ctx, WaitForRunRequest(run_id=run_id, timeout_s=3600), progress)
+            while info.timed_out:
+                info = wait_for_run(ctx, WaitForRunRequest(run_id=run_id, timeout_s=3600), progress)
+    except KeyboardInterrupt:
+        info = cancel_run(ctx, RunRequest(run_id=run_id))
+        console.print(f"cancelled run {run_id} ({info.status.value}); resume it with --set resume_from={run_id}")
+        return 130
+    if info.summary is not None:
+        summary = info.summary
+        losses = " -> ".join(
+            "n/a" if x is None else f"{x:.4f}" for x in (summary.first_eval_loss, summary.final_eval_loss)
+        )
+        console.print(
+            f"{info.status.value}: eval loss {losses}, {summary.mean_tokens_per_s or 0:,.0f} tok/s; "
+            f"run {run_id} in {info.run_dir}"
+        )
+        return 0
+    console.print(f"run {run_id} {info.status.value}: {info.reason}")
+    for line in info.log_tail:
+        console.print(f"  {line}", markup=False)
+    return 1
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from tradewind.tools import ListRunsRequest, RunRequest, cancel_run, get_run, list_runs
+
+    ctx = _context(args)
+    if args.action == "show":
+        _print_result(get_run(ctx, RunRequest(run_id=args.run)))
+        return 0
+    if args.action == "cancel":
+        info = cancel_run(ctx, RunRequest(run_id=args.run))
+        print(f"run {info.run_id}: {info.status.value}" + (f" ({info.reason})" if info.reason else ""))
+        return 0
+    listed = list_runs(ctx, ListRunsRequest(limit=args.limit))
+    if args.json:
+        _print_result(listed)
+        return 0
+    for run in listed.runs:
+        loss = "n/a" if run.eval_loss is None else f"{run.eval_loss:.4f}"
+        print(
+            f"{run.run_id}  {run.status.value:9}  step {run.step:>6}/{run.total_steps:<6}  eval {loss:>7}  "
+            f"{run.backend}/{run.accelerator}" + (f"  ({run.reason})" if run.reason else "")
+        )
+    for bad in listed.unreadable:
+        print(f"{bad.run_id}  UNREADABLE  {bad.reason}")
+    print(f"{listed.total} run folder(s) in {ctx.workspace.runs_dir}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workspace", help="workspace root (default: $TRADEWIND_WORKSPACE, else ~/.tradewind)")
@@ -221,7 +309,26 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--samples", type=int, default=3)
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect.set_defaults(handler=_inspect)
-    add_train_commands(commands, common)
+    train = commands.add_parser(
+        "train", parents=[common], help="launch a training run from a YAML config and follow it with a progress bar"
+    )
+    train.add_argument("config", help="a TrainConfig as YAML, the schema launch_training takes (see experiments/)")
+    train.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. model.n_layers=6"
+    )
+    train.add_argument("--detach", action="store_true", help="print the run id and return; the run goes on")
+    train.set_defaults(handler=_train)
+
+    runs = commands.add_parser("runs", parents=[common], help="list, show or cancel training runs (any backend)")
+    actions = runs.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", parents=[common], help="the newest runs with status and losses")
+    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--json", action="store_true", help="print the list as JSON")
+    for action, text in (("show", "one run's record as JSON"), ("cancel", "stop a run; it keeps its checkpoints")):
+        actions.add_parser(action, parents=[common], help=text).add_argument("run", help="a run id")
+    runs.set_defaults(handler=_runs)
+
+    add_export_command(commands, common)
     add_cluster_commands(commands, common)
     return parser
 

@@ -39,8 +39,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write `obj` as indented JSON to `path` atomically."""
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    """Write `obj` as indented, strict JSON to `path` atomically (NaN or infinity raise `ValueError`)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -49,9 +49,9 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
-    """Append one record as a single JSON line, flushed so that readers in other processes see it."""
+    """Append one record as a single strict JSON line, flushed so that readers in other processes see it."""
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.write(json.dumps(record, sort_keys=True, allow_nan=False) + "\n")
         f.flush()
 
 

@@ -1,16 +1,31 @@
-"""What every tool works with: the workspace, the job backend, and a way to report progress."""
+"""What every tool works with: the workspace, the job backends, and a way to report progress."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
-from tradewind.cluster import JobSpec, JobStatus, LocalBackend
-from tradewind.core import TradewindError, Workspace, tail_lines
+from pydantic import BaseModel, ConfigDict, Field
+
+from tradewind.cluster import Backend, JobSpec, JobStatus, LocalBackend, get_backend
+from tradewind.core import TradewindError, Workspace, load_config, tail_lines
 
 LOG_TAIL_LINES = 20
+SETTINGS_FILE = "settings.yaml"
+
+
+class WorkspaceSettings(BaseModel):
+    """`<workspace>/settings.yaml`: defaults for every run in the workspace."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["local", "ray"] | None = Field(
+        default=None, description="Backend of runs that name none; null: 'ray' when RAY_ADDRESS is set, else 'local'."
+    )
+
 
 Progress = Callable[[float, float | None, str | None], None]
 """`progress(done, total, message)`: called by long tools; the MCP server forwards it as notifications."""
@@ -22,10 +37,15 @@ def no_progress(done: float, total: float | None = None, message: str | None = N
 
 @dataclass(frozen=True)
 class ToolContext:
-    """The workspace the tools read and write, and the backend that runs their jobs."""
+    """The workspace the tools read and write, and the backends that run their jobs.
+
+    `backend` is the local one, where short jobs (sampling, profiling, pipelines) run; a training run
+    goes to the backend it names (`job_backend`).
+    """
 
     workspace: Workspace
     backend: LocalBackend
+    _connected: dict[str, Backend] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def open(
@@ -34,6 +54,26 @@ class ToolContext:
         """The context for the workspace at `root` (else `$TRADEWIND_WORKSPACE`, else the default)."""
         workspace = Workspace.from_env(root, allowed_paths)
         return cls(workspace=workspace, backend=LocalBackend(workspace.jobs_dir))
+
+    def job_backend(self, name: str) -> Backend:
+        """The backend called `name`: `backend` for "local"; "ray" connects to $RAY_ADDRESS on first use.
+
+        Raises:
+            InvalidInputError: an unknown name, Ray not installed, or the cluster cannot be reached.
+        """
+        if name == "local":
+            return self.backend
+        if name not in self._connected:
+            self._connected[name] = get_backend(name, self.workspace.jobs_dir)
+        return self._connected[name]
+
+    def default_backend(self) -> str:
+        """The backend of a run that names none: the workspace's settings.yaml, else Ray when RAY_ADDRESS is
+        set, else local."""
+        path = self.workspace.root / SETTINGS_FILE
+        if path.is_file() and (chosen := load_config(WorkspaceSettings, path).backend):
+            return chosen
+        return "ray" if os.environ.get("RAY_ADDRESS") else "local"
 
 
 def run_job(

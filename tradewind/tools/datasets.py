@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import get_task_runner
-from tradewind.core import InvalidInputError, TradewindError, check_id
+from tradewind.core import InvalidInputError, NotFoundError, TradewindError, check_id
 from tradewind.data import (
     BUILTIN_CORPORA,
     GLOB_CHARS,
@@ -34,11 +34,16 @@ from tradewind.tools.context import Progress, ToolContext, no_progress
 BUILTIN_PREFIX = "builtin:"
 TOKENIZERS_DIR = "tokenizers"
 Formats = Literal["auto", "text", "jsonl", "parquet"]
+_MANIFEST = "manifest.json"  # its presence marks a finished token cache
+_BUILTINS = ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
 _INPUT_HELP = (
     "A text, JSONL (.jsonl/.ndjson, optionally .gz/.zst) or Parquet file, a folder of them, or a glob such as "
-    "'data/*.jsonl.gz', inside the workspace or an allowed root; or a built-in corpus: "
-    + ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
-    + "."
+    f"'data/*.jsonl.gz', inside the workspace or an allowed root; or a built-in corpus: {_BUILTINS}."
+)
+DATASET_HELP = (
+    "A dataset id from tokenize_dataset or list_datasets; a token-cache folder, relative to the workspace root "
+    f"or absolute inside the workspace or an allowed root; or a built-in corpus ({_BUILTINS}), tokenized on "
+    "first use with the byte tokenizer."
 )
 
 
@@ -92,10 +97,18 @@ class DatasetInfo(BaseModel):
     bad_records: BadRecordReport
 
 
+def _builtin_corpus(value: str, argument: str) -> Path:
+    """The packaged file of the built-in corpus `value` (`builtin:NAME`)."""
+    name = value.removeprefix(BUILTIN_PREFIX)
+    if name not in BUILTIN_CORPORA:
+        raise NotFoundError(f"argument {argument!r}: {value!r} is not a built-in corpus; built-in corpora: {_BUILTINS}")
+    return builtin_corpus_path(name)
+
+
 def _resolve_input(ctx: ToolContext, value: str) -> str:
     """A built-in corpus's file, or the workspace path (or glob) that `value` names."""
     if value.startswith(BUILTIN_PREFIX):
-        return str(builtin_corpus_path(value.removeprefix(BUILTIN_PREFIX)))
+        return str(_builtin_corpus(value, "input"))
     if not any(char in value for char in GLOB_CHARS):
         return str(ctx.workspace.resolve_path(value, argument="input"))
     # A glob: the folder before its first wildcard must be allowed; the pattern may not climb out of it.
@@ -151,7 +164,7 @@ def tokenize_dataset(
     options = request.model_dump(exclude={"input", "tokenizer", "workers"})
     dataset_id = cache_id(source_files([source]), tokenizer, options)
     out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
-    if (out_dir / "manifest.json").exists():
+    if (out_dir / _MANIFEST).exists():
         return _info(dataset_id, out_dir, True, open_token_cache(out_dir).manifest)
     manifest = build_token_cache(
         [source],
@@ -168,6 +181,69 @@ def tokenize_dataset(
         progress=lambda done, total: progress(done, total, "input bytes tokenized"),
     )
     return _info(dataset_id, out_dir, False, manifest)
+
+
+def resolve_dataset(
+    ctx: ToolContext, value: str, progress: Progress = no_progress, *, argument: str = "dataset"
+) -> Path:
+    """The folder of the token cache that `value` names, the same way wherever a dataset is expected.
+
+    `value` is one of:
+
+    - `builtin:NAME`: a built-in corpus, tokenized on first use as `tokenize_dataset` does by default
+      (byte tokenizer); later calls reuse that cache. `progress` follows the tokenization.
+    - a path: anything with a `/`, or starting with `.` or `~`. A relative path is taken from the
+      workspace root (never the current folder), e.g. `datasets/ds-0123abcd` or `steps/tokenize-ab/cache`;
+      an absolute one must lie inside the workspace or an allowed root.
+    - otherwise a dataset id, as `tokenize_dataset` returns: the folder `datasets/<id>` of the workspace.
+
+    Args:
+        ctx: the tool context whose workspace the value is resolved in.
+        value: the dataset as the user wrote it.
+        progress: `progress(done, total, message)` while a built-in corpus is tokenized.
+        argument: the argument's name, for error messages.
+
+    Returns:
+        The absolute folder of a finished token cache (one with a `manifest.json`).
+
+    Raises:
+        NotFoundError: an unknown id, built-in corpus or path; the message lists the datasets there are.
+        InvalidInputError: the value is not a valid id, or names a file or a folder that is not a token cache.
+        PathEscapeError: the path lands outside the workspace and the allowed roots.
+    """
+    if value.startswith(BUILTIN_PREFIX):
+        _builtin_corpus(value, argument)  # fail on an unknown name before tokenize_dataset calls it 'input'
+        return Path(tokenize_dataset(ctx, TokenizeDatasetRequest(input=value), progress).path)
+    is_path = "/" in value or value.startswith((".", "~"))
+    path = value if is_path else ctx.workspace.datasets_dir / check_id(value, argument)
+    folder = ctx.workspace.resolve_path(path, argument=argument, must_exist=False)
+    if (folder / _MANIFEST).is_file():
+        return folder
+    raise _not_a_cache(ctx, value, folder, argument, is_path)
+
+
+def _not_a_cache(ctx: ToolContext, value: str, folder: Path, argument: str, is_path: bool) -> TradewindError:
+    """The error for a dataset value that names no finished token cache, saying which datasets there are."""
+    if folder.is_dir():
+        error, why = InvalidInputError, f"{value!r} ({folder}) is not a token cache: it has no {_MANIFEST}"
+    elif folder.exists():
+        error, why = (
+            InvalidInputError,
+            f"{value!r} ({folder}) is a file, not a token cache; tokenize it first (tokenize_dataset or "
+            "`tradewind tokenize`) and pass the dataset id it returns",
+        )
+    elif is_path:
+        error, why = NotFoundError, f"nothing is at {value!r} ({folder}; relative paths start at the workspace root)"
+    else:
+        error, why = NotFoundError, f"unknown dataset id {value!r} (no folder {folder}; a path needs a '/')"
+    return error(f"argument {argument!r}: {why}; {_known_datasets(ctx)}")
+
+
+def _known_datasets(ctx: ToolContext) -> str:
+    """The few newest dataset ids of the workspace and the built-in corpora, for error messages."""
+    ids = [summary.dataset_id for summary in list_datasets(ctx, ListDatasetsRequest(limit=5)).datasets]
+    known = f"recent dataset ids, newest first: {', '.join(ids)}" if ids else "no datasets in the workspace yet"
+    return f"{known}; built-in corpora, tokenized on first use: {_BUILTINS}"
 
 
 class TrainTokenizerRequest(BaseModel):
@@ -241,7 +317,7 @@ def train_tokenizer(
 class InspectDatasetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    dataset_id: str = Field(description="A dataset id from tokenize_dataset or list_datasets.")
+    dataset_id: str = Field(description=DATASET_HELP)
     split: Literal["train", "val"] = Field(default="train", description="The split to histogram and sample.")
     samples: int = Field(default=3, ge=0, le=20, description="Documents to decode and show, evenly spaced.")
     sample_chars: int = Field(default=400, ge=1, le=10_000, description="Characters to show of each sample.")
@@ -284,9 +360,10 @@ class DatasetReport(BaseModel):
 def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> DatasetReport:
     """Describe a token cache: counts, document-length histogram, decoded samples and skipped records.
 
-    Use it to check a dataset before training on it. Fast: reads only the offsets and the sampled documents.
+    Use it to check a dataset before training on it. Fast: reads only the offsets and the sampled documents
+    (a built-in corpus is tokenized first, once).
     """
-    path = ctx.workspace.dataset_dir(request.dataset_id)
+    path = resolve_dataset(ctx, request.dataset_id, argument="dataset_id")
     cache = open_token_cache(path)
     manifest = cache.manifest
     offsets = cache.offsets(request.split)
@@ -365,7 +442,7 @@ def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList
     found = []
     root = ctx.workspace.datasets_dir
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        if folder.name.startswith(".") or not (folder / "manifest.json").is_file():
+        if folder.name.startswith(".") or not (folder / _MANIFEST).is_file():
             continue
         try:
             manifest = open_token_cache(folder).manifest

@@ -1,24 +1,58 @@
-"""Tools that launch training runs and watch them."""
+"""Tools that launch training runs, watch them and stop them.
+
+Every run is a folder `runs/<id>/` with its record (`run.json`, see `tradewind.trainer.record`) and, when a
+job runs it, a job on the backend the record names. These tools read both, so they work the same on runs
+started by `launch_training`, `tradewind train` or a Python call of `tradewind.trainer.train`.
+"""
 
 from __future__ import annotations
 
-import sys
+import shutil
+import socket
 import time
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tradewind.cluster import JobSpec, JobStatus
-from tradewind.core import atomic_write_json, make_id, read_json, tail_lines
+from tradewind.cluster import JobRecord, JobSpec, JobStatus, accelerator_resources
+from tradewind.cluster.process import process_alive
+from tradewind.core import InvalidInputError, NotFoundError, TradewindError, atomic_write_json, make_id, tail_lines
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
-from tradewind.trainer import MetricRow, RunLayout, TrainConfig, TrainSummary, open_run_data, read_summary
+from tradewind.tools.datasets import resolve_dataset
+from tradewind.trainer import (
+    MetricRow,
+    RunLayout,
+    RunRecord,
+    TrainConfig,
+    TrainJob,
+    TrainSummary,
+    open_run_data,
+    read_record,
+    read_summary,
+    read_train_config,
+    write_record,
+)
 from tradewind.trainer import read_metrics as read_metric_rows
+
+TRAIN_CALLABLE = "tradewind.trainer.loop:train_job"
+# What a continued run must share with its parent, so that its data order and results are those of one run.
+INHERITED = ("dataset", "model", "seed", "batch_size", "seq_len", "init_from")
 
 
 class LaunchTrainingRequest(TrainConfig):
-    dataset: str = Field(
-        description="A dataset id from tokenize_dataset, or the path of a token cache folder in the workspace."
+    dataset: str | None = Field(
+        default=None,
+        description="The token cache to train on: a dataset id from tokenize_dataset, a path relative to the "
+        "workspace root, an absolute path under an allowed root, or 'builtin:NAME' (e.g. builtin:tinyshakespeare, "
+        "tokenized on first use). Required, except with resume_from (the parent's is used).",
     )
+
+    @model_validator(mode="after")
+    def _dataset_or_parent(self) -> LaunchTrainingRequest:
+        if self.dataset is None and self.resume_from is None:
+            raise ValueError("give 'dataset' (or 'resume_from' to continue a run on its dataset)")
+        return self
 
 
 class RunRequest(BaseModel):
@@ -54,12 +88,19 @@ class RunInfo(BaseModel):
     step: int = Field(description="Updates done so far, from the latest metrics row (0 before the first).")
     loss: float | None = Field(default=None, description="Latest training loss.")
     eval_loss: float | None = Field(default=None, description="Latest held-out loss.")
+    backend: str = Field(description="'local' or 'ray' (a job runs it), or 'process' (a Python call trains it).")
+    job_id: str | None = Field(default=None, description="The backend job that runs it.")
+    accelerator: str
+    processes: int = Field(description="Processes (hosts) training it together.")
+    platform: str | None = Field(default=None, description="JAX platform it trains on, once started.")
+    parent: str | None = Field(default=None, description="The run this one continues (resume_from).")
+    attempts: int = Field(default=0, description="Times its job started (1 + restarts after kills).")
     submitted_at: str
     started_at: str | None = None
     ended_at: str | None = None
     pid: int | None = None
     exit_code: int | None = None
-    reason: str | None = Field(default=None, description="Why the run failed or was cancelled.")
+    reason: str | None = Field(default=None, description="Why the run failed, was cancelled, or is still waiting.")
     log_tail: list[str] = Field(default_factory=list, description="Last lines of the run's log when it failed.")
     summary: TrainSummary | None = Field(default=None, description="Final figures, once the run has finished.")
 
@@ -68,9 +109,18 @@ class WaitForRunResult(RunInfo):
     timed_out: bool = Field(description="True when the run was still going at the timeout; call again to wait on.")
 
 
+class UnreadableRun(BaseModel):
+    run_id: str = Field(description="The folder's name under runs/.")
+    run_dir: str
+    reason: str = Field(description="Why it could not be read.")
+
+
 class RunList(BaseModel):
     runs: list[RunInfo]
-    total: int = Field(description="Runs in the workspace; `runs` holds the most recent `limit` of them.")
+    unreadable: list[UnreadableRun] = Field(
+        default_factory=list, description="Folders in runs/ among the most recent `limit` that are not readable runs."
+    )
+    total: int = Field(description="Folders in runs/; `runs` and `unreadable` hold the most recent `limit` of them.")
 
 
 class MetricsPage(BaseModel):
@@ -80,51 +130,138 @@ class MetricsPage(BaseModel):
     next_offset: int | None = Field(description="Pass as offset to read the next page; null when no rows are left.")
 
 
-def _resolve_dataset(ctx: ToolContext, value: str) -> Path:
-    if "/" in value or value.startswith("."):
-        return ctx.workspace.resolve_path(value, argument="dataset")
-    return ctx.workspace.dataset_dir(value)
-
-
-def launch_training(ctx: ToolContext, request: LaunchTrainingRequest) -> RunInfo:
+def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> RunInfo:
     """Start training a language model on a tokenized dataset; returns the run id at once.
 
-    The run trains in its own process; follow it with wait_for_run or get_run. A small model on this
-    machine's CPU trains at several thousand tokens per second
+    The run trains as a job on the backend it names (local processes, or a Ray cluster with GPUs or TPU
+    slices); follow it with wait_for_run or get_run, stop it with cancel_run. A run killed from outside
+    restarts from its newest checkpoint (max_retries). resume_from continues a run for more steps as a new
+    run. A small model on this machine's CPU trains at several thousand tokens per second
     (a 1.3M-parameter model: about 3 steps of 16 x 128 tokens per second on 2 cores).
     """
-    paths = {"dataset": str(_resolve_dataset(ctx, request.dataset))}
-    if request.init_from is not None:
-        paths["init_from"] = str(ctx.workspace.resolve_path(request.init_from, argument="init_from"))
-    config = TrainConfig.model_validate({**request.model_dump(), **paths})
+    config, parent, parent_step = _run_config(ctx, request, progress)
     open_run_data(config)  # fail now, not minutes later in the training process, if one batch does not fit
+    backend_name = config.backend or ctx.default_backend()
+    backend = ctx.job_backend(backend_name)
+    resources, hosts = accelerator_resources(config.accelerator, slices=config.slices)
 
     run_id = make_id("run")
     layout = RunLayout(ctx.workspace.run_dir(run_id, must_exist=False))
     layout.root.mkdir(parents=True)
     atomic_write_json(layout.config, config.model_dump(mode="json"))
-    ctx.backend.submit(
-        JobSpec(
-            name=f"train {run_id}",
-            command=[sys.executable, "-m", "tradewind.trainer", str(layout.root)],
-            log_path=str(layout.log),
-        ),
+    record = RunRecord(
+        run_id=run_id,
+        backend=backend_name,
         job_id=run_id,
+        accelerator=config.accelerator,
+        processes=hosts * config.replicas,
+        parent=parent,
+        parent_step=parent_step,
     )
+    write_record(layout.record, record)
+    spec = JobSpec(
+        name=f"train {run_id}",
+        callable=TRAIN_CALLABLE,
+        kwargs=TrainJob(run_dir=str(layout.root), config=config).model_dump(mode="json"),
+        log_path=str(layout.log),
+        resources=resources,
+        replicas=record.processes,
+        # A CPU run stays on the CPU even where JAX would find an accelerator (or is told JAX_PLATFORMS=cuda).
+        env={"JAX_PLATFORMS": "cpu"} if config.accelerator == "cpu" else {},
+        max_retries_preemption=config.max_retries,
+        pending_timeout_s=config.pending_timeout_s,
+    )
+    try:
+        backend.submit(spec, job_id=run_id)
+    except BaseException:
+        shutil.rmtree(layout.root)  # refused before anything was queued: leave no run behind
+        raise
     return get_run(ctx, RunRequest(run_id=run_id))
 
 
+def _run_config(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress) -> tuple[TrainConfig, str | None]:
+    """The run's config with its dataset, init_from and parent resolved to folders; and the parent's id."""
+    if request.resume_from is not None:
+        return _continued_config(ctx, request, progress)
+    values = request.model_dump()
+    values["dataset"] = str(resolve_dataset(ctx, request.dataset, progress))
+    if request.init_from is not None:
+        from tradewind.trainer.hf import model_for_init_from
+
+        folder = ctx.workspace.resolve_path(request.init_from, argument="init_from")
+        explicit = request.model.model_fields_set - {"preset"}
+        values["init_from"] = str(folder)
+        values["model"] = model_for_init_from(request.model, explicit, folder).model_dump()
+    return TrainConfig.model_validate(values), None, None
+
+
+def _continued_config(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress) -> tuple[TrainConfig, str]:
+    """The config of a run that continues `request.resume_from`: the parent's, with the fields the request
+    sets; those that fix the data order and the model must stay as they were."""
+    parent_dir = _run_folder(ctx, request.resume_from)
+    parent = read_train_config(RunLayout(parent_dir).config)
+    overrides = request.model_dump(exclude_unset=True, exclude={"resume_from"})
+    if "dataset" in overrides:
+        overrides["dataset"] = str(resolve_dataset(ctx, overrides["dataset"], progress))
+    inherited = parent.model_dump(mode="json")
+    merged = _merge(inherited, overrides)
+    for name in INHERITED:
+        if merged[name] != inherited[name]:
+            raise InvalidInputError(
+                f"argument {name!r}: a run that continues {parent_dir.name} keeps its {name} "
+                f"({inherited[name]!r}); leave it out, or launch a new run instead"
+            )
+    saved = _checkpoint_steps(parent_dir)
+    if not saved:
+        raise NotFoundError(f"argument 'resume_from': run {parent_dir.name} has no checkpoint to continue from")
+    if merged["steps"] <= saved[-1]:
+        raise InvalidInputError(
+            f"argument 'steps': {merged['steps']} is the new run's total and must exceed the {saved[-1]} steps of "
+            f"{parent_dir.name}'s newest checkpoint (e.g. steps={saved[-1] * 2})"
+        )
+    merged["resume_from"] = str(parent_dir)
+    merged["init_from"] = None  # the weights come from the parent's checkpoint
+    return TrainConfig.model_validate(merged), parent_dir.name, saved[-1]
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `overrides` laid over it, section by section."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return merged
+
+
+def _run_folder(ctx: ToolContext, value: str) -> Path:
+    """A run's folder from its id, or from a path relative to the workspace (or absolute, under an allowed root)."""
+    if "/" in value or value.startswith((".", "~")):
+        return ctx.workspace.resolve_path(value, argument="resume_from")
+    return ctx.workspace.run_dir(value)
+
+
+def _checkpoint_steps(run_dir: Path) -> list[int]:
+    """Steps of the run's complete checkpoints, oldest first (orbax names each folder by its step)."""
+    folder = RunLayout(run_dir).checkpoints
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+
+
 def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
-    """Look at a training run now: status, latest step and losses, and the final summary once done."""
+    """Look at a training run now: status, latest step and losses, where it runs, and the summary once done."""
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
-    config = TrainConfig.model_validate(read_json(layout.config))
-    job = ctx.backend.status(request.run_id)
+    record = read_record(layout.record)
+    config = read_train_config(layout.config)
+    job, reason = _job(ctx, record)
+    status = job.status if job else _process_status(record)
+    if status is JobStatus.FAILED and record.status is JobStatus.FAILED and record.reason:
+        reason = record.reason  # the trainer's own words beat an exit code
+    elif status is JobStatus.FAILED and job is None:
+        reason = record.reason or f"the training process {record.pid} on {record.host} ended without finishing"
     rows = read_metric_rows(layout.metrics)
     losses = [row.loss for row in rows if row.loss is not None]
     eval_losses = [row.eval_loss for row in rows if row.eval_loss is not None]
     return RunInfo(
         run_id=request.run_id,
-        status=job.status,
+        status=status,
         run_dir=str(layout.root),
         log_file=str(layout.log),
         dataset=config.dataset,
@@ -132,15 +269,44 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         step=rows[-1].step if rows else 0,
         loss=losses[-1] if losses else None,
         eval_loss=eval_losses[-1] if eval_losses else None,
-        submitted_at=job.submitted_at,
-        started_at=job.started_at,
-        ended_at=job.ended_at,
-        pid=job.pid,
-        exit_code=job.exit_code,
-        reason=job.reason,
-        log_tail=tail_lines(layout.log, LOG_TAIL_LINES) if job.status is JobStatus.FAILED else [],
+        backend=record.backend,
+        job_id=record.job_id,
+        accelerator=record.accelerator,
+        processes=record.processes,
+        platform=record.platform,
+        parent=record.parent,
+        attempts=job.attempts if job else int(record.started_at is not None),
+        submitted_at=job.submitted_at if job and job.submitted_at else record.created_at,
+        started_at=job.started_at if job and job.started_at else record.started_at,
+        ended_at=job.ended_at if job else record.ended_at,
+        pid=job.pid if job else record.pid,
+        exit_code=job.exit_code if job else None,
+        reason=reason,
+        log_tail=tail_lines(layout.log, LOG_TAIL_LINES) if status is JobStatus.FAILED else [],
         summary=read_summary(layout.summary),
     )
+
+
+def _job(ctx: ToolContext, record: RunRecord) -> tuple[JobRecord | None, str | None]:
+    """The run's job record and its reason; (None, None) for a run without a job.
+
+    Raises:
+        TradewindError: the job's backend cannot be reached or does not know the job; the message says which.
+    """
+    if record.job_id is None:
+        return None, None
+    try:
+        job = ctx.job_backend(record.backend).status(record.job_id)
+    except TradewindError as error:
+        raise TradewindError(f"run {record.run_id}: its {record.backend} job {record.job_id!r}: {error}") from None
+    return job, job.reason
+
+
+def _process_status(record: RunRecord) -> JobStatus:
+    """The status of a run trained by a Python call: its record's, unless its process died while RUNNING."""
+    if record.status is not JobStatus.RUNNING or record.host != socket.gethostname() or record.pid is None:
+        return record.status
+    return record.status if process_alive(record.pid, record.pid_start) else JobStatus.FAILED
 
 
 def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progress = no_progress) -> WaitForRunResult:
@@ -152,17 +318,47 @@ def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progres
     deadline = time.monotonic() + request.timeout_s
     while True:
         info = get_run(ctx, request)
-        progress(info.step, info.total_steps, f"step {info.step}/{info.total_steps}, loss {info.loss}")
-        if info.status.finished or time.monotonic() >= deadline:
+        loss = "n/a" if info.loss is None else f"{info.loss:.4f}"
+        progress(info.step, info.total_steps, f"step {info.step}/{info.total_steps}, loss {loss}")
+        left = deadline - time.monotonic()
+        if info.status.finished or left <= 0:
             return WaitForRunResult(**info.model_dump(), timed_out=not info.status.finished)
-        ctx.backend.wait(request.run_id, timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+        if info.job_id is not None:
+            ctx.job_backend(info.backend).wait(info.job_id, timeout=min(1.0, left))
+        else:
+            time.sleep(min(1.0, left))  # a Python-call run has no job to wait on: look again in a second
+
+
+def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
+    """Stop a training run on whatever backend runs it; returns its record (CANCELLED once it has stopped).
+
+    The run keeps its checkpoints, so resume_from can continue it later. A run already finished is
+    returned as it is.
+    """
+    layout = RunLayout(ctx.workspace.run_dir(request.run_id))
+    record = read_record(layout.record)
+    if record.job_id is None:
+        raise InvalidInputError(
+            f"argument 'run_id': run {request.run_id} is trained by a Python call in process {record.pid} on "
+            f"{record.host}, not by a job; stop that program to stop it"
+        )
+    ctx.job_backend(record.backend).cancel(record.job_id)
+    return get_run(ctx, request)
 
 
 def list_runs(ctx: ToolContext, request: ListRunsRequest) -> RunList:
-    """List the workspace's training runs, newest first, with status and latest losses."""
-    run_ids = sorted((p.name for p in ctx.workspace.runs_dir.iterdir() if p.is_dir()), reverse=True)
-    runs = [get_run(ctx, RunRequest(run_id=run_id)) for run_id in run_ids[: request.limit]]
-    return RunList(runs=runs, total=len(run_ids))
+    """List the workspace's training runs, newest first, with status and latest losses.
+
+    A folder in runs/ that is not a readable run is listed under `unreadable` with the reason.
+    """
+    folders = sorted((p for p in ctx.workspace.runs_dir.iterdir() if p.is_dir()), key=lambda p: p.name, reverse=True)
+    runs, unreadable = [], []
+    for folder in folders[: request.limit]:
+        try:
+            runs.append(get_run(ctx, RunRequest(run_id=folder.name)))
+        except (TradewindError, ValueError, OSError) as error:  # one bad folder must not hide the others
+            unreadable.append(UnreadableRun(run_id=folder.name, run_dir=str(folder), reason=str(error)))
+    return RunList(runs=runs, unreadable=unreadable, total=len(folders))
 
 
 def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> MetricsPage:

@@ -6,9 +6,9 @@ device mesh, the loop that writes `metrics.jsonl`, TensorBoard events, checkpoin
 resume, sampling, Hugging Face export/import and the profiler. It may import only `tradewind.core`,
 `tradewind.cluster` and `tradewind.data` (plus JAX, flax, optax and orbax).
 
-Entry points: `python -m tradewind.trainer RUN_DIR` trains (or resumes); `python -m tradewind.trainer.profile
-RUN_DIR` profiles; `python -m tradewind.trainer.sample RUN_DIR --prompt ...` samples;
-`python -m tradewind.trainer.cli train|export ...` is `tradewind train|export`.
+Entry points: jobs call `tradewind.trainer.loop:train_job` (and the sampling and profiling jobs' callables);
+`python -m tradewind.trainer RUN_DIR` trains a run folder by hand; `python -m tradewind.trainer.cli export ...`
+is `tradewind export`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tradewind.trainer.batches import RunData, open_run_data
-    from tradewind.trainer.checkpoint import Checkpointer, restore_checkpoint, save_checkpoint
+    from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint, restore_checkpoint, save_checkpoint
     from tradewind.trainer.config import (
         PRESETS,
         CheckpointConfig,
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         ModelConfig,
         OptimizerConfig,
         TrainConfig,
+        TrainJob,
         read_train_config,
     )
     from tradewind.trainer.flops import count_model_params, flops_per_token, peak_flops
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from tradewind.trainer.model import MODELS, Llama, build_model, count_params, register_model
     from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, register_optimizer
     from tradewind.trainer.profile import profile_training
+    from tradewind.trainer.record import RunRecord, read_record, write_record
     from tradewind.trainer.restore import load_run_model
     from tradewind.trainer.sample import sample_run, sample_tokens
     from tradewind.trainer.sharding import build_mesh
@@ -55,6 +57,11 @@ _LAZY = {
     "ModelConfig": "tradewind.trainer.config",
     "OptimizerConfig": "tradewind.trainer.config",
     "TrainConfig": "tradewind.trainer.config",
+    "TrainJob": "tradewind.trainer.config",
+    "RunRecord": "tradewind.trainer.record",
+    "read_record": "tradewind.trainer.record",
+    "write_record": "tradewind.trainer.record",
+    "read_checkpoint": "tradewind.trainer.checkpoint",
     "read_train_config": "tradewind.trainer.config",
     "count_model_params": "tradewind.trainer.flops",
     "flops_per_token": "tradewind.trainer.flops",
@@ -128,6 +135,11 @@ __all__ = [
     "ProfileSummary",
     "RunLayout",
     "TrainConfig",
+    "TrainJob",
+    "RunRecord",
+    "read_record",
+    "write_record",
+    "read_checkpoint",
     "TrainSetup",
     "TrainSummary",
     "build_model",

@@ -1,18 +1,16 @@
-"""Run one training run as a process:
+"""Train the run in a folder by hand:
 
-    python -m tradewind.trainer RUN_DIR [--coordinator HOST:PORT --num-processes N --process-id I]
+    python -m tradewind.trainer RUN_DIR
 
-Reads `RUN_DIR/config.json` (a `TrainConfig` as JSON), trains, and writes `metrics.jsonl`,
-`checkpoints/` and `summary.json` into RUN_DIR, printing one line per metrics row to stdout. Exit
-status 0 on success; 1 on error, with a `TradewindError`'s message on stderr, or a traceback for
-anything unexpected. If RUN_DIR holds checkpoints of an unfinished run, training resumes from them.
-The distributed options override the config's `distributed` section, so every process of a multi-host
-job can share one config file.
+Reads `RUN_DIR/config.json` (a `TrainConfig` as JSON, its dataset a token-cache folder) and trains as
+`train` does, resuming from the folder's checkpoints if it has some. Jobs do not come this way: the
+backends call `tradewind.trainer.loop:train_job`. The processes of a gang find each other through the
+variables the backends set (see `tradewind.trainer.distributed`). Exit status 0 on success; 1 on error,
+with a `TradewindError`'s message on stderr, or a traceback for anything unexpected.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,28 +20,14 @@ from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.loop import train
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Train the run in RUN_DIR; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m tradewind.trainer", description="Train the run in RUN_DIR.")
-    parser.add_argument("run_dir", type=Path, help="the run folder; its config.json says what to train")
-    parser.add_argument("--coordinator", help="host:port of process 0 (turns on jax.distributed)")
-    parser.add_argument("--num-processes", type=int, help="processes in the job")
-    parser.add_argument("--process-id", type=int, help="this process's index")
-    args = parser.parse_args(argv)
-    layout = RunLayout(args.run_dir)
+def main(argv: list[str]) -> int:
+    """Train the run in `argv[0]`; return the exit status."""
+    if len(argv) != 1:
+        print("usage: python -m tradewind.trainer RUN_DIR", file=sys.stderr)
+        return 2
+    layout = RunLayout(Path(argv[0]))
     try:
-        config = read_train_config(layout.config)
-        if args.coordinator:
-            distributed = config.distributed.model_copy(
-                update={
-                    "enabled": True,
-                    "coordinator_address": args.coordinator,
-                    "num_processes": args.num_processes,
-                    "process_id": args.process_id,
-                }
-            )
-            config = config.model_copy(update={"distributed": distributed})
-        train(config, layout.root)
+        train(read_train_config(layout.config), layout.root)
     except TradewindError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -51,4 +35,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -38,17 +38,22 @@ from tradewind.trainer.config import CheckpointConfig
 
 
 class Checkpointer:
-    """Writes and reads one run's checkpoints under `directory` as `policy` says."""
+    """Writes and reads one run's checkpoints under `directory` as `policy` says.
 
-    def __init__(self, directory: Path, policy: CheckpointConfig | None = None):
+    `read_only` opens another run's checkpoints (to sample, export or continue from them) without
+    touching its folder: no creating, no cleaning up of the temporary folders of a save in progress.
+    """
+
+    def __init__(self, directory: Path, policy: CheckpointConfig | None = None, *, read_only: bool = False):
         self.directory = Path(directory).absolute()
         self.policy = policy or CheckpointConfig()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=self.policy.keep_last,
             keep_period=self.policy.keep_every,
-            enable_async_checkpointing=self.policy.async_save,
-            create=True,
-            cleanup_tmp_directories=True,
+            enable_async_checkpointing=self.policy.async_save and not read_only,
+            create=not read_only,
+            cleanup_tmp_directories=not read_only,
+            read_only=read_only,
         )
         self.manager = ocp.CheckpointManager(self.directory, options=options)
         self.last_save_time = time.monotonic()
@@ -134,6 +139,23 @@ def save_checkpoint(
     return checkpointer.directory / str(step)
 
 
+def read_checkpoint(directory: Path, like: dict[str, Any], step: int | None = None) -> tuple[dict[str, Any], int]:
+    """Read checkpoint `step` (default: the newest that reads back) of the run whose checkpoints are in
+    `directory`, read-only, into the structure of `like`; returns `(state, step)`.
+
+    Raises:
+        NotFoundError: the folder does not exist, has no checkpoint, not that step, or none reads back.
+    """
+    directory = Path(directory).absolute()
+    if not directory.is_dir():
+        raise NotFoundError(f"no checkpoints in {directory}: the folder does not exist")
+    checkpointer = Checkpointer(directory, read_only=True)
+    try:
+        return checkpointer.restore(like, step)
+    finally:
+        checkpointer.close()
+
+
 def restore_checkpoint(directory: Path, params: Any, opt_state: Any, step: int | None = None) -> tuple[Any, Any, int]:
     """Read a checkpoint back into the structure of `params` and `opt_state`.
 
@@ -149,13 +171,6 @@ def restore_checkpoint(directory: Path, params: Any, opt_state: Any, step: int |
     Raises:
         NotFoundError: no checkpoint (or not that step) in `directory`.
     """
-    directory = Path(directory).absolute()
-    if not directory.is_dir():
-        raise NotFoundError(f"no checkpoints in {directory}: the folder does not exist")
-    checkpointer = Checkpointer(directory, CheckpointConfig(async_save=False))
-    try:
-        like = {"params": params, "opt_state": opt_state, "step": 0, "data_step": 0, "rng": np.zeros(2, np.uint32)}
-        state, _ = checkpointer.restore(like, step)
-    finally:
-        checkpointer.manager.close()
+    like = {"params": params, "opt_state": opt_state, "step": 0, "data_step": 0, "rng": np.zeros(2, np.uint32)}
+    state, _ = read_checkpoint(directory, like, step)
     return state["params"], state["opt_state"], int(state["step"])

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from tradewind.cluster.jobs import parse_accelerator
 from tradewind.core import NotFoundError, parse_config, read_json
 
 # Named model shapes; any field given next to `preset` overrides the preset's value. Sizes are for a
@@ -199,11 +200,15 @@ class DistributedConfig(BaseModel):
 
 
 class TrainConfig(BaseModel):
-    """One training run: which token cache, which model, which optimizer, and how long."""
+    """One training run: which token cache, which model, which optimizer, how long, and where it runs."""
 
     model_config = ConfigDict(extra="forbid")
 
-    dataset: str = Field(description="Folder of the token cache to train on (it needs 'train' and 'val' splits).")
+    dataset: str = Field(
+        description="The token cache to train on (it needs 'train' and 'val' splits): a dataset id from "
+        "tokenize_dataset, a path relative to the workspace root, an absolute path under an allowed root, or "
+        "'builtin:NAME' (e.g. builtin:tinyshakespeare, tokenized on first use)."
+    )
     model: ModelConfig = Field(default_factory=ModelConfig, description="Model architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, description="Number of optimizer updates.")
@@ -242,6 +247,59 @@ class TrainConfig(BaseModel):
     peak_flops: float | None = Field(
         None, gt=0, description="Peak FLOP/s per device for MFU; null looks the device up (CPU: an estimate)."
     )
+    backend: Literal["local", "ray"] | None = Field(
+        None,
+        description="Where the run's job runs: 'local' (processes on this machine) or 'ray' (the Ray cluster at "
+        "RAY_ADDRESS). Null: the workspace's settings.yaml, else 'ray' when RAY_ADDRESS is set, else 'local'.",
+    )
+    accelerator: str = Field(
+        "cpu",
+        description="What each host trains on: 'cpu', 'gpu', 'gpu:N' (N GPUs per host), or a TPU slice type "
+        "'tpu-<type>' such as 'tpu-v5litepod-8', 'tpu-v4-32', 'tpu-v5p-128' (Ray backend; one process per host).",
+    )
+    slices: int = Field(1, ge=1, le=64, description="TPU slices to train on together; needs a TPU accelerator.")
+    replicas: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Processes (hosts) of a cpu or gpu run, training one model data-parallel as a gang; a TPU "
+        "run gets one per host of each slice.",
+    )
+    max_retries: int = Field(
+        1, ge=0, le=100, description="Restarts after the run is killed or preempted; each resumes from its checkpoint."
+    )
+    pending_timeout_s: float | None = Field(
+        1800,
+        gt=0,
+        description="Fail the run, with the reason, if its job has not started this many seconds after launch "
+        "(resources the backend cannot provide or never frees); null waits as long as it takes.",
+    )
+    resume_from: str | None = Field(
+        None,
+        description="Continue another run from its newest checkpoint as a new run: a run id (or run folder). The "
+        "new run keeps its parent's dataset, model, seed and batch shape, so data order and results are exactly "
+        "those of one longer run; `steps` is the new total, more than the parent's.",
+    )
+
+    @field_validator("accelerator")
+    @classmethod
+    def _known_accelerator(cls, accelerator: str) -> str:
+        parsed = parse_accelerator(accelerator)  # a ValueError names the accepted forms
+        if parsed.kind == "tpu":
+            return f"tpu-{parsed.tpu_type}"
+        return "gpu" if parsed.kind == "gpu" and parsed.gpus == 1 else accelerator.strip().lower()
+
+    @model_validator(mode="after")
+    def _gang_fits_accelerator(self) -> TrainConfig:
+        tpu = self.accelerator.startswith("tpu-")
+        if self.slices > 1 and not tpu:
+            raise ValueError(f"slices={self.slices} needs a TPU accelerator, not {self.accelerator!r}")
+        if tpu and self.replicas != 1:
+            raise ValueError(
+                f"replicas: a TPU run gets one process per host of each slice; leave replicas at 1 "
+                f"(got {self.replicas} for {self.accelerator})"
+            )
+        return self
 
     @field_validator("seq_len")
     @classmethod
@@ -266,6 +324,15 @@ class TrainConfig(BaseModel):
     def tokens_per_step(self) -> int:
         """Tokens the model predicts in one update: batch_size * seq_len."""
         return self.batch_size * self.seq_len
+
+
+class TrainJob(BaseModel):
+    """What a training process is given: its run folder and the config to train (see `loop.train_job`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: str = Field(description="The run folder (holding config.json and run.json).")
+    config: TrainConfig
 
 
 def read_train_config(path: str | os.PathLike[str]) -> TrainConfig:

@@ -1,5 +1,6 @@
 """Where a training run keeps its files: one folder per run, the same names everywhere.
 
+<run>/run.json        the run record: backend and job, parent run, status (see `tradewind.trainer.record`)
 <run>/config.json     the validated TrainConfig the run was launched with
 <run>/metrics.jsonl   one JSON object per logged step (see `tradewind.trainer.metrics`)
 <run>/summary.json    written by the trainer at the end: parameter count, final/best losses, timing
@@ -21,6 +22,10 @@ class RunLayout:
     """The file names inside one run folder."""
 
     root: Path
+
+    @property
+    def record(self) -> Path:
+        return self.root / "run.json"
 
     @property
     def config(self) -> Path:

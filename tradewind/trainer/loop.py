@@ -3,21 +3,26 @@
 What lands in the run folder (see `RunLayout`): `metrics.jsonl` rows as described in
 `tradewind.trainer.metrics`, the same scalars as TensorBoard event files under `tensorboard/` (and in
 W&B when `wandb_project` is set and `wandb` is installed), one log line per row on stdout, orbax
-checkpoints as `checkpoints` says, and `summary.json` last, so a summary means the run finished.
+checkpoints as `checkpoints` says, `run.json` (the run record, see `tradewind.trainer.record`) and
+`summary.json` last, so a summary means the run finished. A step's metrics row is written before its
+checkpoint, so every checkpoint has the rows up to its step on disk.
 
-A run folder that holds checkpoints but no summary (a run killed mid-way) is resumed from its newest
-readable checkpoint: parameters, optimizer state, step, data position and RNG come back, metrics rows
-past that step are dropped, and the run ends with the same parameters as one that was never stopped.
+A run folder that holds checkpoints but no summary (a run killed mid-way, or killed after its last
+checkpoint) is resumed from its newest readable checkpoint: parameters, optimizer state, step, data
+position and RNG come back, metrics rows past that step are dropped, and the run ends with the same
+parameters as one that was never stopped. The summary is computed from the metrics rows, so a run that
+resumes at its last step (nothing left to train) writes the same summary as one that was never stopped.
+With `resume_from`, a new run starts from another run's newest checkpoint and copies its rows up to it.
 
 The loop waits for the device only when it writes a row; in between, it reads the next batch from the
 token cache while the device runs the step it has just dispatched.
 
-Run it as a process with `python -m tradewind.trainer RUN_DIR`.
+As a job, the backends run `train_job(run_dir=..., config=...)` (a `TrainJob`); by hand,
+`python -m tradewind.trainer RUN_DIR` trains the config.json in RUN_DIR.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -27,12 +32,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from tradewind.core import InvalidInputError, TradewindError, append_jsonl, atomic_write_json, read_jsonl
-from tradewind.trainer.checkpoint import Checkpointer
-from tradewind.trainer.config import TrainConfig
-from tradewind.trainer.distributed import initialize_distributed, is_main_process
+from tradewind.cluster.jobs import JobStatus
+from tradewind.core import InvalidInputError, TradewindError, append_jsonl, atomic_write_json
+from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
+from tradewind.trainer.config import TrainConfig, TrainJob
+from tradewind.trainer.distributed import check_devices, initialize_distributed, is_main_process
 from tradewind.trainer.layout import RunLayout
-from tradewind.trainer.metrics import MetricRow, TrainSummary
+from tradewind.trainer.metrics import MetricRow, TrainSummary, read_metrics
+from tradewind.trainer.record import record_end, record_start
 from tradewind.trainer.step import TrainSetup, evaluate, setup_training
 from tradewind.trainer.tensorboard import EventWriter
 
@@ -41,15 +48,21 @@ TrainProgress = Callable[[int, int, MetricRow | None], None]
 
 
 class RunWriters:
-    """Where a metrics row goes: metrics.jsonl, stdout, TensorBoard and W&B (process 0 only)."""
+    """Where a metrics row goes: metrics.jsonl, stdout, TensorBoard and W&B (process 0 only).
 
-    def __init__(self, layout: RunLayout, config: TrainConfig, progress: TrainProgress | None):
+    Keeps every row of the run (`rows`, starting with those restored), from which the summary is made.
+    """
+
+    def __init__(self, layout: RunLayout, config: TrainConfig, progress: TrainProgress | None, rows: list[MetricRow]):
         self.layout, self.config, self.progress = layout, config, progress
+        self.rows = list(rows)
         self.main = is_main_process()
         self.events = EventWriter(layout.tensorboard) if self.main and config.tensorboard else None
         self.wandb = _start_wandb(config, layout) if self.main and config.wandb_project else None
 
     def write(self, row: MetricRow) -> None:
+        row = _finite(row)
+        self.rows.append(row)
         if self.main:
             append_jsonl(self.layout.metrics, row.model_dump(exclude_none=True))
             scalars = {k: float(v) for k, v in row.model_dump(exclude_none=True).items() if k != "step"}
@@ -69,12 +82,13 @@ class RunWriters:
 
 
 def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = None) -> TrainSummary:
-    """Train a model as `config` says, writing metrics, checkpoints and the summary into `run_dir`.
+    """Train a model as `config` says, writing metrics, checkpoints, the run record and the summary into `run_dir`.
 
     Args:
-        config: the run's settings.
-        run_dir: the run folder; created if missing. If it has no `config.json`, `config` is written there.
-            If it holds checkpoints of an unfinished run (and `config.resume`), training resumes from them.
+        config: the run's settings (`config.dataset` and `config.resume_from` are folders by now).
+        run_dir: the run folder; created if missing. If it has no `config.json`, `config` is written there,
+            and if it has no `run.json`, one is made (backend "process"). If it holds checkpoints of an
+            unfinished run (and `config.resume`), training resumes from them.
         progress: optional callback, see `TrainProgress`.
 
     Returns:
@@ -83,12 +97,38 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
     Raises:
         TradewindError: the training loss became NaN or infinite (the message names the step).
         InvalidInputError: the run folder holds a finished run, or (with `resume` off) an earlier one.
+        ConfigError: JAX could not start the devices asked for, or could not reach the other processes.
         NotFoundError, ConfigError: as `setup_training`.
     """
     start = time.perf_counter()
     initialize_distributed(config.distributed)
+    platform = check_devices(config.accelerator)
     layout = RunLayout(Path(run_dir))
     _claim_run_dir(layout, config)
+    if is_main_process():
+        record_start(
+            layout.record, layout.root.name, config.accelerator, jax.process_count(), platform, jax.device_count()
+        )
+    try:
+        summary = _train(config, layout, progress, start)
+    except BaseException as error:
+        if is_main_process():
+            reason = str(error) if isinstance(error, TradewindError) else f"{type(error).__name__}: {error}"
+            record_end(layout.record, JobStatus.FAILED, reason)
+        raise
+    if is_main_process():
+        atomic_write_json(layout.summary, summary.model_dump())
+        record_end(layout.record, JobStatus.SUCCEEDED)
+    return summary
+
+
+def train_job(**job: Any) -> None:
+    """The entry of a training job: validates its keyword arguments as a `TrainJob` and trains."""
+    request = TrainJob.model_validate(job)
+    train(request.config, Path(request.run_dir))
+
+
+def _train(config: TrainConfig, layout: RunLayout, progress: TrainProgress | None, start: float) -> TrainSummary:
     initial = None
     if config.init_from:
         from tradewind.trainer.hf import load_hf_params
@@ -104,20 +144,15 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
     )
 
     checkpointer = Checkpointer(layout.checkpoints, config.checkpoints) if config.checkpoint else None
-    params, opt_state, first_step, eval_losses = _initial_state(setup, checkpointer, layout)
-    resumed_from = first_step if first_step > 0 else None
-    writers = RunWriters(layout, config, progress)
+    params, opt_state, first_step, rows = _initial_state(setup, checkpointer, layout)
+    writers = RunWriters(layout, config, progress, rows)
     if first_step == 0:
-        eval_losses.append(evaluate(setup, params))
-        writers.write(_eval_row(setup, 0, eval_losses[0], time.perf_counter() - start))
+        writers.write(_eval_row(setup, 0, evaluate(setup, params), time.perf_counter() - start))
     else:
         print(f"resumed from checkpoint {first_step}", flush=True)
 
     total_devices = len(jax.devices())
     losses: list[jax.Array] = []  # per-step metrics since the last log row, still on the device
-    skipped_total = 0
-    final_loss = math.nan
-    train_s = 0.0  # seconds spent in train steps over this process's part of the run
     interval_s = 0.0
     batch = setup.put_batch(setup.train_loader.batch(first_step))
     timer = time.perf_counter()
@@ -138,61 +173,52 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
                 continue
 
             jax.block_until_ready(metrics)
-            stepping_s = time.perf_counter() - timer
-            train_s += stepping_s
-            interval_s += stepping_s
+            interval_s += time.perf_counter() - timer
             fields: dict[str, Any] = {}
             if is_log or is_eval:
                 host = [{k: _to_host(v) for k, v in m.items()} for m in losses]
                 step_losses = np.asarray([m["loss"] for m in host], dtype=np.float64)
-                skipped = int(sum(float(m["skipped"]) for m in host))
-                skipped_total += skipped
                 if config.on_nonfinite == "stop":
                     _check_finite(step_losses, first_step=step - len(losses) + 1)
                 if is_log:
                     finite = step_losses[np.isfinite(step_losses)]
-                    final_loss = float(finite.mean()) if finite.size else math.nan
                     tokens_per_s = len(losses) * config.tokens_per_step / interval_s
                     fields.update(
-                        loss=final_loss,
+                        loss=float(finite.mean()) if finite.size else None,
                         lr=float(setup.schedule(step - 1)),
                         grad_norm=float(host[-1]["grad_norm"]),
                         param_norm=float(host[-1]["param_norm"]),
                         tokens_per_s=tokens_per_s,
                         step_time_s=interval_s / len(losses),
                         mfu=tokens_per_s * setup.flops_per_token / (setup.peak_flops * total_devices),
+                        skipped_steps=int(sum(float(m["skipped"]) for m in host)) or None,
                     )
-                    if skipped:
-                        fields["skipped_steps"] = skipped
                     losses, interval_s = [], 0.0
+            if is_eval:
+                writers.write(_eval_row(setup, step, evaluate(setup, params), time.perf_counter() - start, **fields))
+            elif is_log:
+                writers.write(MetricRow(step=step, elapsed=time.perf_counter() - start, **fields))
             if is_save:
-                # The save copies the arrays before the next step donates them; writing goes on behind.
+                # After the row, so that a checkpoint never exists without the rows up to its step. The save
+                # copies the arrays before the next step donates them; writing goes on behind.
                 rng = np.asarray(jax.random.key_data(jax.random.fold_in(jax.random.key(config.seed), step)))
                 checkpointer.save(
                     step, {"params": params, "opt_state": opt_state, "step": step, "data_step": step, "rng": rng}
                 )
-            if is_eval:
-                eval_losses.append(evaluate(setup, params))
-                row = _eval_row(setup, step, eval_losses[-1], time.perf_counter() - start, **fields)
-                writers.write(row)
-            elif is_log:
-                writers.write(MetricRow(step=step, elapsed=time.perf_counter() - start, **fields))
             timer = time.perf_counter()  # evaluation, saving and writing stay out of the step timing
+        if not any(row.step == config.steps and row.eval_loss is not None for row in writers.rows):
+            # Resumed at the last step from a checkpoint whose final evaluation never reached the rows.
+            writers.write(_eval_row(setup, config.steps, evaluate(setup, params), time.perf_counter() - start))
     finally:
         if checkpointer is not None:
             checkpointer.close()
         writers.close()
 
-    summary = _summarise(
-        setup, final_loss, eval_losses, train_s, time.perf_counter() - start, first_step, skipped_total, resumed_from
-    )
-    if is_main_process():
-        atomic_write_json(layout.summary, summary.model_dump())
+    summary = _summarise(setup, writers.rows, time.perf_counter() - start, first_step)
     print(
-        f"done: {summary.steps} steps, final loss {summary.final_loss:.4f}, eval loss "
+        f"done: {summary.steps} steps, final loss {_figure(summary.final_loss)}, eval loss "
         f"{_figure(summary.first_eval_loss)} -> {_figure(summary.final_eval_loss)}, "
-        f"{summary.mean_tokens_per_s:,.0f} tok/s, "
-        f"MFU {summary.mfu:.2%}, {summary.wall_s:.1f}s",
+        f"{summary.mean_tokens_per_s or 0:,.0f} tok/s, MFU {summary.mfu or 0:.2%}, {summary.wall_s:.1f}s",
         flush=True,
     )
     return summary
@@ -200,28 +226,41 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
 
 def _initial_state(
     setup: TrainSetup, checkpointer: Checkpointer | None, layout: RunLayout
-) -> tuple[Any, Any, int, list[float]]:
-    """Fresh state, or the newest readable checkpoint's when the folder has one and resuming is on.
+) -> tuple[Any, Any, int, list[MetricRow]]:
+    """The state to start from: this run's newest readable checkpoint, else its parent's (`resume_from`),
+    else a fresh one. Returns `(params, opt_state, step, metrics rows up to that step)`.
 
-    Returns `(params, opt_state, step, eval losses logged so far)`.
+    The rows on disk are cut (or, from a parent, copied) to those up to the step, so that the file holds
+    exactly the history of the state training continues from.
     """
     config = setup.config
-    if checkpointer is None or not config.resume or not checkpointer.steps():
+    rng = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
+    like = {"params": setup.params, "opt_state": setup.opt_state, "step": 0, "data_step": 0, "rng": rng}
+    if checkpointer is not None and config.resume and checkpointer.steps():
+        state, step = checkpointer.restore(like)
+        history = layout.metrics
+    elif config.resume_from is not None:
+        parent = RunLayout(Path(config.resume_from))
+        state, step = read_checkpoint(parent.checkpoints, like)
+        history = parent.metrics
+    else:
         if layout.metrics.exists() and is_main_process():
             layout.metrics.unlink()  # rows of an attempt that never reached a checkpoint
         return setup.params, setup.opt_state, 0, []
-    rng = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
-    like = {"params": setup.params, "opt_state": setup.opt_state, "step": 0, "data_step": 0, "rng": rng}
-    state, step = checkpointer.restore(like)
-    rows = [row for row in read_jsonl(layout.metrics) if row["step"] <= step]
+    rows = [row for row in read_metrics(history) if row.step <= step]
     if is_main_process():
-        layout.metrics.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    eval_losses = [row["eval_loss"] for row in rows if row.get("eval_loss") is not None]
-    return state["params"], state["opt_state"], int(state["data_step"]), eval_losses
+        layout.metrics.write_text("".join(row.model_dump_json(exclude_none=True) + "\n" for row in rows))
+    return state["params"], state["opt_state"], int(state["data_step"]), rows
 
 
 def _figure(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
+
+
+def _finite(row: MetricRow) -> MetricRow:
+    """`row` without NaN or infinite figures (JSON has no such numbers; `skipped_steps` tells of them)."""
+    values = row.model_dump()
+    return MetricRow(**{k: v for k, v in values.items() if not (isinstance(v, float) and not math.isfinite(v))})
 
 
 def _agree(decision: bool) -> bool:
@@ -308,38 +347,36 @@ def _start_wandb(config: TrainConfig, layout: RunLayout) -> Any:
     return wandb.init(project=config.wandb_project, name=layout.root.name, config=config.model_dump(mode="json"))
 
 
-def _summarise(
-    setup: TrainSetup,
-    final_loss: float,
-    eval_losses: list[float],
-    train_s: float,
-    wall_s: float,
-    first_step: int,
-    skipped: int,
-    resumed_from: int | None,
-) -> TrainSummary:
+def _summarise(setup: TrainSetup, rows: list[MetricRow], wall_s: float, first_step: int) -> TrainSummary:
+    """The run's summary, from its metrics rows: the same rows give the same figures, however often the
+    run was stopped and resumed on the way."""
     config = setup.config
-    tokens_trained = (config.steps - first_step) * config.tokens_per_step
-    tokens_per_s = tokens_trained / train_s if train_s > 0 else 0.0
+    evals = [row.eval_loss for row in rows if row.eval_loss is not None]
+    logged = [row for row in rows if row.step_time_s is not None]
+    covered = [row.step - previous.step for previous, row in zip([rows[0], *logged], logged, strict=False)]
+    train_s = sum(updates * row.step_time_s for updates, row in zip(covered, logged, strict=True))
+    tokens_per_s = sum(covered) * config.tokens_per_step / train_s if train_s > 0 else None
+    losses = [row.loss for row in logged if row.loss is not None]
+    skipped = sum(row.skipped_steps or 0 for row in rows)
     peak = setup.peak_flops * len(jax.devices())
-    final_eval = eval_losses[-1] if eval_losses else None
+    final_eval = evals[-1] if evals else None
     return TrainSummary(
         parameters=setup.parameters,
         steps=config.steps,
         tokens_seen=config.steps * config.tokens_per_step,
-        final_loss=final_loss,
-        first_eval_loss=eval_losses[0] if eval_losses else None,
+        final_loss=losses[-1] if losses else None,
+        first_eval_loss=evals[0] if evals else None,
         final_eval_loss=final_eval,
-        best_eval_loss=min(eval_losses) if eval_losses else None,
+        best_eval_loss=min(evals) if evals else None,
         mean_tokens_per_s=tokens_per_s,
         compile_s=setup.compile_s,
         wall_s=wall_s,
         model_flops_per_token=setup.flops_per_token,
-        mfu=tokens_per_s * setup.flops_per_token / peak,
+        mfu=tokens_per_s * setup.flops_per_token / peak if tokens_per_s else None,
         peak_flops=peak,
         peak_flops_source=setup.peak_flops_source,
         final_eval_perplexity=math.exp(min(final_eval, 700.0)) if final_eval is not None else None,
         final_eval_bits_per_byte=_bits_per_byte(setup, final_eval) if final_eval is not None else None,
-        resumed_from_step=resumed_from,
+        resumed_from_step=first_step or None,
         skipped_steps=skipped or None,
     )

@@ -63,11 +63,15 @@ class TrainSummary(BaseModel):
     parameters: int = Field(description="Number of trainable parameters.")
     steps: int = Field(description="Optimizer updates done.")
     tokens_seen: int = Field(description="Training tokens predicted: steps * batch_size * seq_len.")
-    final_loss: float = Field(description="Mean training loss over the last log interval.")
+    final_loss: float | None = Field(
+        description="Mean training loss over the last log interval (null if no loss in it was finite)."
+    )
     first_eval_loss: float | None = Field(description="Val loss before the first update.")
     final_eval_loss: float | None = Field(description="Val loss after the last update.")
     best_eval_loss: float | None = Field(description="Lowest val loss of the run.")
-    mean_tokens_per_s: float = Field(description="Training tokens per second of step time (no compile, no eval).")
+    mean_tokens_per_s: float | None = Field(
+        description="Training tokens per second of step time (no compile, no eval), over the logged steps."
+    )
     compile_s: float = Field(description="Seconds spent compiling the train and eval steps.")
     wall_s: float = Field(description="Seconds the whole run took, from reading the data to the last write.")
     model_flops_per_token: float | None = Field(

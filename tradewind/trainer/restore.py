@@ -18,8 +18,8 @@ import numpy as np
 from flax import nnx
 
 from tradewind.data import CacheManifest, open_token_cache
-from tradewind.trainer.checkpoint import Checkpointer
-from tradewind.trainer.config import CheckpointConfig, ModelConfig, TrainConfig, read_train_config
+from tradewind.trainer.checkpoint import read_checkpoint
+from tradewind.trainer.config import ModelConfig, TrainConfig, read_train_config
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.model import build_model
 from tradewind.trainer.optimizer import build_optimizer
@@ -57,9 +57,5 @@ def load_run_model(run_dir: Path, step: int | None = None) -> LoadedRun:
         "data_step": 0,
         "rng": np.zeros(2, np.uint32),
     }
-    checkpointer = Checkpointer(layout.checkpoints, CheckpointConfig(async_save=False))
-    try:
-        state, found = checkpointer.restore(like, step)
-    finally:
-        checkpointer.manager.close()
+    state, found = read_checkpoint(layout.checkpoints, like, step)
     return LoadedRun(config, model_config, manifest, graphdef, state["params"], found)
