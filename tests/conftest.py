@@ -1,6 +1,7 @@
 """Fixtures shared across the suite: a workspace with a small real corpus and one finished tiny run."""
 
 import itertools
+import os
 import shutil
 from pathlib import Path
 
@@ -72,3 +73,14 @@ def finished_run(ctx, dataset_id):
     done = wait_for_run(ctx, WaitForRunRequest(run_id=run.run_id, timeout_s=240))
     assert done.status == "SUCCEEDED", done.log_tail
     return done
+
+
+@pytest.fixture(scope="session")
+def ray_address():
+    """The Ray head `.ci/run` starts (with fake TPU resources: `TPU: 8`, `TPU-v5litepod-8-head: 1`)."""
+    address = os.environ.get("RAY_ADDRESS")
+    if not address:
+        if os.environ.get("TRADEWIND_REQUIRE_RAY"):
+            pytest.fail("RAY_ADDRESS is unset but TRADEWIND_REQUIRE_RAY is set: .ci/run should have started a Ray head")
+        pytest.skip("RAY_ADDRESS is unset: start a head as .ci/run does to run the Ray tests")
+    return address

@@ -1,11 +1,13 @@
+import json
+
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer as RawTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from tradewind.core import InvalidInputError, NotFoundError
-from tradewind.data import ByteTokenizer, HFTokenizer, load_tokenizer
+from tradewind.data import ByteTokenizer, HFTokenizer, load_tokenizer, write_hf_tokenizer_files
 
 CORPUS = [
     "To be, or not to be, that is the question:",
@@ -142,3 +144,61 @@ def test_a_pickled_hf_tokenizer_encodes_the_same_and_is_rebuilt_once_per_process
 
     assert first is second and first.fingerprint == tokenizer.fingerprint and first.eos_id == tokenizer.eos_id
     assert first.encode_batch(CORPUS[:2]) == tokenizer.encode_batch(CORPUS[:2])
+
+
+@pytest.fixture(scope="module")
+def byte_hf_files(tmp_path_factory):
+    """The byte tokenizer written as Hugging Face tokenizer files."""
+    directory = tmp_path_factory.mktemp("byte-hf")
+    write_hf_tokenizer_files(ByteTokenizer(), directory, model_max_length=64)
+    return directory
+
+
+def read_hf_files(directory):
+    """The `tokenizers` tokenizer of `directory`, set up as its tokenizer_config.json says, and that config."""
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    tokenizer = RawTokenizer.from_file(str(directory / "tokenizer.json"))
+    tokenizer.encode_special_tokens = config["split_special_tokens"]
+    return tokenizer, config
+
+
+@given(st.text())
+@example("plain ASCII, with punctuation: don't stop .")
+@example("é, naïve café")
+@example("emoji 🎉🚀 and CJK 中文字符")
+@example("  two spaces\n\nblank line\ttab \r\n trailing ")
+@example("a document may mention <|endoftext|> or <|begin_of_text|> as text")
+def test_byte_tokenizer_hf_files_encode_any_text_to_its_bytes_and_decode_it_back(byte_hf_files, text):
+    tokenizer, _ = read_hf_files(byte_hf_files)
+
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+
+    assert ids == ByteTokenizer().encode_batch([text])[0]
+    assert tokenizer.decode(ids) == text
+
+
+def test_byte_tokenizer_hf_files_name_its_eos_and_bos_with_their_ids(byte_hf_files):
+    tokenizer, config = read_hf_files(byte_hf_files)
+    specials = json.loads((byte_hf_files / "special_tokens_map.json").read_text())
+
+    assert tokenizer.token_to_id(config["eos_token"]) == ByteTokenizer.eos_id == 256
+    assert tokenizer.token_to_id(config["bos_token"]) == ByteTokenizer.bos_id == 257
+    assert specials == {"eos_token": config["eos_token"], "bos_token": config["bos_token"]}
+    assert tokenizer.get_vocab_size() == ByteTokenizer.vocab_size and config["model_max_length"] == 64
+    assert tokenizer.decode([104, 256, 105, 257]) == "hi"
+
+
+def test_hf_tokenizer_files_copy_its_tokenizer_json_so_it_reloads_with_the_same_fingerprint(tmp_path):
+    path = train_bpe(tmp_path / "tokenizer.json", ["<|endoftext|>", "<|begin_of_text|>"])
+    original = HFTokenizer(path)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    write_hf_tokenizer_files(original, out)
+    tokenizer, config = read_hf_files(out)
+
+    assert (out / "tokenizer.json").read_bytes() == path.read_bytes()
+    assert load_tokenizer(str(out)).fingerprint == original.fingerprint
+    assert (config["eos_token"], config["bos_token"]) == ("<|endoftext|>", "<|begin_of_text|>")
+    assert tokenizer.encode(CORPUS[1], add_special_tokens=False).ids == original.encode_batch([CORPUS[1]])[0]
+    assert "model_max_length" not in config

@@ -1,4 +1,5 @@
-"""Hugging Face interop: an exported Llama run loads in `transformers` and gives the same logits."""
+"""Hugging Face interop: an exported Llama run loads in `transformers` with the same logits and tokenizer,
+and HF weights are only loaded into the model their config.json describes."""
 
 import json
 import subprocess
@@ -10,10 +11,23 @@ import pytest
 from flax import nnx
 
 from tradewind.core import ConfigError
+from tradewind.data import build_token_cache, load_tokenizer, train_bpe_tokenizer
 from tradewind.trainer import train
-from tradewind.trainer.hf import export_hf, load_hf_params, read_safetensors, write_safetensors
+from tradewind.trainer.config import ModelConfig
+from tradewind.trainer.hf import (
+    check_matches_hf,
+    export_hf,
+    hf_config,
+    load_hf_params,
+    model_for_init_from,
+    read_hf_config,
+    read_safetensors,
+    write_hf_model,
+    write_safetensors,
+)
+from tradewind.trainer.model import build_model
 from tradewind.trainer.restore import load_run_model
-from tradewind.trainer.step import setup_training
+from tradewind.trainer.step import replace_params, setup_training
 
 HF_CHECK = """
 import json, sys
@@ -23,6 +37,68 @@ tokens = torch.tensor(json.loads(sys.argv[2]))
 with torch.no_grad():
     print(json.dumps(model(tokens).logits.numpy().tolist()))
 """
+
+TOKENS = np.array([[5, 72, 101, 108, 108, 111, 32, 119, 33, 200, 3, 9]], np.int32)
+
+# Llama 3's rotary base and norm epsilon, both unlike ModelConfig's defaults, on random weights large
+# enough (init_std 0.1) that either setting moves the logits far beyond the comparison's tolerance.
+LLAMA3_STYLE = ModelConfig(
+    vocab_size=258,
+    d_model=32,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    max_seq_len=64,
+    rope_theta=500000.0,
+    norm_eps=1e-5,
+    tie_embeddings=False,
+    init_std=0.1,
+)
+# The same shape with the defaults a run config falls back to.
+DEFAULTS_SAME_SHAPE = LLAMA3_STYLE.model_copy(update={"rope_theta": 10000.0, "norm_eps": 1e-6})
+TEXTS = ["plain ASCII, don't stop .", "é, naïve café", "emoji 🎉🚀 and CJK 中文字符", "  spaces\n\nnewlines\ttab \r\n"]
+
+
+def transformers_logits(folder, tokens):
+    """`LlamaForCausalLM`'s logits for `tokens`, computed in a fresh interpreter that imports only torch
+    and transformers."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", HF_CHECK, str(folder), json.dumps(tokens.tolist())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return np.array(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def logits_with_weights(config, folder, tokens):
+    """Logits of a model built from `config` with the weights of HF folder `folder`."""
+    graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0)))
+    _, pure = load_hf_params(folder)
+    return np.asarray(nnx.merge(graphdef, replace_params(params, pure))(tokens))
+
+
+def assert_auto_tokenizer_matches(folder, tokenizer, eos_id, bos_id):
+    """`AutoTokenizer` loads `folder` as `tokenizer`: same ids for TEXTS, text back on decoding, same EOS/BOS."""
+    transformers = pytest.importorskip("transformers")
+    loaded = transformers.AutoTokenizer.from_pretrained(folder)
+    for text in TEXTS:
+        ids = loaded.encode(text, add_special_tokens=False)
+        assert ids == tokenizer.encode_batch([text])[0], text
+        assert loaded.decode(ids) == text
+    assert (loaded.eos_token_id, loaded.bos_token_id) == (eos_id, bos_id)
+
+
+@pytest.fixture(scope="module")
+def llama3_folder(tmp_path_factory):
+    """An HF folder (config.json, model.safetensors) of a random `LLAMA3_STYLE` model."""
+    folder = tmp_path_factory.mktemp("hf") / "llama3"
+    params = nnx.to_pure_dict(nnx.state(build_model(LLAMA3_STYLE, rngs=nnx.Rngs(1)), nnx.Param))
+    write_hf_model(folder, LLAMA3_STYLE, params)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -45,25 +121,108 @@ def test_safetensors_files_round_trip_names_shapes_and_values(tmp_path):
         np.testing.assert_array_equal(back[name], value)
 
 
+def test_init_from_takes_rope_theta_norm_eps_and_shape_from_the_folders_config(llama3_folder):
+    model = model_for_init_from(ModelConfig(), set(), llama3_folder)
+
+    assert (model.rope_theta, model.norm_eps) == (500000.0, 1e-5)
+    assert model == read_hf_config(llama3_folder)
+    assert (model.vocab_size, model.d_model, model.n_kv_heads, model.tie_embeddings) == (258, 32, 2, False)
+
+
+def test_init_from_keeps_agreeing_fields_a_shorter_max_seq_len_and_init_std(llama3_folder):
+    requested = ModelConfig(rope_theta=500000.0, n_heads=4, max_seq_len=32, init_std=0.01)
+
+    model = model_for_init_from(requested, requested.model_fields_set, llama3_folder)
+
+    assert (model.max_seq_len, model.init_std, model.rope_theta, model.d_model) == (32, 0.01, 500000.0, 32)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"rope_theta": 10000.0},
+            r"model\.rope_theta is 10000\.0 but \S+config\.json has 500000\.0: remove "
+            r"model\.rope_theta or set it to 500000\.0",
+        ),
+        (
+            {"norm_eps": 1e-6, "d_model": 64},
+            r"model\.d_model is 64 .*: remove model\.d_model or set it to 32; "
+            r"model\.norm_eps is 1e-06 .* has 1e-05: remove model\.norm_eps or set it to 1e-05",
+        ),
+        ({"max_seq_len": 128}, r"model\.max_seq_len is 128 .*set it to at most 64"),
+        ({"preset": "nano"}, r"remove model\.d_model and model\.preset or set it to 32"),
+    ],
+)
+def test_init_from_refuses_a_field_the_user_set_to_another_value_naming_it_and_the_fix(llama3_folder, fields, message):
+    requested = ModelConfig(**fields)
+
+    with pytest.raises(ConfigError, match=message):
+        model_for_init_from(requested, requested.model_fields_set, llama3_folder)
+
+
+def test_loading_hf_weights_into_another_model_config_is_refused_naming_every_difference(llama3_folder):
+    with pytest.raises(ConfigError, match=r"model\.rope_theta is 10000\.0 .* 500000\.0; model\.norm_eps is 1e-06"):
+        check_matches_hf(DEFAULTS_SAME_SHAPE, llama3_folder)
+    check_matches_hf(LLAMA3_STYLE.model_copy(update={"vocab_size": None, "max_seq_len": 32}), llama3_folder)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}}, "rope_type 'llama3' is not supported"),
+        ({"hidden_act": "gelu"}, "hidden_act is 'gelu'"),
+        ({"head_dim": 16}, "head_dim 16 is not hidden_size / num_attention_heads"),
+        ({"model_type": "mistral"}, "model_type 'mistral' is not 'llama'"),
+    ],
+)
+def test_an_hf_config_tradewind_cannot_build_is_refused_naming_the_key(tmp_path, change, message):
+    (tmp_path / "config.json").write_text(json.dumps({**hf_config(LLAMA3_STYLE), **change}))
+
+    with pytest.raises(ConfigError, match=rf"config\.json: {message}"):
+        read_hf_config(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_model_built_from_the_resolved_config_gives_transformers_logits_on_the_folder(llama3_folder):
+    theirs = transformers_logits(llama3_folder, TOKENS)
+
+    resolved = model_for_init_from(ModelConfig(), set(), llama3_folder)
+
+    np.testing.assert_allclose(logits_with_weights(resolved, llama3_folder, TOKENS), theirs, rtol=1e-4, atol=1e-4)
+    # What training with the run config's defaults did: the same weights give other logits.
+    assert np.abs(logits_with_weights(DEFAULTS_SAME_SHAPE, llama3_folder, TOKENS) - theirs).max() > 1e-2
+
+
 @pytest.mark.slow
 def test_exported_llama_loads_in_transformers_and_matches_the_trainers_logits(gqa_run, tmp_path):
-    pytest.importorskip("transformers")
-    pytest.importorskip("torch")
     out = export_hf(gqa_run, tmp_path / "hf")
     assert json.loads((out / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     loaded = load_run_model(gqa_run)
-    tokens = np.array([[5, 72, 101, 108, 108, 111, 32, 119]], np.int32)
-    ours = np.asarray(nnx.merge(loaded.graphdef, loaded.params)(tokens))
-    # A fresh interpreter that imports only torch and transformers.
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", HF_CHECK, str(out), json.dumps(tokens.tolist())],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    ours = np.asarray(nnx.merge(loaded.graphdef, loaded.params)(TOKENS))
+    np.testing.assert_allclose(transformers_logits(out, TOKENS), ours, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_export_of_a_byte_tokenizer_run_loads_in_auto_tokenizer(gqa_run, tmp_path):
+    out = export_hf(gqa_run, tmp_path / "hf")
+
+    assert_auto_tokenizer_matches(out, load_tokenizer("byte"), eos_id=256, bos_id=257)
+
+
+@pytest.mark.slow
+def test_the_export_of_a_bpe_tokenizer_run_loads_in_auto_tokenizer(small_corpus, tiny_config, tmp_path):
+    tokenizer = train_bpe_tokenizer([small_corpus.read_text()], 300, tmp_path / "tokenizer.json")
+    build_token_cache([small_corpus], tmp_path / "cache", tokenizer)
+    train(
+        tiny_config(dataset=str(tmp_path / "cache"), steps=2, eval_every=2, eval_batches=1, tensorboard=False),
+        tmp_path / "run",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    theirs = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
-    np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-4)
+
+    out = export_hf(tmp_path / "run", tmp_path / "hf")
+
+    assert (out / "tokenizer.json").read_bytes() == (tmp_path / "tokenizer.json").read_bytes()
+    assert_auto_tokenizer_matches(out, tokenizer, eos_id=tokenizer.eos_id, bos_id=tokenizer.bos_id)
 
 
 @pytest.mark.slow

@@ -37,6 +37,7 @@ from tradewind.data.tokenizers import (
     load_tokenizer,
     train_bpe_tokenizer,
     train_tokenizer,
+    write_hf_tokenizer_files,
 )
 
 __all__ = [
@@ -70,4 +71,5 @@ __all__ = [
     "source_files",
     "train_bpe_tokenizer",
     "train_tokenizer",
+    "write_hf_tokenizer_files",
 ]

@@ -6,6 +6,7 @@ its definition, so that a token cache records exactly which tokenizer made it.
 Example:
     tokenizer = load_tokenizer("byte")       # or "path/to/tokenizer.json", its folder, or "hf:gpt2" (needs the hub)
     ids = tokenizer.encode_batch(["To be, or not to be"])[0]
+    write_hf_tokenizer_files(tokenizer, Path("exports/r1"))  # loads with transformers.AutoTokenizer
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import fsspec
 import numpy as np
 import tokenizers as hf
 
-from tradewind.core import InvalidInputError, NotFoundError, atomic_write_text
+from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json, atomic_write_text
 from tradewind.data.bad_records import BadRecords
 from tradewind.data.readers import Format, list_input_files, read_file_documents
 
@@ -27,6 +28,9 @@ from tradewind.data.readers import Format, list_input_files, read_file_documents
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "[SEP]")
 BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>", "[CLS]")
 HUB_PREFIX = "hf:"
+# The names the byte tokenizer's EOS and BOS get in its Hugging Face form.
+BYTE_EOS_TOKEN = "<|endoftext|>"
+BYTE_BOS_TOKEN = "<|begin_of_text|>"
 
 
 @runtime_checkable
@@ -79,8 +83,31 @@ class ByteTokenizer:
         array = np.asarray(ids, dtype=np.int64)
         return array[(array >= 0) & (array < 256)].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
 
+    def hf_definition(self) -> str:
+        """The same tokenizer as a Hugging Face `tokenizer.json`: byte-level BPE without merges.
+
+        Each byte is one symbol of the byte-level alphabet (GPT-2's byte-to-character table) whose id is
+        the byte's value, so any text encodes to its UTF-8 bytes; EOS and BOS are special tokens 256 and
+        257. Regex splitting is off, as it would only split words that no merge could join anyway.
+        """
+        vocab = {symbol: byte for byte, symbol in enumerate(_byte_symbols())}
+        tokenizer = hf.Tokenizer(hf.models.BPE(vocab=vocab, merges=[]))
+        tokenizer.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        tokenizer.decoder = hf.decoders.ByteLevel()
+        tokenizer.add_special_tokens(
+            [hf.AddedToken(BYTE_EOS_TOKEN, special=True), hf.AddedToken(BYTE_BOS_TOKEN, special=True)]
+        )
+        return tokenizer.to_str()
+
     def __repr__(self) -> str:
         return "ByteTokenizer()"
+
+
+def _byte_symbols() -> list[str]:
+    """GPT-2's printable stand-in for each byte 0-255: itself if printable Latin-1, else a character from U+0100 on."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = iter(range(256, 512))
+    return [chr(byte) if byte in printable else chr(next(others)) for byte in range(256)]
 
 
 class HFTokenizer:
@@ -155,6 +182,10 @@ class HFTokenizer:
         """The text of `ids`; special tokens are dropped."""
         return self._tokenizer.decode(list(ids), skip_special_tokens=True)
 
+    def hf_definition(self) -> str:
+        """The `tokenizer.json` this tokenizer was loaded from, unchanged (so its fingerprint carries over)."""
+        return self._definition[0].decode("utf-8")
+
     def __repr__(self) -> str:
         return f"HFTokenizer({self.name!r})"
 
@@ -204,6 +235,42 @@ def load_tokenizer(spec: str, eos_token: str | None = None) -> Tokenizer:
             f"or '{HUB_PREFIX}<name>' for a Hugging Face Hub tokenizer; looked for {path})"
         )
     return HFTokenizer(path, eos_token=eos_token)
+
+
+def write_hf_tokenizer_files(
+    tokenizer: ByteTokenizer | HFTokenizer, directory: str | Path, *, model_max_length: int | None = None
+) -> None:
+    """Write `tokenizer.json`, `tokenizer_config.json` and `special_tokens_map.json` into `directory`.
+
+    `transformers.AutoTokenizer.from_pretrained(directory)` then loads a tokenizer whose
+    `encode(text, add_special_tokens=False)` gives `tokenizer`'s ids and whose EOS and BOS tokens are
+    `tokenizer.eos_id` and `tokenizer.bos_id`; the `tokenizers` library reads `tokenizer.json` alone.
+
+    Args:
+        tokenizer: the tokenizer to write.
+        directory: an existing folder (a Hugging Face model folder, typically).
+        model_max_length: the longest input the model takes, recorded for `transformers`.
+    """
+    definition = tokenizer.hf_definition()
+    token = hf.Tokenizer.from_str(definition).id_to_token
+    specials = {"eos_token": token(tokenizer.eos_id)}
+    if tokenizer.bos_id is not None:
+        specials["bos_token"] = token(tokenizer.bos_id)
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **specials,
+        # transformers would otherwise drop the space in " ." and " 's" when decoding.
+        "clean_up_tokenization_spaces": False,
+        # The byte tokenizer reads "<|endoftext|>" typed in a document as 13 bytes, where `tokenizers`
+        # would read it as EOS unless told to split special tokens; HFTokenizer reads it as `tokenizers` does.
+        "split_special_tokens": isinstance(tokenizer, ByteTokenizer),
+    }
+    if model_max_length is not None:
+        config["model_max_length"] = model_max_length
+    directory = Path(directory)
+    atomic_write_text(directory / "tokenizer.json", definition)
+    atomic_write_json(directory / "tokenizer_config.json", config)
+    atomic_write_json(directory / "special_tokens_map.json", specials)
 
 
 def train_bpe_tokenizer(

@@ -27,6 +27,7 @@ from tradewind.trainer import (
     TrainConfig,
     TrainJob,
     TrainSummary,
+    model_for_init_from,
     open_run_data,
     read_record,
     read_summary,
@@ -186,12 +187,9 @@ def _run_config(ctx: ToolContext, request: LaunchTrainingRequest, progress: Prog
     values = request.model_dump()
     values["dataset"] = str(resolve_dataset(ctx, request.dataset, progress))
     if request.init_from is not None:
-        from tradewind.trainer.hf import model_for_init_from
-
         folder = ctx.workspace.resolve_path(request.init_from, argument="init_from")
-        explicit = request.model.model_fields_set - {"preset"}
         values["init_from"] = str(folder)
-        values["model"] = model_for_init_from(request.model, explicit, folder).model_dump()
+        values["model"] = model_for_init_from(request.model, request.model.model_fields_set, folder).model_dump()
     return TrainConfig.model_validate(values), None, None
 
 

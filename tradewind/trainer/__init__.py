@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     )
     from tradewind.trainer.flops import count_model_params, flops_per_token, peak_flops
     from tradewind.trainer.gpt2 import GPT2
-    from tradewind.trainer.hf import export_hf, load_hf_params
+    from tradewind.trainer.hf import check_matches_hf, export_hf, load_hf_params, model_for_init_from
     from tradewind.trainer.layout import RunLayout
     from tradewind.trainer.loop import train
     from tradewind.trainer.metrics import MetricRow, ProfileSummary, TrainSummary, read_metrics, read_summary
@@ -83,6 +83,8 @@ _LAZY = {
     "Checkpointer": "tradewind.trainer.checkpoint",
     "export_hf": "tradewind.trainer.hf",
     "load_hf_params": "tradewind.trainer.hf",
+    "check_matches_hf": "tradewind.trainer.hf",
+    "model_for_init_from": "tradewind.trainer.hf",
     "load_run_model": "tradewind.trainer.restore",
     "sample_run": "tradewind.trainer.sample",
     "sample_tokens": "tradewind.trainer.sample",
@@ -120,6 +122,8 @@ __all__ = [
     "export_hf",
     "flops_per_token",
     "load_hf_params",
+    "check_matches_hf",
+    "model_for_init_from",
     "load_run_model",
     "peak_flops",
     "register_optimizer",

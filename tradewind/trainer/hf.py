@@ -1,30 +1,39 @@
-"""Hugging Face interop: a Llama run as `config.json` + `model.safetensors`, and back.
+"""Hugging Face interop: a Llama run as `config.json` + `model.safetensors` + tokenizer files, and back.
 
-The export loads in `transformers` as `LlamaForCausalLM` without Tradewind installed. The safetensors
-file is written and read here directly (an 8-byte header length, a JSON header of names, dtypes, shapes
-and byte offsets, then the raw little-endian float32 data), so neither `safetensors` nor `torch` is needed.
+The export loads in `transformers` (`LlamaForCausalLM`, `AutoTokenizer`) without Tradewind installed. The
+safetensors file is written and read here directly (an 8-byte header length, a JSON header of names,
+dtypes, shapes and byte offsets, then the raw little-endian float32 data), so neither `safetensors` nor
+`torch` is needed.
 
 Weight names follow `LlamaForCausalLM`: nnx kernels are [in, out] and HF weights [out, in], so matrices
 are transposed; rotary embeddings already use HF's half-split layout, so no permutation is needed.
+
+Weights are only ever loaded into the model their `config.json` describes: `model_for_init_from` gives a
+run that model (keeping what the user set only where it agrees), and `check_matches_hf` refuses any
+other before training starts.
 
     tradewind export RUN --format hf --out DIR        (see `tradewind.trainer.cli`)
 
 Example:
     export_hf(Path("runs/r1"), Path("exports/r1"))
-    params = load_hf_params(Path("exports/r1"))  # a pure dict for `TrainConfig.init_from`
+    model = model_for_init_from(request.model, request.model.model_fields_set, Path("exports/r1"))  # launcher
+    check_matches_hf(model, Path("exports/r1"))  # trainer, before loading
+    _, params = load_hf_params(Path("exports/r1"))  # a pure dict for `setup_training`
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tradewind.core import ConfigError, NotFoundError, atomic_write_json
-from tradewind.trainer.config import ModelConfig
+from tradewind.data import Tokenizer, TokenizerInfo, load_tokenizer, write_hf_tokenizer_files
+from tradewind.trainer.config import PRESETS, ModelConfig
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
@@ -97,24 +106,159 @@ def hf_config(config: ModelConfig) -> dict[str, Any]:
     }
 
 
-def model_config_from_hf(data: dict[str, Any]) -> ModelConfig:
-    """The Llama `ModelConfig` that an HF `config.json` describes."""
+# config.json keys that Tradewind's Llama has no switch for, with the one value it implements.
+_FIXED_KEYS = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
+
+# The `ModelConfig` fields that a Llama config.json decides; the others (`init_std`, `preset`) are Tradewind's.
+_HF_FIELDS = (
+    "type",
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "max_seq_len",
+    "rope_theta",
+    "norm_eps",
+    "tie_embeddings",
+)
+
+
+def model_config_from_hf(data: dict[str, Any], source: str | Path = "config.json") -> ModelConfig:
+    """The Llama `ModelConfig` that an HF `config.json` describes; missing keys take `LlamaConfig`'s defaults.
+
+    Raises:
+        ConfigError: not a Llama, a shape key is missing, or the config asks for something Tradewind's
+            Llama does not implement (another activation, biases, rotary scaling, a head_dim of its own);
+            the message names `source` and the key.
+    """
+
+    def need(key: str) -> Any:
+        if key not in data:
+            raise ConfigError(f"{source}: no {key!r}")
+        return data[key]
+
     if data.get("model_type") != "llama":
-        raise ConfigError(f"config.json: model_type {data.get('model_type')!r} is not 'llama'")
-    theta = data.get("rope_theta") or (data.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+        raise ConfigError(f"{source}: model_type {data.get('model_type')!r} is not 'llama'")
+    for key, supported in _FIXED_KEYS.items():
+        if data.get(key, supported) != supported:
+            raise ConfigError(f"{source}: {key} is {data[key]!r}; Tradewind's Llama implements only {supported!r}")
+    rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        raise ConfigError(f"{source}: rope_type {rope_type!r} is not supported (only 'default', unscaled rotary)")
+    d_model, n_heads = need("hidden_size"), need("num_attention_heads")
+    if data.get("head_dim", d_model // n_heads) * n_heads != d_model:
+        raise ConfigError(f"{source}: head_dim {data['head_dim']} is not hidden_size / num_attention_heads")
     return ModelConfig(
         type="llama",
-        vocab_size=data["vocab_size"],
-        d_model=data["hidden_size"],
-        n_layers=data["num_hidden_layers"],
-        n_heads=data["num_attention_heads"],
+        vocab_size=need("vocab_size"),
+        d_model=d_model,
+        n_layers=need("num_hidden_layers"),
+        n_heads=n_heads,
         n_kv_heads=data.get("num_key_value_heads"),
-        d_ff=data["intermediate_size"],
-        max_seq_len=data["max_position_embeddings"],
-        rope_theta=theta,
+        d_ff=need("intermediate_size"),
+        max_seq_len=data.get("max_position_embeddings", 2048),
+        rope_theta=data.get("rope_theta") or rope.get("rope_theta", 10000.0),
         norm_eps=data.get("rms_norm_eps", 1e-6),
-        tie_embeddings=data.get("tie_word_embeddings", True),
+        # transformers' LlamaConfig unties them unless config.json says otherwise.
+        tie_embeddings=data.get("tie_word_embeddings", False),
     )
+
+
+def read_hf_config(directory: Path) -> ModelConfig:
+    """The `ModelConfig` of HF folder `directory`'s `config.json` (see `model_config_from_hf`).
+
+    Raises:
+        NotFoundError: no `config.json`.
+        ConfigError: as `model_config_from_hf`.
+    """
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        raise NotFoundError(f"init_from: {directory} has no config.json")
+    return model_config_from_hf(json.loads(path.read_text(encoding="utf-8")), source=path)
+
+
+def model_for_init_from(model: ModelConfig, explicit: Iterable[str], directory: Path) -> ModelConfig:
+    """The model config of a run that starts from HF folder `directory`: the one its `config.json` describes.
+
+    Call it where the user's request is still at hand, since only it tells a field the user chose from a
+    default. A field the user set is kept when it agrees with the folder (a shorter `max_seq_len` agrees:
+    rotary positions have no weights); `init_std` is the user's, since every weight is loaded anyway.
+
+    Args:
+        model: the requested model config.
+        explicit: the model fields the user set (e.g. `request.model.model_fields_set`); `preset` is ignored,
+            the fields it filled in count as set.
+        directory: the HF folder of `init_from`.
+
+    Raises:
+        ConfigError: a field the user set differs from the folder's; the message names each, with both
+            values, the file and what to change.
+        NotFoundError: no `config.json`.
+    """
+    theirs = read_hf_config(directory)
+    requested = theirs.model_copy(update={name: getattr(model, name) for name in explicit if name != "preset"})
+    mismatches = _mismatches(requested, theirs)
+    if mismatches:
+        preset_fields = PRESETS.get(model.preset or "", {})
+        reasons = []
+        for name, values in mismatches.items():
+            remove = f"model.{name}" + (" and model.preset" if name in preset_fields else "")
+            value = f"at most {values[1]!r}" if name == "max_seq_len" else repr(values[1])
+            reasons.append(f"{_describe(name, values, directory)}: remove {remove} or set it to {value}")
+        raise ConfigError("init_from: " + "; ".join(reasons))
+    return requested
+
+
+def check_matches_hf(model: ModelConfig, directory: Path) -> None:
+    """Refuse to load HF folder `directory`'s weights into a model other than the one its `config.json` describes.
+
+    The trainer calls it before loading the weights, so that a run config written without
+    `model_for_init_from` cannot train silently with other rotary or norm settings than the weights had.
+    A `vocab_size` of None is not compared (it comes from the dataset; the weights' shapes are checked
+    when they load).
+
+    Raises:
+        ConfigError: naming every field that differs, with both values.
+        NotFoundError: no `config.json`.
+    """
+    mismatches = _mismatches(model, read_hf_config(directory))
+    if mismatches:
+        reasons = [_describe(name, values, directory) for name, values in mismatches.items()]
+        raise ConfigError(
+            f"init_from: {'; '.join(reasons)}; take the folder's values (launch_training does for the model "
+            f"fields it is not given)"
+        )
+
+
+def _mismatches(ours: ModelConfig, theirs: ModelConfig) -> dict[str, tuple[Any, Any]]:
+    """`{field: (ours, theirs)}` for each of `_HF_FIELDS` in which `ours` is not the model `theirs` describes."""
+    found = {}
+    for name in _HF_FIELDS:
+        mine, folder = _effective(ours, name), _effective(theirs, name)
+        # An unset vocab_size comes from the dataset later (the embedding's shape is checked on loading);
+        # a shorter max_seq_len only means shorter windows, as rotary positions have no weights.
+        if (name == "vocab_size" and mine is None) or (name == "max_seq_len" and mine <= folder):
+            continue
+        if mine != folder:
+            found[name] = (mine, folder)
+    return found
+
+
+def _effective(config: ModelConfig, name: str) -> Any:
+    """The value of field `name` that the model is built with (None n_kv_heads and d_ff mean derived ones)."""
+    if name == "n_kv_heads":
+        return config.kv_heads
+    if name == "d_ff":
+        return config.ff_dim
+    return getattr(config, name)
+
+
+def _describe(name: str, values: tuple[Any, Any], directory: Path) -> str:
+    ours, folder = values
+    return f"model.{name} is {ours!r} but {Path(directory) / 'config.json'} has {folder!r}"
 
 
 _LAYER = {
@@ -169,12 +313,21 @@ def from_hf_tensors(tensors: dict[str, np.ndarray], config: ModelConfig) -> dict
     return params
 
 
+def write_hf_model(
+    out_dir: Path, config: ModelConfig, params: dict[str, Any], *, eos_id: int | None = None, bos_id: int | None = None
+) -> None:
+    """Write a Llama's `config.json` and `model.safetensors` (from a pure parameter dict) into `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / "config.json", {**hf_config(config), "eos_token_id": eos_id, "bos_token_id": bos_id})
+    write_safetensors(out_dir / "model.safetensors", to_hf_tensors(params, config))
+
+
 def export_hf(run_dir: Path, out_dir: Path, step: int | None = None) -> Path:
-    """Write the run's newest (or `step`'s) Llama checkpoint to `out_dir` in Hugging Face format.
+    """Write the run's newest (or `step`'s) Llama checkpoint and its tokenizer to `out_dir` in Hugging Face format.
 
     Raises:
-        ConfigError: the run's model is not a Llama.
-        NotFoundError: no run config, dataset or checkpoint.
+        ConfigError: the run's model is not a Llama, or its tokenizer file changed since the dataset was built.
+        NotFoundError: no run config, dataset, checkpoint or tokenizer.
     """
     from flax import nnx
 
@@ -183,16 +336,25 @@ def export_hf(run_dir: Path, out_dir: Path, step: int | None = None) -> Path:
     loaded = load_run_model(run_dir, step)
     if loaded.model_config.type != "llama":
         raise ConfigError(f"model.type: only 'llama' runs export to Hugging Face, not {loaded.model_config.type!r}")
+    tokenizer = _dataset_tokenizer(loaded.manifest.tokenizer)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    config = hf_config(loaded.model_config)
-    config["eos_token_id"] = loaded.manifest.tokenizer.eos_id
-    config["bos_token_id"] = loaded.manifest.tokenizer.bos_id
-    atomic_write_json(out_dir / "config.json", config)
-    write_safetensors(
-        out_dir / "model.safetensors", to_hf_tensors(nnx.to_pure_dict(loaded.params), loaded.model_config)
+    write_hf_model(
+        out_dir, loaded.model_config, nnx.to_pure_dict(loaded.params), eos_id=tokenizer.eos_id, bos_id=tokenizer.bos_id
     )
+    write_hf_tokenizer_files(tokenizer, out_dir, model_max_length=loaded.model_config.max_seq_len)
     return out_dir
+
+
+def _dataset_tokenizer(info: TokenizerInfo) -> Tokenizer:
+    """The tokenizer a token cache was built with, refused if its file changed since."""
+    tokenizer = load_tokenizer(info.name)
+    if tokenizer.fingerprint != info.fingerprint:
+        raise ConfigError(
+            f"tokenizer {info.name}: changed since the run's dataset was tokenized (fingerprint "
+            f"{tokenizer.fingerprint[:12]}, the dataset's {info.fingerprint[:12]}); restore the tokenizer the "
+            f"model was trained with to export it"
+        )
+    return tokenizer
 
 
 def load_hf_params(directory: Path) -> tuple[ModelConfig, dict[str, Any]]:
@@ -202,8 +364,7 @@ def load_hf_params(directory: Path) -> tuple[ModelConfig, dict[str, Any]]:
         NotFoundError: `config.json` or `model.safetensors` is missing.
     """
     directory = Path(directory)
-    for name in ("config.json", "model.safetensors"):
-        if not (directory / name).is_file():
-            raise NotFoundError(f"init_from: {directory} has no {name}")
-    config = model_config_from_hf(json.loads((directory / "config.json").read_text(encoding="utf-8")))
+    config = read_hf_config(directory)
+    if not (directory / "model.safetensors").is_file():
+        raise NotFoundError(f"init_from: {directory} has no model.safetensors")
     return config, from_hf_tensors(read_safetensors(directory / "model.safetensors"), config)

@@ -131,8 +131,9 @@ def train_job(**job: Any) -> None:
 def _train(config: TrainConfig, layout: RunLayout, progress: TrainProgress | None, start: float) -> TrainSummary:
     initial = None
     if config.init_from:
-        from tradewind.trainer.hf import load_hf_params
+        from tradewind.trainer.hf import check_matches_hf, load_hf_params
 
+        check_matches_hf(config.model, Path(config.init_from))  # never train silently with other values
         _, initial = load_hf_params(Path(config.init_from))
     setup = setup_training(config, initial_params=initial)
     print(
@@ -323,19 +324,18 @@ def _check_finite(step_losses: np.ndarray, first_step: int) -> None:
 
 
 def _print_row(row: MetricRow, config: TrainConfig) -> None:
+    """One log line per row, of the figures it has (a skipped step has no grad norm, say)."""
+    shown = (
+        ("loss", row.loss, "{:.4f}"),
+        ("lr", row.lr, "{:.2e}"),
+        ("grad_norm", row.grad_norm, "{:.3f}"),
+        ("tok/s", row.tokens_per_s, "{:,.0f}"),
+        ("MFU", row.mfu, "{:.1%}"),
+        ("eval_loss", row.eval_loss, "{:.4f}"),
+    )
     parts = [f"step {row.step}/{config.steps}"]
-    if row.loss is not None:
-        parts += [
-            f"loss {row.loss:.4f}",
-            f"lr {row.lr:.2e}",
-            f"grad_norm {row.grad_norm:.3f}",
-            f"{row.tokens_per_s:,.0f} tok/s",
-            f"MFU {row.mfu:.1%}",
-        ]
-    if row.eval_loss is not None:
-        parts.append(f"eval_loss {row.eval_loss:.4f}")
-    parts.append(f"{row.elapsed:.1f}s")
-    print(" | ".join(parts), flush=True)
+    parts += [f"{name} {form.format(value)}" for name, value, form in shown if value is not None]
+    print(" | ".join([*parts, f"{row.elapsed:.1f}s"]), flush=True)
 
 
 def _start_wandb(config: TrainConfig, layout: RunLayout) -> Any:

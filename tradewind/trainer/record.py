@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from tradewind.cluster.jobs import JobStatus, utc_now
 from tradewind.cluster.process import process_start_time
-from tradewind.core import NotFoundError, atomic_write_json, read_json
+from tradewind.core import ConfigError, NotFoundError, atomic_write_json, parse_config, read_json
 
 RunBackend = Literal["local", "ray", "process"]
 
@@ -51,10 +51,15 @@ def read_record(path: str | os.PathLike[str]) -> RunRecord:
 
     Raises:
         NotFoundError: there is none (not a run folder, or one made by an older Tradewind).
+        ConfigError: it is not a run record; the message names the file and what is wrong.
     """
     if not os.path.isfile(path):
         raise NotFoundError(f"no run record {Path(path).name} in {Path(path).parent}")
-    return RunRecord.model_validate(read_json(path))
+    try:
+        data = read_json(path)
+    except ValueError as error:
+        raise ConfigError(f"{path}: not valid JSON ({error})") from None
+    return parse_config(RunRecord, data, source=str(path))
 
 
 def write_record(path: str | os.PathLike[str], record: RunRecord) -> None:
