@@ -1,6 +1,7 @@
 """Training a tiny model end to end: the loss falls, and the run folder holds what the trainer promises."""
 
 import json
+import os
 import re
 import struct
 import subprocess
@@ -13,13 +14,16 @@ import pytest
 from tradewind.core import ConfigError, InvalidInputError, NotFoundError, TradewindError, read_json
 from tradewind.trainer import (
     RunLayout,
+    RunRecord,
     TrainSummary,
     evaluate,
     read_metrics,
+    read_record,
     read_summary,
     restore_checkpoint,
     setup_training,
     train,
+    write_record,
 )
 
 
@@ -120,10 +124,37 @@ def test_a_missing_dataset_is_reported_as_no_token_cache(tiny_config, tmp_path):
         train(tiny_config(dataset=str(tmp_path / "nowhere")), tmp_path / "run")
 
 
-def run_trainer_module(run_dir) -> subprocess.CompletedProcess:
+def run_trainer_module(run_dir, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "tradewind.trainer", str(run_dir)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "tradewind.trainer", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "expected"),
+    [
+        ({}, {"JAX_PLATFORMS": "cuda"}, "JAX could not start the devices of JAX_PLATFORMS='cuda'"),
+        ({"distributed": {"enabled": True}}, {}, "distributed.enabled: JAX could not find the other processes"),
+        ({"accelerator": "gpu"}, {"JAX_PLATFORMS": "cpu"}, "accelerator 'gpu': JAX found no GPU here"),
+    ],
+    ids=["jax-platforms-cuda-on-cpu", "distributed-without-address", "gpu-on-cpu"],
+)
+def test_device_and_distributed_mistakes_end_in_an_error_naming_the_fix_not_a_traceback(
+    tiny_config, tmp_path, config, env, expected
+):
+    layout = RunLayout(tmp_path / "run")
+    layout.root.mkdir()
+    layout.config.write_text(tiny_config(**config).model_dump_json(), encoding="utf-8")
+    write_record(layout.record, RunRecord(run_id="run", backend="local", job_id="run"))  # as a launcher does
+    result = run_trainer_module(layout.root, **env)
+    assert result.returncode == 1 and expected in result.stderr, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    record = read_record(layout.record)
+    assert record.status == "FAILED" and expected in record.reason
 
 
 @pytest.mark.slow

@@ -37,6 +37,7 @@ from tradewind.trainer import (
 from tradewind.trainer import read_metrics as read_metric_rows
 
 TRAIN_CALLABLE = "tradewind.trainer.loop:train_job"
+CANCEL_WAIT_S = 60.0
 # What a continued run must share with its parent, so that its data order and results are those of one run.
 INHERITED = ("dataset", "model", "seed", "batch_size", "seq_len", "init_from")
 
@@ -328,10 +329,11 @@ def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progres
 
 
 def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
-    """Stop a training run on whatever backend runs it; returns its record (CANCELLED once it has stopped).
+    """Stop a training run on whatever backend runs it; returns once it has stopped (CANCELLED).
 
     The run keeps its checkpoints, so resume_from can continue it later. A run already finished is
-    returned as it is.
+    returned as it is. Waits up to a minute for the processes to end; a run still stopping then is
+    returned RUNNING with reason 'cancelled on request'.
     """
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     record = read_record(layout.record)
@@ -340,7 +342,9 @@ def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
             f"argument 'run_id': run {request.run_id} is trained by a Python call in process {record.pid} on "
             f"{record.host}, not by a job; stop that program to stop it"
         )
-    ctx.job_backend(record.backend).cancel(record.job_id)
+    backend = ctx.job_backend(record.backend)
+    backend.cancel(record.job_id)
+    backend.wait(record.job_id, timeout=CANCEL_WAIT_S)
     return get_run(ctx, request)
 
 

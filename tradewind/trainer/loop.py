@@ -32,7 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tradewind.cluster.jobs import JobStatus
+from tradewind.cluster.jobs import JobStatus, distributed_env
 from tradewind.core import InvalidInputError, TradewindError, append_jsonl, atomic_write_json
 from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
 from tradewind.trainer.config import TrainConfig, TrainJob
@@ -101,9 +101,15 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
         NotFoundError, ConfigError: as `setup_training`.
     """
     start = time.perf_counter()
-    initialize_distributed(config.distributed)
-    platform = check_devices(config.accelerator)
     layout = RunLayout(Path(run_dir))
+    try:
+        initialize_distributed(config.distributed)
+        platform = check_devices(config.accelerator)
+    except TradewindError as error:
+        gang = distributed_env()
+        if layout.record.exists() and (gang is None or gang.process_id == 0):
+            record_end(layout.record, JobStatus.FAILED, str(error))  # the launcher's record says why
+        raise
     _claim_run_dir(layout, config)
     if is_main_process():
         record_start(
