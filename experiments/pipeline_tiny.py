@@ -1,11 +1,9 @@
 """Tokenize -> train -> eval -> report on Tiny Shakespeare, as cached steps (a rerun skips finished ones).
 
-.venv/bin/python -m tradewind.cluster.pipeline experiments/pipeline_tiny.py --workspace /tmp/tw --dry-run
+.venv/bin/tradewind cluster pipeline experiments/pipeline_tiny.py --workspace /tmp/tw [--run]
 """
 
 import json
-import subprocess
-import sys
 
 from tradewind.cluster import Step
 from tradewind.data import ByteTokenizer, build_token_cache, builtin_corpus_path
@@ -15,9 +13,10 @@ def tokenize(out, cfg, inputs):
     build_token_cache([builtin_corpus_path(cfg["corpus"])], out / "cache", ByteTokenizer(), val_fraction=0.1)
 
 
-def train(out, cfg, inputs):
-    (out / "config.json").write_text(json.dumps({**cfg, "dataset": str(inputs["tokenize"] / "cache")}))
-    subprocess.run([sys.executable, "-m", "tradewind.trainer", str(out)], check=True)  # JAX stays in the child
+def train_model(out, cfg, inputs):
+    from tradewind.trainer import TrainConfig, train  # here, so that JAX loads only when this step runs
+
+    train(TrainConfig.model_validate({**cfg, "dataset": str(inputs["tokenize"] / "cache")}), out)
 
 
 def evaluate(out, cfg, inputs):
@@ -32,6 +31,6 @@ def report(out, cfg, inputs):
 
 model = {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}
 tokens = Step("tokenize", tokenize, {"corpus": "tinyshakespeare"})
-trained = Step("train", train, {"steps": 30, "batch_size": 8, "seq_len": 32, "model": model}, deps=(tokens,))
+trained = Step("train", train_model, {"steps": 30, "batch_size": 8, "seq_len": 32, "model": model}, deps=(tokens,))
 scored = Step("eval", evaluate, {}, deps=(trained,))
 steps = [Step("report", report, {}, deps=(scored,))]

@@ -4,6 +4,7 @@ import subprocess
 import sys
 import time
 
+from tradewind.cli import main
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend
 from tradewind.cluster.cli import add_cluster_commands
 
@@ -65,3 +66,16 @@ def test_pipeline_plans_by_default(tmp_path, capsys):
     assert code == 0 and json.loads(out)["action"] == "run"
     code, out, _ = run_cli(["cluster", "pipeline", str(pipe), "--workspace", str(tmp_path / "ws")], capsys)
     assert json.loads(out)["action"] == "cached"
+
+
+def test_a_failing_step_ends_the_pipeline_command_with_the_step_and_its_exception(tmp_path, capsys):
+    pipe = tmp_path / "pipe.py"
+    pipe.write_text(
+        "from tradewind.cluster import Step\n"
+        "def fail(out, cfg, inputs):\n    raise RuntimeError('out of tea')\n"
+        "steps = [Step('brew', fail, {})]\n"
+    )
+    code = main(["cluster", "pipeline", str(pipe), "--run", "--workspace", str(tmp_path / "ws")])
+    err = capsys.readouterr().err
+    assert code == 2 and "tradewind cluster: step 'brew' failed: RuntimeError: out of tea" in err
+    assert "[0/1] step brew" in err  # progress came before the failure

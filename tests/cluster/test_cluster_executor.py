@@ -4,11 +4,25 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from tradewind.cluster import Executor, Step, StepBusyError, StepFailedError, load_pipeline
+from tradewind.cluster import (
+    Executor,
+    JobSpec,
+    JobStatus,
+    LocalBackend,
+    Step,
+    StepBusyError,
+    StepFailedError,
+    load_pipeline,
+)
 from tradewind.cluster.executor import LEASE_FILE, STATUS_FILE
+from tradewind.cluster.pipeline import PIPELINE_CALLABLE, PipelineJob, pipeline_job
+from tradewind.core import ConfigError
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "pipeline_tiny.py")
 
 
 def record_call(out, config, inputs):
@@ -162,8 +176,6 @@ def test_the_heartbeat_renews_the_lease_while_a_step_runs(tmp_path):
 
 
 def test_a_pipeline_file_must_define_steps(tmp_path):
-    from tradewind.core import ConfigError
-
     bad = tmp_path / "bad.py"
     bad.write_text("x = 1\n")
     with pytest.raises(ConfigError, match="must define `steps`"):
@@ -171,11 +183,46 @@ def test_a_pipeline_file_must_define_steps(tmp_path):
 
 
 def test_the_example_pipeline_plans_four_steps_in_order(tmp_path):
-    example = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "pipeline_tiny.py")
-    plan = Executor(tmp_path / "steps").plan(load_pipeline(example))
+    plan = Executor(tmp_path / "steps").plan(load_pipeline(EXAMPLE))
     assert [(p.name, p.action) for p in plan] == [
         ("tokenize", "run"),
         ("train", "run"),
         ("eval", "run"),
         ("report", "run"),
     ]
+
+
+def test_a_pipeline_job_writes_its_plan_to_the_output_file_and_prints_it(tmp_path, capsys):
+    pipeline_job(pipeline=EXAMPLE, workspace=str(tmp_path), dry_run=True, output_file=str(tmp_path / "plan.json"))
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert [(step["name"], step["action"]) for step in plan] == [
+        ("tokenize", "run"),
+        ("train", "run"),
+        ("eval", "run"),
+        ("report", "run"),
+    ]
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == plan
+    assert not (tmp_path / "steps").exists()  # a plan runs nothing
+
+
+def test_a_pipeline_job_with_a_bad_argument_names_it(tmp_path):
+    with pytest.raises(ConfigError, match="pipeline job: workspace: Field required"):
+        pipeline_job(pipeline=EXAMPLE)
+    with pytest.raises(ConfigError, match="pipeline job: dryrun: Extra inputs are not permitted"):
+        pipeline_job(pipeline=EXAMPLE, workspace=str(tmp_path), dryrun=True)
+
+
+@pytest.mark.slow
+def test_the_example_pipeline_runs_as_a_job_and_trains_in_its_train_step(tmp_path):
+    backend = LocalBackend(tmp_path / "jobs")
+    job = PipelineJob(pipeline=EXAMPLE, workspace=str(tmp_path))
+    record = backend.submit(JobSpec(name="pipeline", callable=PIPELINE_CALLABLE, kwargs=job.model_dump()))
+    done = backend.wait(record.id, timeout=600)
+    assert done.status is JobStatus.SUCCEEDED, backend.logs(record.id).text
+    plan = Executor(tmp_path / "steps").plan(load_pipeline(EXAMPLE))
+    assert [step.action for step in plan] == ["cached"] * 4
+    train_dir = next(step.output_path for step in plan if step.name == "train")
+    summary = json.loads((Path(train_dir) / "summary.json").read_text())
+    assert summary["steps"] == 30 and (Path(train_dir) / "config.json").is_file()
+    report = (Path(plan[-1].output_path) / "report.md").read_text()
+    assert f"- final_eval_loss: {summary['final_eval_loss']:.4f}" in report

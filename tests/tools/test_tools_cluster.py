@@ -7,9 +7,12 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
 from tradewind.cluster import JobSpec, JobStatus, Resources
+from tradewind.cluster.entry import load_callable
+from tradewind.cluster.pipeline import PIPELINE_CALLABLE, PipelineJob, pipeline_job
 from tradewind.core import ConfigError, InvalidInputError, PathEscapeError
 from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import ToolContext
+from tradewind.tools import cluster as cluster_tools
 from tradewind.tools.cluster import (
     ClusterStatusRequest,
     RunPipelineRequest,
@@ -83,6 +86,39 @@ def test_run_pipeline_plans_by_default_then_runs_as_a_job_then_finds_everything_
         assert f.read() == "ab"
     again = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py"))
     assert [s.action for s in again.steps] == ["cached", "cached"]
+
+
+def test_run_pipeline_plans_and_runs_through_callable_jobs_whose_kwargs_are_a_pipeline_job(tool_ctx):
+    run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py", force=True))
+    started = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py", dry_run=False))
+    assert tool_ctx.backend.wait(started.job_id, timeout=60).status is JobStatus.SUCCEEDED
+    plans = [record for record in tool_ctx.backend.list() if record.spec.name == "plan pipe.py"]
+    run = tool_ctx.backend.status(started.job_id)
+    assert len(plans) == 2 and all(record.status is JobStatus.SUCCEEDED for record in plans)
+    assert {record.spec.callable for record in [*plans, run]} == {PIPELINE_CALLABLE}
+    assert load_callable(PIPELINE_CALLABLE) is pipeline_job
+    pipe, workspace = str(tool_ctx.workspace.root / "pipe.py"), str(tool_ctx.workspace.root)
+    jobs = [PipelineJob.model_validate(record.spec.kwargs) for record in [*plans, run]]
+    assert [(job.pipeline, job.workspace) for job in jobs] == [(pipe, workspace)] * 3
+    assert sorted((job.dry_run, job.force) for job in jobs) == [(False, False), (True, False), (True, True)]
+    assert all(record.spec.resources.cpus == 0 for record in plans)  # planning never waits for a free CPU
+
+
+def test_a_pipeline_file_that_raises_at_import_fails_the_plan_with_the_exception(tool_ctx):
+    (tool_ctx.workspace.root / "broken.py").write_text("x = 1 / 0\n")
+    with pytest.raises(ConfigError, match=r"importing .*broken\.py failed: ZeroDivisionError: division by zero"):
+        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="broken.py"))
+
+
+def test_planning_a_file_that_hangs_at_import_stops_at_the_timeout_and_cancels_the_job(tool_ctx, monkeypatch):
+    monkeypatch.setattr(cluster_tools, "PLAN_TIMEOUT_S", 3)
+    (tool_ctx.workspace.root / "hang.py").write_text("import threading\nthreading.Event().wait()\n")
+    reports = []
+    with pytest.raises(ConfigError, match=r"planning .*hang\.py took over 3 s; does the file do work at import"):
+        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="hang.py"), lambda *report: reports.append(report))
+    [plan] = [record for record in tool_ctx.backend.list() if record.spec.name == "plan hang.py"]
+    assert tool_ctx.backend.wait(plan.id, timeout=30).status is JobStatus.CANCELLED
+    assert reports and all(total == 3 and "planning" in message for _, total, message in reports)
 
 
 def test_run_pipeline_refuses_paths_outside_the_workspace_and_files_without_steps(tool_ctx):

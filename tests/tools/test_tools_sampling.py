@@ -8,12 +8,14 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
-from tradewind.core import NotFoundError
+from tradewind.cluster import JobStatus
+from tradewind.core import NotFoundError, TradewindError
 from tradewind.data import build_token_cache, load_tokenizer
 from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import ToolContext
 from tradewind.tools.sampling import SampleTextRequest, sample_text
 from tradewind.trainer import TrainConfig, train
+from tradewind.trainer.jobs import SAMPLE_CALLABLE, SampleJob
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +46,25 @@ def test_sample_text_continues_the_prompt_with_max_tokens_bytes_and_is_repeatabl
     saved = json.loads(Path(first.output_file).read_text(encoding="utf-8"))
     assert len(saved["tokens"]) == 20 and all(0 <= t < 258 for t in saved["tokens"])
     assert sample_text(trained_ctx, request).text == first.text
+
+
+@pytest.mark.slow
+def test_sample_text_runs_a_callable_job_whose_kwargs_are_the_sample_job(trained_ctx):
+    options = {"prompt": "KING:", "max_tokens": 4, "temperature": 0, "top_p": 0.5, "step": 10}
+    result = sample_text(trained_ctx, SampleTextRequest(run_id="r1", **options))
+    spec = trained_ctx.backend.status(Path(result.output_file).stem).spec
+    assert (spec.callable, spec.command) == (SAMPLE_CALLABLE, None)
+    run_dir = str(trained_ctx.workspace.run_dir("r1"))
+    expected = SampleJob(run_dir=run_dir, output_file=result.output_file, **options)
+    assert SampleJob.model_validate(spec.kwargs) == expected
+
+
+@pytest.mark.slow
+def test_sampling_a_step_without_a_checkpoint_fails_with_the_saved_steps_in_the_error(trained_ctx):
+    with pytest.raises(TradewindError, match=r"error: no checkpoint for step 7 in .*; saved steps: \[10\]"):
+        sample_text(trained_ctx, SampleTextRequest(run_id="r1", step=7, max_tokens=2))
+    failed = [record for record in trained_ctx.backend.list() if record.status is JobStatus.FAILED]
+    assert [record.spec.kwargs["step"] for record in failed] == [7]
 
 
 @pytest.mark.slow

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tradewind.core import InvalidInputError
+from tradewind.cluster.entry import load_callable
+from tradewind.core import ConfigError, InvalidInputError
 from tradewind.trainer import ModelConfig, build_model
+from tradewind.trainer.jobs import SAMPLE_CALLABLE
 from tradewind.trainer.model import init_cache
-from tradewind.trainer.sample import filter_logits, sample_tokens
+from tradewind.trainer.sample import filter_logits, sample_job, sample_tokens
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt2"])
@@ -56,3 +58,13 @@ def test_a_prompt_plus_max_tokens_beyond_the_context_is_refused():
     graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0)))
     with pytest.raises(InvalidInputError, match="max_seq_len"):
         sample_tokens(graphdef, params, config, [1, 2, 3], max_tokens=6)
+
+
+def test_a_sampling_job_with_a_bad_or_missing_argument_names_it(tmp_path):
+    assert load_callable(SAMPLE_CALLABLE) is sample_job
+    out = str(tmp_path / "out.json")
+    with pytest.raises(ConfigError, match="sample job: temperature: Input should be less than or equal to 5"):
+        sample_job(run_dir=str(tmp_path), output_file=out, temperature=9)
+    with pytest.raises(ConfigError, match="sample job: run_dir: Field required"):
+        sample_job(output_file=out)
+    assert not (tmp_path / "out.json").exists()

@@ -38,10 +38,14 @@ if TYPE_CHECKING:
     )
     from tradewind.cluster.ledger import Capacity
     from tradewind.cluster.local import BackendStatus, LocalBackend, LogChunk
+    from tradewind.cluster.pipeline import PIPELINE_CALLABLE, PipelineJob, execute_pipeline
     from tradewind.cluster.ray_backend import RayBackend
     from tradewind.cluster.tasks import LocalTaskRunner, RayTaskRunner, TaskRunner, get_task_runner
 
 _LAZY = {
+    "PIPELINE_CALLABLE": "tradewind.cluster.pipeline",
+    "PipelineJob": "tradewind.cluster.pipeline",
+    "execute_pipeline": "tradewind.cluster.pipeline",
     "Accelerator": "tradewind.cluster.jobs",
     "TPU_TYPES": "tradewind.cluster.jobs",
     "parse_accelerator": "tradewind.cluster.jobs",
@@ -82,6 +86,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "PIPELINE_CALLABLE",
+    "PipelineJob",
+    "execute_pipeline",
     "TPU_TYPES",
     "Accelerator",
     "Backend",

@@ -75,10 +75,11 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _pipeline(args: argparse.Namespace) -> int:
-    from tradewind.cluster.pipeline import main
+    from tradewind.cluster.pipeline import PipelineJob, execute_pipeline
 
-    argv = [args.file, "--workspace", str(_jobs_dir(args).parent)]
-    return main(argv + (["--force"] if args.force else []) + ([] if args.run else ["--dry-run"]))
+    workspace = str(_jobs_dir(args).parent)
+    execute_pipeline(PipelineJob(pipeline=args.file, workspace=workspace, force=args.force, dry_run=not args.run))
+    return 0
 
 
 def add_cluster_commands(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -1,22 +1,41 @@
-"""Run (or plan) a pipeline file with the step executor, as a command or as a job.
+"""Plan or run a pipeline file with the step executor, as a job or from the command line.
 
-Command:
-    python -m tradewind.cluster.pipeline experiments/pipeline_tiny.py --workspace ~/.tradewind [--force] [--dry-run]
+As a job (what the `run_pipeline` tool submits, for the plan and for the run; the keyword arguments are
+a `PipelineJob`):
+    JobSpec(name="pipeline pipe.py", callable="tradewind.cluster.pipeline:pipeline_job",
+            kwargs={"pipeline": "pipe.py", "workspace": "WS", "dry_run": True, "output_file": "plan.json"})
 
-Prints one JSON line per step (`name`, `output_path`, `action`, ...) and exits 1 when a step fails.
-The `run_pipeline` tool submits exactly this command as a job on the local backend, so the steps
-(training included) run outside the MCP server's process.
+From the command line, `tradewind cluster pipeline FILE [--run] [--force]` (see `tradewind.cluster.cli`)
+runs the same `execute_pipeline` in its own process. Either way it prints one JSON line per step
+(`name`, `output_path`, `action`, ...) to stdout and, while running, `[done/total] step NAME` to stderr.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from tradewind.cluster.executor import Executor, StepBusyError, StepFailedError, load_pipeline
-from tradewind.core import ConfigError
+from pydantic import BaseModel, ConfigDict, Field
+
+from tradewind.cluster.executor import Executor, PlannedStep, load_pipeline
+from tradewind.core import atomic_write_json, parse_config
+
+PIPELINE_CALLABLE = "tradewind.cluster.pipeline:pipeline_job"
+
+
+class PipelineJob(BaseModel):
+    """Which pipeline file to plan or run, in which workspace, and where its list of steps goes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pipeline: str = Field(description="A Python file defining `steps` (tradewind.cluster.Step objects).")
+    workspace: str = Field(description="The workspace root; step outputs go to <workspace>/steps.")
+    force: bool = Field(default=False, description="Rerun steps that failed in an earlier run.")
+    dry_run: bool = Field(default=False, description="Only plan: say which steps would run, run nothing.")
+    output_file: str | None = Field(
+        default=None, description="Also write the steps (a JSON list of `PlannedStep`) here; null: only print them."
+    )
 
 
 def steps_dir(workspace_root: str | Path) -> Path:
@@ -24,31 +43,29 @@ def steps_dir(workspace_root: str | Path) -> Path:
     return Path(workspace_root).expanduser().resolve() / "steps"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tradewind.cluster.pipeline", description=__doc__)
-    parser.add_argument("pipeline", help="a Python file defining `steps`")
-    parser.add_argument("--workspace", required=True, help="workspace root; outputs go to <workspace>/steps")
-    parser.add_argument("--force", action="store_true", help="rerun steps that failed before")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
-    args = parser.parse_args(argv)
-    try:
-        steps = load_pipeline(args.pipeline)
-        executor = Executor(steps_dir(args.workspace))
-        if args.dry_run:
-            results = executor.plan(steps, force=args.force)
-        else:
-            results = executor.run(
-                steps,
-                force=args.force,
-                progress=lambda done, total, message: print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True),
-            )
-    except (StepFailedError, StepBusyError, ConfigError) as error:
-        print(f"pipeline failed: {error}", file=sys.stderr)
-        return 1
+def _print_progress(done: int, total: int, message: str) -> None:
+    print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+
+
+def execute_pipeline(job: PipelineJob) -> list[PlannedStep]:
+    """Plan (`dry_run`) or run the pipeline; print one JSON line per step and write `output_file`.
+
+    Raises:
+        ConfigError: the file cannot be imported or defines no `steps`.
+        StepFailedError: a step raised, or failed before and `force` is off.
+        StepBusyError: another executor held a step for too long.
+    """
+    steps = load_pipeline(job.pipeline)
+    results = Executor(steps_dir(job.workspace)).run(
+        steps, force=job.force, dry_run=job.dry_run, progress=_print_progress
+    )
     for result in results:
         print(result.model_dump_json())
-    return 0
+    if job.output_file is not None:
+        atomic_write_json(job.output_file, [result.model_dump() for result in results])
+    return results
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def pipeline_job(**job: Any) -> None:
+    """The entry of a pipeline job: validates its keyword arguments as a `PipelineJob` and executes it."""
+    execute_pipeline(parse_config(PipelineJob, job, source="pipeline job"))

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.cluster import JobRecord, JobSpec, JobStatus, PlannedStep, Resources
-from tradewind.core import ConfigError, InvalidInputError, make_id
-from tradewind.tools.context import Progress, ToolContext, no_progress
+from tradewind.cluster import PIPELINE_CALLABLE, JobRecord, JobSpec, JobStatus, PipelineJob, PlannedStep, Resources
+from tradewind.core import ConfigError, InvalidInputError, TradewindError, make_id, read_json
+from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 
 PLAN_TIMEOUT_S = 120
 
@@ -131,29 +129,33 @@ def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterSt
     return ClusterStatus(backends=backends)
 
 
-def _pipeline_command(ctx: ToolContext, path: str, force: bool) -> list[str]:
-    command = [sys.executable, "-m", "tradewind.cluster.pipeline", path, "--workspace", str(ctx.workspace.root)]
-    return command + (["--force"] if force else [])
+def _pipeline_kwargs(ctx: ToolContext, path: Path, force: bool, **fields: Any) -> dict[str, Any]:
+    """A pipeline job's keyword arguments (a `PipelineJob`) for `path` in this workspace."""
+    job = PipelineJob(pipeline=str(path), workspace=str(ctx.workspace.root), force=force, **fields)
+    return job.model_dump()
 
 
-def _plan(ctx: ToolContext, path: str, force: bool) -> list[PlannedStep]:
-    """The plan, computed in a child process so the pipeline's imports stay out of the server."""
+def _plan(ctx: ToolContext, path: Path, force: bool, progress: Progress) -> list[PlannedStep]:
+    """The plan, computed in a job so that the pipeline's imports stay out of the server."""
+    job_id = make_id("plan")
+    plan_file = ctx.workspace.jobs_dir / job_id / "plan.json"
+    spec = JobSpec(
+        name=f"plan {path.name}",
+        callable=PIPELINE_CALLABLE,
+        kwargs=_pipeline_kwargs(ctx, path, force, dry_run=True, output_file=str(plan_file)),
+        log_path=str(plan_file.with_name("job.log")),
+        resources=Resources(cpus=0),  # planning only imports the file: it must not queue behind a training run
+    )
     try:
-        result = subprocess.run(
-            [*_pipeline_command(ctx, path, force), "--dry-run"],
-            capture_output=True,
-            text=True,
-            timeout=PLAN_TIMEOUT_S,
-            start_new_session=True,
-        )
-    except subprocess.TimeoutExpired:
+        run_job(ctx, spec, job_id=job_id, timeout_s=PLAN_TIMEOUT_S, activity=f"planning {path}", progress=progress)
+    except TradewindError as error:
+        if ctx.backend.status(job_id).status is JobStatus.FAILED:
+            raise ConfigError(str(error)) from None  # the log's last line names the file and what went wrong
+        # Not failed: run_job cancelled it at the timeout.
         raise ConfigError(
             f"argument 'pipeline': planning {path} took over {PLAN_TIMEOUT_S} s; does the file do work at import?"
         ) from None
-    if result.returncode != 0:
-        message = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit code {result.returncode}"
-        raise ConfigError(message.removeprefix("pipeline failed: "))
-    return [PlannedStep.model_validate(json.loads(line)) for line in result.stdout.splitlines() if line.strip()]
+    return [PlannedStep.model_validate(step) for step in read_json(plan_file)]
 
 
 def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progress = no_progress) -> RunPipelineResult:
@@ -167,8 +169,7 @@ def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progre
     path = ctx.workspace.resolve_path(request.pipeline, argument="pipeline")
     if path.suffix != ".py" or not path.is_file():
         raise InvalidInputError(f"argument 'pipeline': {request.pipeline!r} is not a Python file")
-    progress(0, None, "planning")
-    steps = _plan(ctx, str(path), request.force)
+    steps = _plan(ctx, path, request.force, progress)
     if request.dry_run:
         return RunPipelineResult(pipeline=str(path), dry_run=True, steps=steps)
     blocked = [step.name for step in steps if step.action == "blocked"]
@@ -176,8 +177,10 @@ def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progre
         raise InvalidInputError(
             f"argument 'force': steps {', '.join(blocked)} failed in an earlier run; pass force=true to rerun them"
         )
-    job_id = make_id("pipeline")
-    record = ctx.backend.submit(
-        JobSpec(name=f"pipeline {path.name}", command=_pipeline_command(ctx, str(path), request.force)), job_id=job_id
+    spec = JobSpec(
+        name=f"pipeline {path.name}",
+        callable=PIPELINE_CALLABLE,
+        kwargs=_pipeline_kwargs(ctx, path, request.force, dry_run=False),
     )
-    return RunPipelineResult(pipeline=str(path), dry_run=False, steps=steps, job_id=job_id, log_file=record.log_path)
+    record = ctx.backend.submit(spec, job_id=make_id("pipeline"))
+    return RunPipelineResult(pipeline=str(path), dry_run=False, steps=steps, job_id=record.id, log_file=record.log_path)

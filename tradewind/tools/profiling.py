@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-
 from pydantic import Field
 
 from tradewind.cluster import JobSpec
 from tradewind.core import make_id, read_json
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.runs import RunRequest
-from tradewind.trainer import ProfileSummary, RunLayout
+from tradewind.trainer import PROFILE_CALLABLE, ProfileJob, ProfileOptions, ProfileSummary, RunLayout
 
 
-class ProfileRunRequest(RunRequest):
-    steps: int = Field(default=5, ge=1, le=100, description="Training steps to trace after compilation.")
+class ProfileRunRequest(ProfileOptions, RunRequest):
     timeout_s: float = Field(default=600, gt=0, le=3600, description="Give up (and stop profiling) after this long.")
 
 
@@ -32,10 +29,12 @@ def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress
     """
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     log_path = layout.profile / "profile.log"
-    command = [sys.executable, "-m", "tradewind.trainer.profile", str(layout.root), "--steps", str(request.steps)]
+    job = ProfileJob(run_dir=str(layout.root), **request.model_dump(include=set(ProfileOptions.model_fields)))
     run_job(
         ctx,
-        JobSpec(name=f"profile {request.run_id}", command=command, log_path=str(log_path)),
+        JobSpec(
+            name=f"profile {request.run_id}", callable=PROFILE_CALLABLE, kwargs=job.model_dump(), log_path=str(log_path)
+        ),
         job_id=make_id("profile"),
         timeout_s=request.timeout_s,
         activity=f"profiling run {request.run_id!r}",

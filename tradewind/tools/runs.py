@@ -21,6 +21,7 @@ from tradewind.core import InvalidInputError, NotFoundError, TradewindError, ato
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.trainer import (
+    TRAIN_CALLABLE,
     MetricRow,
     RunLayout,
     RunRecord,
@@ -36,7 +37,6 @@ from tradewind.trainer import (
 )
 from tradewind.trainer import read_metrics as read_metric_rows
 
-TRAIN_CALLABLE = "tradewind.trainer.loop:train_job"
 CANCEL_WAIT_S = 60.0
 # What a continued run must share with its parent, so that its data order and results are those of one run.
 INHERITED = ("dataset", "model", "seed", "batch_size", "seq_len", "init_from")

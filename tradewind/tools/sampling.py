@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-
 from pydantic import BaseModel, Field
 
 from tradewind.cluster import JobSpec
 from tradewind.core import NotFoundError, make_id, read_json
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.runs import RunRequest
-from tradewind.trainer import RunLayout
+from tradewind.trainer import SAMPLE_CALLABLE, RunLayout, SampleJob, SampleOptions
 
 
-class SampleTextRequest(RunRequest):
-    prompt: str = Field(default="", max_length=10_000, description="Text the model continues (may be empty).")
-    max_tokens: int = Field(default=200, ge=1, le=4096, description="Tokens to generate after the prompt.")
-    temperature: float = Field(
-        default=0.8, ge=0, le=5, description="Softmax temperature; 0 always takes the most likely token."
-    )
-    top_k: int = Field(default=0, ge=0, description="Sample only among the k most likely tokens; 0 turns it off.")
-    top_p: float = Field(
-        default=1.0, gt=0, le=1, description="Sample from the smallest set of tokens whose probability reaches top_p."
-    )
-    seed: int = Field(default=0, ge=0, description="Random seed; the same seed and settings give the same text.")
-    step: int | None = Field(default=None, ge=0, description="Checkpoint step to sample from; null: the newest.")
+class SampleTextRequest(SampleOptions, RunRequest):
     timeout_s: float = Field(default=300, gt=0, le=3600, description="Give up (and stop sampling) after this long.")
 
 
@@ -49,32 +36,16 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
         raise NotFoundError(f"run {request.run_id!r} has no checkpoints yet; wait until it saves one")
     sample_id = make_id("sample")
     out_path = layout.samples / f"{sample_id}.json"
-    log_path = layout.samples / f"{sample_id}.log"
-    command = [
-        sys.executable,
-        "-m",
-        "tradewind.trainer.sample",
-        str(layout.root),
-        "--prompt",
-        request.prompt,
-        "--max-tokens",
-        str(request.max_tokens),
-        "--temperature",
-        str(request.temperature),
-        "--top-k",
-        str(request.top_k),
-        "--top-p",
-        str(request.top_p),
-        "--seed",
-        str(request.seed),
-        "--out",
-        str(out_path),
-    ]
-    if request.step is not None:
-        command += ["--step", str(request.step)]
+    options = request.model_dump(include=set(SampleOptions.model_fields))
+    job = SampleJob(run_dir=str(layout.root), output_file=str(out_path), **options)
     run_job(
         ctx,
-        JobSpec(name=f"sample {request.run_id}", command=command, log_path=str(log_path)),
+        JobSpec(
+            name=f"sample {request.run_id}",
+            callable=SAMPLE_CALLABLE,
+            kwargs=job.model_dump(),
+            log_path=str(layout.samples / f"{sample_id}.log"),
+        ),
         job_id=sample_id,
         timeout_s=request.timeout_s,
         activity=f"sampling run {request.run_id!r}",

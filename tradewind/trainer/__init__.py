@@ -27,12 +27,21 @@ if TYPE_CHECKING:
         ModelConfig,
         OptimizerConfig,
         TrainConfig,
-        TrainJob,
         read_train_config,
     )
     from tradewind.trainer.flops import count_model_params, flops_per_token, peak_flops
     from tradewind.trainer.gpt2 import GPT2
     from tradewind.trainer.hf import check_matches_hf, export_hf, load_hf_params, model_for_init_from
+    from tradewind.trainer.jobs import (
+        PROFILE_CALLABLE,
+        SAMPLE_CALLABLE,
+        TRAIN_CALLABLE,
+        ProfileJob,
+        ProfileOptions,
+        SampleJob,
+        SampleOptions,
+        TrainJob,
+    )
     from tradewind.trainer.layout import RunLayout
     from tradewind.trainer.loop import train
     from tradewind.trainer.metrics import MetricRow, ProfileSummary, TrainSummary, read_metrics, read_summary
@@ -57,7 +66,14 @@ _LAZY = {
     "ModelConfig": "tradewind.trainer.config",
     "OptimizerConfig": "tradewind.trainer.config",
     "TrainConfig": "tradewind.trainer.config",
-    "TrainJob": "tradewind.trainer.config",
+    "TrainJob": "tradewind.trainer.jobs",
+    "SampleJob": "tradewind.trainer.jobs",
+    "SampleOptions": "tradewind.trainer.jobs",
+    "ProfileJob": "tradewind.trainer.jobs",
+    "ProfileOptions": "tradewind.trainer.jobs",
+    "TRAIN_CALLABLE": "tradewind.trainer.jobs",
+    "SAMPLE_CALLABLE": "tradewind.trainer.jobs",
+    "PROFILE_CALLABLE": "tradewind.trainer.jobs",
     "RunRecord": "tradewind.trainer.record",
     "read_record": "tradewind.trainer.record",
     "write_record": "tradewind.trainer.record",
@@ -110,6 +126,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "PROFILE_CALLABLE",
+    "SAMPLE_CALLABLE",
+    "TRAIN_CALLABLE",
+    "ProfileJob",
+    "ProfileOptions",
+    "SampleJob",
+    "SampleOptions",
     "GPT2",
     "OPTIMIZERS",
     "PRESETS",

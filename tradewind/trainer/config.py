@@ -326,15 +326,6 @@ class TrainConfig(BaseModel):
         return self.batch_size * self.seq_len
 
 
-class TrainJob(BaseModel):
-    """What a training process is given: its run folder and the config to train (see `loop.train_job`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    run_dir: str = Field(description="The run folder (holding config.json and run.json).")
-    config: TrainConfig
-
-
 def read_train_config(path: str | os.PathLike[str]) -> TrainConfig:
     """Read and validate a run's `config.json` (a `TrainConfig` as JSON).
 

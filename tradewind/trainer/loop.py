@@ -33,10 +33,11 @@ import jax
 import numpy as np
 
 from tradewind.cluster.jobs import JobStatus, distributed_env
-from tradewind.core import InvalidInputError, TradewindError, append_jsonl, atomic_write_json
+from tradewind.core import InvalidInputError, TradewindError, append_jsonl, atomic_write_json, parse_config
 from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
-from tradewind.trainer.config import TrainConfig, TrainJob
+from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.distributed import check_devices, initialize_distributed, is_main_process
+from tradewind.trainer.jobs import TrainJob
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import MetricRow, TrainSummary, read_metrics
 from tradewind.trainer.record import record_end, record_start
@@ -130,7 +131,7 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
 
 def train_job(**job: Any) -> None:
     """The entry of a training job: validates its keyword arguments as a `TrainJob` and trains."""
-    request = TrainJob.model_validate(job)
+    request = parse_config(TrainJob, job, source="train job")
     train(request.config, Path(request.run_dir))
 
 

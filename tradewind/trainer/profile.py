@@ -1,24 +1,26 @@
 """Profile a run's train step: compile time, mean step time, tokens per second and a JAX profiler trace.
 
-    python -m tradewind.trainer.profile RUN_DIR [--steps N]
+As a job (what the `profile_run` tool submits; the keyword arguments are a `ProfileJob`):
+    JobSpec(name="profile r1", callable="tradewind.trainer.profile:profile_job",
+            kwargs={"run_dir": "RUN_DIR", "steps": 5})
 
 reads `RUN_DIR/config.json` and writes `RUN_DIR/profile/summary.json` (a `ProfileSummary`) and the trace
 under `RUN_DIR/profile/trace/`, which TensorBoard's profile plugin or Perfetto opens. It builds the run
 exactly as `train` does (`setup_training`), trains a few steps and throws them away: the run's own
-files are left alone. Exit status 0 on success, 1 on error.
+files are left alone. From Python, `profile_training(config, out_dir, steps)` does the same for any config.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 
-from tradewind.core import InvalidInputError, TradewindError, atomic_write_json
+from tradewind.core import InvalidInputError, atomic_write_json, parse_config
 from tradewind.trainer.config import TrainConfig, read_train_config
+from tradewind.trainer.jobs import ProfileJob
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import ProfileSummary
 from tradewind.trainer.step import setup_training
@@ -72,24 +74,17 @@ def profile_training(config: TrainConfig, out_dir: Path, steps: int = 5) -> Prof
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Profile the run in RUN_DIR; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m tradewind.trainer.profile", description=__doc__.split("\n")[0])
-    parser.add_argument("run_dir", type=Path, help="the run folder; its config.json says what to build")
-    parser.add_argument("--steps", type=int, default=5, help="train steps to time (default 5)")
-    args = parser.parse_args(argv)
-    layout = RunLayout(args.run_dir)
-    try:
-        summary = profile_training(read_train_config(layout.config), layout.profile, steps=args.steps)
-    except TradewindError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+def profile_job(**job: Any) -> None:
+    """The entry of a profiling job: validates its keyword arguments as a `ProfileJob` and profiles the run.
+
+    Raises:
+        ConfigError: an argument is missing or out of range (the message names it), or the run's config is bad.
+        NotFoundError: as `read_train_config` and `setup_training`.
+    """
+    request = parse_config(ProfileJob, job, source="profile job")
+    layout = RunLayout(Path(request.run_dir))
+    summary = profile_training(read_train_config(layout.config), layout.profile, steps=request.steps)
     print(
         f"{summary.mean_step_s * 1000:.1f} ms/step, {summary.tokens_per_s:,.0f} tok/s on {summary.backend} "
         f"(compile {summary.compile_s:.1f}s); trace in {summary.trace_dir}"
     )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,12 @@
 """Sample text from a run's checkpoint with a key/value cache (temperature, top-k, top-p, max tokens).
 
-    python -m tradewind.trainer.sample RUN_DIR --prompt "ROMEO:" [--max-tokens 200] [--temperature 0.8]
-        [--top-k 0] [--top-p 1.0] [--seed 0] [--step N] [--out FILE]
+As a job (what the `sample_text` tool submits; the keyword arguments are a `SampleJob`):
+    JobSpec(name="sample r1", callable="tradewind.trainer.sample:sample_job",
+            kwargs={"run_dir": "RUN_DIR", "output_file": "OUT.json", "prompt": "ROMEO:", "max_tokens": 200})
 
-prints the text (or writes a `SampleOutput` as JSON to FILE). The prompt is encoded with the dataset's
-tokenizer, run through the model once to fill the cache (prefill), then one token at a time is drawn and
-fed back; the whole loop is one `jax.jit` program. Exit status 0 on success, 1 on error.
+writes a `SampleOutput` as JSON to the output file and prints the text. The prompt is encoded with the
+dataset's tokenizer, run through the model once to fill the cache (prefill), then one token at a time is
+drawn and fed back; the whole loop is one `jax.jit` program.
 
 Example:
     tokens = sample_tokens(graphdef, params, model_config, [72, 105], max_tokens=50, temperature=0.8)
@@ -13,8 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,10 @@ import jax.numpy as jnp
 from flax import nnx
 from pydantic import BaseModel
 
-from tradewind.core import InvalidInputError, TradewindError, atomic_write_json
+from tradewind.core import InvalidInputError, atomic_write_json, parse_config
 from tradewind.data import load_tokenizer
 from tradewind.trainer.config import ModelConfig
+from tradewind.trainer.jobs import SampleJob, SampleOptions
 from tradewind.trainer.model import init_cache
 from tradewind.trainer.restore import load_run_model
 
@@ -111,67 +111,33 @@ def sample_tokens(
     return [int(t) for t in tokens]
 
 
-def sample_run(
-    run_dir: Path,
-    prompt: str,
-    *,
-    max_tokens: int = 200,
-    temperature: float = 0.8,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int = 0,
-    step: int | None = None,
-) -> SampleOutput:
-    """Sample from run `run_dir`'s newest (or `step`'s) checkpoint, with the dataset's tokenizer."""
-    loaded = load_run_model(run_dir, step)
+def sample_run(run_dir: Path, options: SampleOptions) -> SampleOutput:
+    """Sample from run `run_dir`'s newest (or `options.step`'s) checkpoint, with the dataset's tokenizer."""
+    loaded = load_run_model(run_dir, options.step)
     tokenizer = load_tokenizer(loaded.manifest.tokenizer.name)
-    ids = tokenizer.encode_batch([prompt])[0]
+    ids = tokenizer.encode_batch([options.prompt])[0]
     out = sample_tokens(
         loaded.graphdef,
         loaded.params,
         loaded.model_config,
         ids,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+        top_k=options.top_k,
+        top_p=options.top_p,
+        seed=options.seed,
     )
-    return SampleOutput(text=tokenizer.decode(out), prompt=prompt, tokens=out, step=loaded.step)
+    return SampleOutput(text=tokenizer.decode(out), prompt=options.prompt, tokens=out, step=loaded.step)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Sample from the run in RUN_DIR; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m tradewind.trainer.sample", description=__doc__.split("\n")[0])
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--prompt", default="")
-    parser.add_argument("--max-tokens", type=int, default=200)
-    parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--step", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
-    args = parser.parse_args(argv)
-    try:
-        result = sample_run(
-            args.run_dir,
-            args.prompt,
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-            step=args.step,
-        )
-    except TradewindError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    if args.out is not None:
-        atomic_write_json(args.out, result.model_dump())
-    print(result.prompt + result.text)
-    return 0
+def sample_job(**job: Any) -> None:
+    """The entry of a sampling job: validates its keyword arguments as a `SampleJob`, samples, writes the result.
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    Raises:
+        ConfigError: an argument is missing or out of range (the message names it).
+        InvalidInputError, NotFoundError: as `sample_tokens` and `load_run_model`.
+    """
+    request = parse_config(SampleJob, job, source="sample job")
+    result = sample_run(Path(request.run_dir), request)
+    atomic_write_json(request.output_file, result.model_dump())
+    print(result.prompt + result.text)  # the job's log shows what was sampled

@@ -1,0 +1,70 @@
+"""What the training, sampling and profiling processes are given, as pydantic models that load no JAX.
+
+A tool builds one of these jobs, passes it as the keyword arguments of a callable `JobSpec`, and the
+process validates the same model again (`loop.train_job`, `sample.sample_job`, `profile.profile_job`).
+The options models are also the tools' request fields (`SampleTextRequest` inherits `SampleOptions`), so
+each option and the description an agent reads are declared once. This module must stay free of JAX: the
+MCP server imports it.
+
+Example:
+    job = SampleJob(run_dir="runs/r1", output_file="runs/r1/samples/s1.json", prompt="ROMEO:", max_tokens=50)
+    JobSpec(name="sample r1", callable=SAMPLE_CALLABLE, kwargs=job.model_dump())
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tradewind.trainer.config import TrainConfig
+
+TRAIN_CALLABLE = "tradewind.trainer.loop:train_job"
+SAMPLE_CALLABLE = "tradewind.trainer.sample:sample_job"
+PROFILE_CALLABLE = "tradewind.trainer.profile:profile_job"
+
+
+class TrainJob(BaseModel):
+    """A training process's arguments: its run folder and the config to train."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: str = Field(description="The run folder (holding config.json and run.json).")
+    config: TrainConfig
+
+
+class SampleOptions(BaseModel):
+    """How to sample: the prompt, how many tokens, and the sampling filters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(default="", max_length=10_000, description="Text the model continues (may be empty).")
+    max_tokens: int = Field(default=200, ge=1, le=4096, description="Tokens to generate after the prompt.")
+    temperature: float = Field(
+        default=0.8, ge=0, le=5, description="Softmax temperature; 0 always takes the most likely token."
+    )
+    top_k: int = Field(default=0, ge=0, description="Sample only among the k most likely tokens; 0 turns it off.")
+    top_p: float = Field(
+        default=1.0, gt=0, le=1, description="Sample from the smallest set of tokens whose probability reaches top_p."
+    )
+    seed: int = Field(default=0, ge=0, description="Random seed; the same seed and settings give the same text.")
+    step: int | None = Field(default=None, ge=0, description="Checkpoint step to sample from; null: the newest.")
+
+
+class SampleJob(SampleOptions):
+    """A sampling process's arguments: the run to sample from, where the result goes, and the options."""
+
+    run_dir: str = Field(description="The run folder whose checkpoints to sample from.")
+    output_file: str = Field(description="Where the result (a `SampleOutput`) is written as JSON.")
+
+
+class ProfileOptions(BaseModel):
+    """How much of the training step to profile."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(default=5, ge=1, le=100, description="Training steps to trace after compilation.")
+
+
+class ProfileJob(ProfileOptions):
+    """A profiling process's arguments: the run whose `config.json` to profile, and the options."""
+
+    run_dir: str = Field(description="The run folder; the summary and trace go to its `profile/`.")
