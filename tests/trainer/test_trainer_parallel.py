@@ -23,11 +23,11 @@ def prepare(run_dir: Path, config) -> RunLayout:
     return layout
 
 
-def trainer(run_dir: Path, *extra: str, devices: int = 1) -> subprocess.Popen:
+def trainer(run_dir: Path, devices: int = 1, **gang: str) -> subprocess.Popen:
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
     return subprocess.Popen(
-        [sys.executable, "-m", "tradewind.trainer", str(run_dir), *extra],
-        env=env,
+        [sys.executable, "-m", "tradewind.trainer", str(run_dir)],
+        env={**env, **gang},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -73,15 +73,14 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_processes_training_data_parallel_match_one_process_on_the_same_global_batch(
+def test_two_processes_given_the_gang_variables_train_as_one_process_and_checkpoint_together(
     tiny_config, single_device_losses, tmp_path
 ):
-    multi = prepare(tmp_path / "multi", parallel_config(tiny_config))
-    coordinator = f"127.0.0.1:{free_port()}"
-    workers = [
-        trainer(multi.root, "--coordinator", coordinator, "--num-processes", "2", "--process-id", str(i))
-        for i in range(2)
-    ]
+    config = parallel_config(tiny_config).model_copy(update={"checkpoint": True})
+    multi = prepare(tmp_path / "multi", config)
+    gang = {"TRADEWIND_COORDINATOR_ADDRESS": f"127.0.0.1:{free_port()}", "TRADEWIND_PROCESS_COUNT": "2"}
+    workers = [trainer(multi.root, **gang, TRADEWIND_PROCESS_ID=str(i)) for i in range(2)]
     outputs = [finish(worker) for worker in workers]
     assert "over 2 process(es)" in outputs[0]
     np.testing.assert_allclose(losses(multi), single_device_losses, rtol=1e-5)
+    assert [p.name for p in multi.checkpoints.iterdir() if p.name.isdigit()] == ["20"]
