@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 
 import pytest
 
@@ -182,11 +183,69 @@ def test_twenty_concurrent_submissions_never_oversubscribe_the_ledger(backend, t
     assert max(used_seen, default=0) <= 2
 
 
-def test_a_job_larger_than_the_backend_is_refused_at_submission(backend, tmp_path):
-    with pytest.raises(InvalidInputError, match="needs 3 CPUs"):
-        backend.submit(shell_job(tmp_path, "true", resources=Resources(cpus=1.5), replicas=2))
-    with pytest.raises(InvalidInputError, match="no TPUs"):
-        backend.submit(shell_job(tmp_path, "true", resources=Resources(tpu_type="v5litepod-8")))
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"resources": Resources(cpus=1.5), "replicas": 2},
+            "needs 1.5 CPUs per replica x 2 replicas = 3 CPUs but this backend has 2 CPUs (capacity: 2 CPUs, "
+            "4 GiB memory, 0 GPUs); ask for less per replica or fewer replicas, or use backend 'ray'",
+        ),
+        (
+            {"resources": Resources(gpus=1)},
+            "needs 1 GPU per replica but this backend has 0 GPUs (capacity: 2 CPUs, 4 GiB memory, 0 GPUs); "
+            "use accelerator 'cpu', run where a GPU is, or use backend 'ray'",
+        ),
+        (
+            {"resources": Resources(tpu_type="v5litepod-8")},
+            "asks for TPU 'v5litepod-8', but TPUs run on the Ray backend only; set backend 'ray'",
+        ),
+    ],
+)
+def test_a_job_that_can_never_fit_is_refused_saying_what_it_asks_what_there_is_and_what_to_change(
+    tmp_path, settings, message
+):
+    backend = LocalBackend(tmp_path / "jobs", cpus=2, memory_gb=4, gpus=0)
+    with pytest.raises(InvalidInputError, match=re.escape(message)):
+        backend.submit(shell_job(tmp_path, "true", **settings))
+    assert backend.list() == []
+
+
+def test_a_queued_job_past_its_pending_timeout_fails_with_what_it_waits_for_and_frees_nothing(backend, tmp_path):
+    release = tmp_path / "release"
+    holder = backend.submit(
+        shell_job(tmp_path, f"while [ ! -e {release} ]; do sleep 0.05; done", resources=Resources(cpus=2))
+    )
+    wait_until(lambda: backend.status(holder.id).status is JobStatus.RUNNING)
+    impatient = backend.submit(shell_job(tmp_path, "echo never", resources=Resources(cpus=1), pending_timeout_s=1))
+    patient = backend.submit(shell_job(tmp_path, "echo later", resources=Resources(cpus=1)))
+    done = backend.wait(impatient.id, timeout=30)
+    assert (done.status, done.pid, done.attempts) == (JobStatus.FAILED, None, 0)
+    assert done.reason == (
+        "not started within pending_timeout_s=1 s: it needs 1 CPU, 0 GiB memory, 0 GPUs and this backend has "
+        f"2 CPUs, 4 GiB memory, 0 GPUs, with 2 CPUs, 0 GiB memory, 0 GPUs in use by {holder.id}"
+    )
+    status = backend.cluster_status()
+    assert status.used["cpus"] == 2 and [j.id for j in status.queued] == [patient.id]
+    assert backend.status(holder.id).status is JobStatus.RUNNING
+    release.touch()
+    assert backend.wait(patient.id, timeout=30).status is JobStatus.SUCCEEDED
+    assert backend.status(impatient.id).status is JobStatus.FAILED
+
+
+def test_a_queued_job_past_its_pending_timeout_is_failed_by_the_supervisor_that_frees_its_resources(backend, tmp_path):
+    release, started = tmp_path / "release", tmp_path / "started"
+    script = f"touch {started}; while [ ! -e {release} ]; do sleep 0.05; done"
+    holder = backend.submit(shell_job(tmp_path, script, resources=Resources(cpus=2)))
+    wait_until(started.exists)
+    impatient = backend.submit(shell_job(tmp_path, "echo never", resources=Resources(cpus=1), pending_timeout_s=0.5))
+    deadline = datetime.fromisoformat(impatient.submitted_at).timestamp() + 0.5
+    wait_until(lambda: time.time() > deadline, what="the queued job's pending timeout passing")
+    release.touch()  # the holder's supervisor ends it and schedules; nobody looks at the queued job meanwhile
+    wait_until(lambda: backend.store.get(impatient.id).record.status.finished, what="the supervisor failing it")
+    done = backend.store.get(impatient.id).record
+    assert done.status is JobStatus.FAILED and done.reason.startswith("not started within pending_timeout_s=0.5 s")
+    assert backend.wait(holder.id, timeout=30).status is JobStatus.SUCCEEDED
 
 
 def test_a_queued_job_waits_for_resources_and_can_be_cancelled_before_it_starts(backend, tmp_path):

@@ -7,12 +7,15 @@ boundary, since no TPU is attached. Jobs asking for them are scheduled by Ray ex
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 from tradewind.cluster import JobSpec, JobStatus, LocalTaskRunner, RayTaskRunner, Resources
 from tradewind.cluster.process import process_alive
+from tradewind.cluster.ray_entry import RESULT_PREFIX
 
 pytestmark = pytest.mark.ray
 
@@ -68,10 +71,33 @@ def test_a_tpu_job_is_scheduled_on_the_tpu_resources_ray_names(backend, tmp_path
     assert done.status is JobStatus.SUCCEEDED, backend.logs(done.id).text
 
 
-def test_a_job_asking_for_a_slice_the_cluster_lacks_stays_queued_until_cancelled(backend):
+@pytest.mark.parametrize(
+    ("resources", "change"),
+    [
+        (Resources(tpu_type="v4-2048"), "use a TPU type the cluster has: v5litepod-8, or add the hosts of a v4-2048"),
+        (Resources(tpu_type="v5litepod-16"), "use a TPU type the cluster has: v5litepod-8, or add the hosts of a v5"),
+        (Resources(gpus=1), "no node has a GPU: use accelerator 'cpu', or add nodes with GPUs"),
+    ],
+    ids=["v4-2048", "v5litepod-16", "gpu"],
+)
+def test_a_job_no_node_could_ever_hold_is_refused_before_anything_is_queued(backend, resources, change):
+    from tradewind.core import InvalidInputError, make_id
+
+    job_id = make_id("job")
+    with pytest.raises(InvalidInputError) as refused:
+        backend.submit(shell("echo never", resources=resources), job_id=job_id)
+    message = str(refused.value)
+    assert "no alive node can hold bundle 0" in message and change in message
+    assert "The nodes offer: " in message and "(head) {CPU: 4, GPU: 0, TPU: 8, memory: " in message
+    assert "TPU-v5litepod-8-head: 1}" in message
+    assert job_id not in [info.submission_id for info in backend.client.list_jobs()]
+
+
+def test_a_gang_ray_cannot_place_waits_as_pending_with_its_bundles_until_cancelled(backend):
     from ray.util.state import list_placement_groups
 
-    record = backend.submit(shell("echo never", resources=Resources(tpu_type="v5litepod-16")))
+    # Each host bundle fits the one node, but STRICT_SPREAD needs two nodes: only Ray can tell.
+    record = backend.submit(shell("echo never", resources=Resources(tpu_type="v5litepod-8", tpu_slices=2)))
     name = f"tradewind-{record.id}"
 
     def group_waiting():
@@ -79,11 +105,63 @@ def test_a_job_asking_for_a_slice_the_cluster_lacks_stays_queued_until_cancelled
         return groups and groups[0].state == "PENDING"
 
     wait_until(group_waiting, what="the job's placement group waiting for TPU hosts")
-    assert backend.status(record.id).status is JobStatus.PENDING
+    pending = backend.status(record.id)
+    assert pending.status is JobStatus.PENDING
+    assert pending.reason == (
+        "waiting for Ray to place 2 bundles {CPU: 1, TPU: 8, TPU-v5litepod-8-head: 1} x 2 (STRICT_SPREAD)"
+    )
     assert record.id in [job.id for job in backend.cluster_status().queued]
     backend.cancel(record.id)
     done = backend.wait(record.id, timeout=60)
     assert done.status is JobStatus.CANCELLED
+
+
+def test_a_gang_not_placed_within_its_pending_timeout_fails_with_rays_reason(backend):
+    spec = shell("echo never", resources=Resources(tpu_type="v5litepod-8", tpu_slices=2), pending_timeout_s=15)
+    done = backend.wait(backend.submit(spec).id, timeout=120)
+    assert (done.status, done.attempts) == (JobStatus.FAILED, 0)
+    assert done.reason.startswith(
+        "not scheduled within pending_timeout_s=15 s: it waits for 2 bundles {CPU: 1, TPU: 8, "
+        "TPU-v5litepod-8-head: 1} x 2 (STRICT_SPREAD), which Ray's placement group scheduler reports INFEASIBLE: "
+    )
+
+
+def test_a_driver_whose_group_no_node_can_hold_fails_with_the_autoscalers_words(ray_address):
+    # The preflight refuses such a job; a node that leaves between submission and scheduling does this.
+    # Ray's autoscaler repeats an event for one shape at most every 30 s: a CPU amount of this run's own.
+    cpus = round(0.1 + os.getpid() % 997 / 10_000, 4)
+    spec = shell("echo never", resources=Resources(cpus=cpus, gpus=1), pending_timeout_s=10)
+    driver = subprocess.run(
+        [sys.executable, "-m", "tradewind.cluster.ray_entry", "job-driver-test", spec.model_dump_json()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    result = [line for line in driver.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    outcome = json.loads(result[-1][len(RESULT_PREFIX) :])
+    assert (outcome["status"], driver.returncode) == ("FAILED", 1)
+    assert "reports INFEASIBLE" in outcome["reason"]
+    assert "Ray's autoscaler: Error: No available node types can fulfill resource request" in outcome["reason"]
+    assert f"{{'CPU': {cpus}, 'GPU': 1.0}}" in outcome["reason"]
+
+
+def test_an_address_where_no_ray_answers_is_refused_at_once():
+    pytest.importorskip("ray")
+    from tradewind.cluster.ray_backend import RayBackend
+    from tradewind.core import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=r"argument 'address': no Ray cluster answers at '127.0.0.1:1'"):
+        RayBackend("127.0.0.1:1")
+
+
+def test_the_ray_backend_by_name_without_an_address_is_refused_rather_than_started_here(monkeypatch, tmp_path):
+    pytest.importorskip("ray")
+    from tradewind.cluster import get_backend
+    from tradewind.core import InvalidInputError
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(InvalidInputError, match="'ray' needs a Ray cluster: set RAY_ADDRESS"):
+        get_backend("ray", tmp_path / "jobs")
 
 
 def test_cancel_on_ray_ends_the_replica_process_group(backend, tmp_path):

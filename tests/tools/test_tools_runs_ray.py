@@ -98,5 +98,6 @@ def test_a_tpu_request_ray_can_never_place_fails_within_its_pending_timeout_with
         ),
     )
     done = finish(ctx, run.run_id, timeout_s=120)
-    assert done.status is JobStatus.FAILED and "pending_timeout_s" in done.reason, done.reason
+    assert done.status is JobStatus.FAILED, done.reason
+    assert "not scheduled within pending_timeout_s=15 s" in done.reason and "INFEASIBLE" in done.reason
     assert time.monotonic() - start < 90

@@ -29,12 +29,21 @@ class Backend(Protocol):
 def get_backend(name: str, jobs_dir: str | os.PathLike[str], address: str | None = None) -> Backend:
     """The backend called `name`: "local" (state under `jobs_dir`) or "ray" (`address`, else `$RAY_ADDRESS`).
 
+    Unlike `RayBackend()`, this never starts a Ray inside the calling process (a server's): without an
+    address there is no cluster to use.
+
     Raises:
-        InvalidInputError: an unknown name, or "ray" without the `ray` extra installed.
+        InvalidInputError: an unknown name; "ray" without the `ray` extra installed, without an address,
+            or with one where no Ray head answers.
     """
     if name == "local":
         return LocalBackend(jobs_dir)
     if name == "ray":
+        if not (address or os.environ.get("RAY_ADDRESS")):
+            raise InvalidInputError(
+                "argument 'backend': 'ray' needs a Ray cluster: set RAY_ADDRESS to its head's address "
+                "(host:6379 or http://host:8265), or start one with `ray start --head`"
+            )
         try:
             from tradewind.cluster.ray_backend import RayBackend
         except ImportError as error:

@@ -22,7 +22,6 @@ JOB_ID_ENV = "TRADEWIND_JOB_ID"
 ATTEMPT_ENV = "TRADEWIND_ATTEMPT"
 
 
-
 def _tpu_types() -> dict[str, tuple[int, int]]:
     """Every known TPU slice type with `(hosts, chips per host)`, as Google Cloud sells them.
 
@@ -43,6 +42,7 @@ def _tpu_types() -> dict[str, tuple[int, int]]:
 
 TPU_TYPES = _tpu_types()
 _TPU_ALIASES = {"v5e": "v5litepod"}  # Cloud's marketing name of the v5litepod family
+
 
 class JobStatus(StrEnum):
     """The life of a job: PENDING (queued), then RUNNING, then one terminal state."""

@@ -4,7 +4,9 @@ Capacity is what the backend was told it may use (default: this machine's CPU co
 and visible NVIDIA GPUs). A job holds `replicas x resources` from admission until its supervisor
 records a terminal state. Admission runs inside one SQLite write transaction, so two servers
 submitting at once can never both take the last core. Queued jobs are admitted in submission order;
-a later, smaller job may start before an earlier one that does not fit yet (backfill).
+a later, smaller job may start before an earlier one that does not fit yet (backfill). A queued job
+still waiting `pending_timeout_s` after submission is failed, with what it waits for, in the same
+transaction; it never held anything, so the ledger frees nothing for it.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from __future__ import annotations
 import glob
 import os
 import sqlite3
+import time
+from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.cluster.jobs import JobSpec, JobStatus
-from tradewind.cluster.store import ACTIVE, JobStore
+from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, utc_now
+from tradewind.cluster.store import ACTIVE, JobRow, JobStore
 from tradewind.core import InvalidInputError
 
 CAPACITY_KEY = "capacity"
@@ -40,6 +44,18 @@ class Capacity(BaseModel):
         eps = 1e-9
         return self.cpus <= limit.cpus + eps and self.memory_gb <= limit.memory_gb + eps and self.gpus <= limit.gpus
 
+    def describe(self) -> str:
+        """E.g. `2 CPUs, 4 GiB memory, 0 GPUs`: how messages name an amount of each resource."""
+        return ", ".join(amount(value, unit) for value, unit in zip(self.model_dump().values(), UNITS, strict=True))
+
+
+UNITS = (("CPU", "CPUs"), ("GiB memory", "GiB memory"), ("GPU", "GPUs"))  # in `Capacity`'s field order
+
+
+def amount(value: float, unit: tuple[str, str]) -> str:
+    """`1 GPU`, `0 GPUs`, `1.5 CPUs`: a number with its unit, singular or plural."""
+    return f"{value:g} {unit[0] if value == 1 else unit[1]}"
+
 
 def detect_capacity() -> Capacity:
     """This machine: CPU count, physical memory, NVIDIA GPUs visible as /dev/nvidia<N>."""
@@ -57,19 +73,37 @@ def demand(spec: JobSpec) -> Capacity:
 
 
 def check_fits_at_all(spec: JobSpec, capacity: Capacity) -> None:
-    """Refuse at submission a job that could never be admitted, rather than queue it forever."""
+    """Refuse at submission a job that could never be admitted, rather than queue it forever.
+
+    The message says what the job asks for, what this backend has, and what to change.
+    """
     if spec.resources.tpu_type is not None:
         raise InvalidInputError(
-            f"job {spec.name!r} asks for TPU {spec.resources.tpu_type!r}; the local backend has no TPUs "
-            "(submit it to the Ray backend)"
+            f"job {spec.name!r} asks for TPU {spec.resources.tpu_type!r}, but TPUs run on the Ray backend only; "
+            "set backend 'ray' (with RAY_ADDRESS pointing at a Ray cluster with TPU hosts)"
         )
-    need = demand(spec)
-    if not need.within(capacity):
-        raise InvalidInputError(
-            f"job {spec.name!r} needs {need.cpus:g} CPUs, {need.memory_gb:g} GiB and {need.gpus} GPUs "
-            f"({spec.replicas} replicas); the local backend has {capacity.cpus:g} CPUs, "
-            f"{capacity.memory_gb:g} GiB and {capacity.gpus} GPUs"
-        )
+    short = _shortfalls(spec, capacity)
+    if not short:
+        return
+    if spec.resources.gpus and capacity.gpus == 0:
+        change = "use accelerator 'cpu', run where a GPU is, or use backend 'ray'"
+    else:
+        change = "ask for less per replica or fewer replicas, or use backend 'ray'"
+    raise InvalidInputError(f"job {spec.name!r} needs {'; '.join(short)} (capacity: {capacity.describe()}); {change}")
+
+
+def _shortfalls(spec: JobSpec, capacity: Capacity) -> list[str]:
+    """Each resource the job needs more of than the backend has at all, said as the job asks for it."""
+    n = spec.replicas
+    per_replica = spec.resources.model_dump(include={"cpus", "memory_gb", "gpus"})
+    short = []
+    for (field, have), unit in zip(capacity.model_dump().items(), UNITS, strict=True):
+        each = per_replica[field]
+        if each * n <= have + 1e-9:
+            continue
+        asked = f"{amount(each, unit)} per replica" + (f" x {n} replicas = {amount(each * n, unit)}" if n > 1 else "")
+        short.append(f"{asked} but this backend has {amount(have, unit)}")
+    return short
 
 
 def usage(store: JobStore, conn: sqlite3.Connection | None = None) -> Capacity:
@@ -82,17 +116,43 @@ def usage(store: JobStore, conn: sqlite3.Connection | None = None) -> Capacity:
 
 
 def admit_queued(store: JobStore, capacity: Capacity) -> list[str]:
-    """Admit every queued job that fits now, oldest first; returns their ids (the caller starts them)."""
+    """Admit every queued job that fits now, oldest first; returns their ids (the caller starts them).
+
+    A queued job that has waited longer than its `pending_timeout_s` is failed instead, with the reason,
+    even if it would fit now: its outcome must not depend on when someone looked. Whoever schedules (a
+    submit, any look at a queued job, a supervisor that ends) runs this, so an expired job ends at the
+    next look without a watcher of its own.
+    """
     admitted = []
+    now = time.time()
     with store.transaction() as conn:
-        rows = store.rows((JobStatus.PENDING.value,), conn)
+        rows = store.rows(ACTIVE, conn)
+        holders = [row.record.id for row in rows if row.admitted]
         used = usage(store, conn)
-        for row in rows:
+        for row in rows:  # a running job is always admitted
             if row.admitted or row.cancel_requested:
                 continue
-            after = used.plus(demand(row.record.spec))
-            if after.within(capacity):
+            if _waited_too_long(row, now):
+                store.put(_expire(row.record, capacity, used, holders), conn)
+            elif (after := used.plus(demand(row.record.spec))).within(capacity):
                 store.set_flag(row.record.id, "admitted", conn)
                 used = after
+                holders.append(row.record.id)
                 admitted.append(row.record.id)
     return admitted
+
+
+def _waited_too_long(row: JobRow, now: float) -> bool:
+    timeout = row.record.spec.pending_timeout_s
+    return timeout is not None and now - datetime.fromisoformat(row.record.submitted_at).timestamp() > timeout
+
+
+def _expire(record: JobRecord, capacity: Capacity, used: Capacity, holders: list[str]) -> JobRecord:
+    """The record of a queued job that waited too long: FAILED, saying what it needs and what holds the rest."""
+    in_use = f"{used.describe()} in use by {', '.join(holders)}" if holders else "nothing in use"
+    record.status, record.ended_at = JobStatus.FAILED, utc_now()
+    record.reason = (
+        f"not started within pending_timeout_s={record.spec.pending_timeout_s:g} s: it needs "
+        f"{demand(record.spec).describe()} and this backend has {capacity.describe()}, with {in_use}"
+    )
+    return record

@@ -2,7 +2,8 @@
 
 State lives in `<workspace>/jobs/cluster.sqlite` (see `store.py`); each job's logs and supervisor log
 under `<workspace>/jobs/<id>/` unless the spec names a log file. A resource ledger (`ledger.py`) admits
-jobs only while their declared CPUs, memory and GPUs fit; the rest wait as PENDING. A restarted server
+jobs only while their declared CPUs, memory and GPUs fit; the rest wait as PENDING, and one still waiting
+`pending_timeout_s` after submission ends FAILED, with the reason, at the next look. A restarted server
 loses nothing: it re-attaches to running jobs by checking their supervisor's pid *and* kernel start
 time, and marks jobs whose supervisor vanished FAILED with that reason (stopping orphaned replicas).
 
@@ -142,8 +143,12 @@ class LocalBackend:
     def submit(self, spec: JobSpec, job_id: str | None = None) -> JobRecord:
         """Queue `spec` and start it at once if its resources are free; returns its PENDING record.
 
+        A job still queued `spec.pending_timeout_s` after this ends FAILED when `status`, `wait`, `list`,
+        `cluster_status` or a finishing job's supervisor next schedules.
+
         Raises:
-            InvalidInputError: the id is taken or invalid, or the job could never fit this backend.
+            InvalidInputError: the id is taken or invalid, or the job could never fit this backend (the
+                message says what it asks, what the backend has and what to change).
         """
         job_id = check_id(job_id or make_id("job"), "job_id")
         check_fits_at_all(spec, self.capacity)

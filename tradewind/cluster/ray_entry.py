@@ -5,7 +5,10 @@ in a placement group (all or nothing: gang scheduling), finds the coordinator ad
 node, starts every replica as a Ray task that runs the job's process, and waits. It applies the same
 policy as the local supervisor: a replica killed by a signal or lost with its worker or node is a
 preemption, any other non-zero exit a failure; each is retried up to its limit; the timeout fails
-the job. Its last output line is `[tradewind] result {json}`, which the backend reads for the status.
+the job. A group not placed within the spec's `pending_timeout_s` (counted from when the driver
+starts waiting) is removed and the job fails with Ray's own account of why: the GCS placement group
+scheduler's state for it and what the autoscaler said about it meanwhile. Its last output line is
+`[tradewind] result {json}`, which the backend reads for the status.
 
 Command (built by `RayBackend.submit`, not typed by hand):
     python -m tradewind.cluster.ray_entry <job id> '<JobSpec as JSON>'
@@ -13,14 +16,18 @@ Command (built by `RayBackend.submit`, not typed by hand):
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from tradewind.cluster.jobs import (
@@ -37,7 +44,14 @@ from tradewind.cluster.jobs import (
 RESULT_PREFIX = "[tradewind] result "
 STARTED_LINE = "[tradewind] replicas started"
 LOG_FLUSH_S = 1.0
+REPLICA_POLL_S = 0.1
 PREEMPTION_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+# What the GCS placement group scheduler's states mean for a group still waiting (gcs.proto).
+SCHEDULING_STATES = {
+    "INFEASIBLE": "the alive nodes cannot hold them with this strategy even when idle; more or other nodes could",
+    "NO_RESOURCES": "the nodes could hold them, but their resources are in use",
+    "QUEUED": "the scheduler has not tried it yet",
+}
 
 
 def replica_count(spec: JobSpec) -> int:
@@ -79,11 +93,111 @@ def ray_bundles(spec: JobSpec) -> tuple[list[dict[str, float]], str]:
     return bundles, "STRICT_SPREAD" if len(bundles) > 1 else "PACK"
 
 
+def format_resources(resources: Mapping[str, float]) -> str:
+    """`{CPU: 1, TPU: 8, memory: 4 GiB}`: a bundle or a node's resources as messages show them.
+
+    Ray's per-node `node:<ip>` markers and the object store say nothing about what a job may ask for.
+    """
+    shown = [
+        f"{key}: {value / 2**30:.4g} GiB" if key == "memory" else f"{key}: {value:g}"
+        for key, value in resources.items()
+        if not key.startswith("node:") and key != "object_store_memory"
+    ]
+    return "{" + ", ".join(shown) + "}"
+
+
+def describe_bundles(bundles: list[dict[str, float]], strategy: str) -> str:
+    """E.g. `2 bundles {CPU: 1, TPU: 8, TPU-v5litepod-8-head: 1} x 2 (STRICT_SPREAD)`."""
+    runs = [(bundle, len(list(same))) for bundle, same in itertools.groupby(bundles)]
+    shapes = ", ".join(format_resources(bundle) + (f" x {count}" if count > 1 else "") for bundle, count in runs)
+    return f"{len(bundles)} bundle{'s' if len(bundles) > 1 else ''} {shapes} ({strategy})"
+
+
+class AutoscalerEvents:
+    """What Ray's autoscaler says about one placement group while the driver waits for it.
+
+    The autoscaler sends its events ("No available node types can fulfill resource request {...}",
+    or for a gang on autoscaler v2 "... placement group requests (detail=<group id>...)") to every
+    driver's log stream; `add` keeps the lines that name the group or one of its bundles.
+    """
+
+    def __init__(self, group_id: str, bundles: list[dict[str, float]]):
+        self.group_id = group_id
+        self.shapes = [{key: float(value) for key, value in bundle.items()} for bundle in bundles]
+        self.lines: list[str] = []
+
+    def add(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            if self._about_us(line) and line not in self.lines:
+                self.lines.append(line)
+
+    def _about_us(self, line: str) -> bool:
+        if self.group_id in line:
+            return True
+        for text in re.findall(r"\{[^{}]*\}", line):
+            with contextlib.suppress(ValueError, SyntaxError):
+                if ast.literal_eval(text) in self.shapes:
+                    return True
+        return False
+
+
+@contextlib.contextmanager
+def _listening(events: AutoscalerEvents) -> Iterator[None]:
+    """Hand the autoscaler's events from this driver's log stream to `events` meanwhile.
+
+    Ray offers that stream only through private names; without them we lose the autoscaler's words,
+    not the wait (the scheduler's state still explains it).
+    """
+    try:
+        from ray._private.worker import filter_autoscaler_events, global_worker_stdstream_dispatcher
+    except ImportError:
+        yield
+        return
+
+    def handle(data: dict[str, Any]) -> None:
+        if data.get("pid") == "autoscaler":
+            events.add(filter_autoscaler_events(data.get("lines", [])))
+
+    global_worker_stdstream_dispatcher.add_handler("tradewind_autoscaler_events", handle)
+    try:
+        yield
+    finally:
+        global_worker_stdstream_dispatcher.remove_handler("tradewind_autoscaler_events")
+
+
+def _await_placement(group: Any, spec: JobSpec, bundles: list[dict[str, float]], strategy: str) -> str | None:
+    """Wait until Ray has reserved every bundle (the gang: nothing starts before), at most the spec's
+    `pending_timeout_s`; then remove the group and return why it was not placed, in Ray's words."""
+    import ray
+    from ray.util import placement_group_table
+    from ray.util.placement_group import remove_placement_group
+
+    events = AutoscalerEvents(group.id.hex(), bundles)
+    with _listening(events):
+        ready, _ = ray.wait([group.ready()], timeout=spec.pending_timeout_s)
+    if ready:
+        return None
+    state = placement_group_table(group).get("stats", {}).get("scheduling_state", "UNKNOWN")
+    remove_placement_group(group)
+    why = f"it waits for {describe_bundles(bundles, strategy)}, which Ray's placement group scheduler reports {state}"
+    if state in SCHEDULING_STATES:
+        why += f": {SCHEDULING_STATES[state]}"
+    if events.lines:
+        why += ". Ray's autoscaler: " + " ".join(events.lines)
+    return f"not scheduled within pending_timeout_s={spec.pending_timeout_s:g} s: {why}"
+
+
 def _run_replica(argv: list[str], env: dict[str, str], cwd: str | None) -> int:
     """Runs on a Ray worker: the job's process, whose output goes to the worker's (and so the job's) log."""
+    # ray.cancel interrupts the task as a SIGINT would, which does nothing where SIGINT is ignored: in
+    # the workers of a head started in the background, as `.ci/run` does. The worker is this job's own.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     process = subprocess.Popen(argv, env={**os.environ, **env}, cwd=cwd, start_new_session=True)
     try:
-        return process.wait()
+        # The interrupt is raised between bytecodes, never inside a blocking wait(): poll.
+        while (code := process.poll()) is None:
+            time.sleep(REPLICA_POLL_S)
+        return code
     except BaseException:  # ray.cancel raises KeyboardInterrupt here: take the process group down with us
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
@@ -128,7 +242,9 @@ def drive(job_id: str, spec: JobSpec) -> int:
     bundles, strategy = ray_bundles(spec)
     count = replica_count(spec)
     group = placement_group(bundles, strategy=strategy, name=f"tradewind-{job_id}")
-    ray.get(group.ready())  # the gang: nothing starts until every replica's bundle is reserved
+    unplaced = _await_placement(group, spec, bundles, strategy)
+    if unplaced is not None:
+        return _result(JobStatus.FAILED, unplaced, None, attempts=0, failures=0, preemptions=0)
     run_replica = ray.remote(max_retries=0)(_run_replica)
     stopping = {"cancelled": False}
     refs: list[Any] = []

@@ -5,7 +5,8 @@ outlives the server that submitted it. The supervisor starts the job's replicas 
 process group), records RUNNING with their pids and start times, and waits, watching for a cancel
 request and the timeout. An attempt that ends by a signal it did not send (SIGKILL, SIGTERM, SIGINT,
 SIGHUP from outside) is a preemption; any other non-zero exit is a failure. Each kind is retried up to
-its own limit. When the job ends the supervisor frees its resources and starts queued jobs that now fit.
+its own limit. When the job ends the supervisor frees its resources and starts queued jobs that now fit
+(and fails those that waited past their `pending_timeout_s`).
 
 Command (started by the backend, not by hand):
     python -m tradewind.cluster.supervisor <workspace>/jobs/cluster.sqlite <job id>
@@ -98,7 +99,10 @@ def spawn_supervisor(db_path: Path, job_id: str) -> subprocess.Popen[bytes]:
 
 
 def schedule(store: JobStore) -> dict[str, subprocess.Popen[bytes]]:
-    """Admit the queued jobs that fit and start their supervisors; returns the new handles."""
+    """Admit the queued jobs that fit and start their supervisors; returns the new handles.
+
+    Queued jobs past their `pending_timeout_s` end FAILED here (see `admit_queued`).
+    """
     capacity = Capacity.model_validate(store.get_meta(CAPACITY_KEY))
     return {job_id: spawn_supervisor(store.path, job_id) for job_id in admit_queued(store, capacity)}
 
