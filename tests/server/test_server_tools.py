@@ -152,6 +152,16 @@ async def test_launch_then_wait_reports_progress_and_success(server, dataset_id,
     assert [p for p, _ in seen] == sorted(p for p, _ in seen)
 
 
+async def test_a_call_that_continues_a_run_inherits_every_field_it_leaves_out(server, finished_run):
+    # The SDK fills in every default; the run must still take seed, model, batch shape... from its parent.
+    async with Client(server) as client:
+        child = await call(client, "launch_training", {"resume_from": finished_run.run_id, "steps": 33})
+        done = await call(client, "wait_for_run", {"run_id": child["run_id"], "timeout_s": 240})
+    assert done["status"] == "SUCCEEDED", done["log_tail"]
+    assert done["parent"] == finished_run.run_id and done["summary"]["resumed_from_step"] == 30
+    assert done["summary"]["parameters"] == finished_run.summary.parameters and done["step"] == 33
+
+
 async def test_wait_for_run_times_out_without_stopping_the_run(server, finished_run, ctx):
     async with Client(server) as client:
         done = await call(client, "wait_for_run", {"run_id": finished_run.run_id, "timeout_s": 0.1})

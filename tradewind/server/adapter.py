@@ -52,6 +52,17 @@ def _progress_reporter(mcp_context: Context) -> Callable[[float, float | None, s
     return report
 
 
+def _sent(mcp_context: Context, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments the client sent, as the SDK validated them, without the defaults it filled in.
+
+    The request model then knows which fields were given (`model_fields_set`): a run that continues another
+    inherits every field the call leaves out, and `init_from` refuses only model fields that were set.
+    """
+    params = mcp_context.request_context.params or {}
+    sent = params.get("arguments") or {}
+    return {name: value for name, value in arguments.items() if name in sent}
+
+
 def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any]:
     """Wrap `tool` so that `MCPServer.add_tool` publishes its request and result models as schemas.
 
@@ -65,7 +76,7 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
     @functools.wraps(tool)
     def call(mcp_context: Context, **arguments: Any) -> Any:
         try:
-            request = request_model.model_validate(arguments)
+            request = request_model.model_validate(_sent(mcp_context, arguments))
             if reports_progress:
                 return tool(ctx, request, progress=_progress_reporter(mcp_context))
             return tool(ctx, request)
