@@ -324,7 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     listing = actions.add_parser("list", parents=[common], help="the newest runs with status and losses")
     listing.add_argument("--limit", type=int, default=20)
     listing.add_argument("--json", action="store_true", help="print the list as JSON")
-    for action, text in (("show", "one run's record as JSON"), ("cancel", "stop a run; it keeps its checkpoints")):
+    for action, text in (
+        ("show", "one run as JSON: status, where it runs, losses, summary"),
+        ("cancel", "stop a run; it keeps its checkpoints"),
+    ):
         actions.add_parser(action, parents=[common], help=text).add_argument("run", help="a run id")
     runs.set_defaults(handler=_runs)
 

@@ -55,12 +55,14 @@ def test_status_logs_and_cancel_from_the_command_line(tmp_path, capsys, monkeypa
     assert backend.wait(running.id, timeout=30).status is JobStatus.CANCELLED
 
 
-def test_pipeline_plans_by_default(tmp_path, capsys):
-    pipe = tmp_path / "pipe.py"
+def test_pipeline_plans_by_default_taking_a_relative_file_from_the_workspace(tmp_path, capsys, monkeypatch):
+    pipe = tmp_path / "ws" / "pipe.py"
+    pipe.parent.mkdir()
     pipe.write_text(
         "from tradewind.cluster import Step\nsteps = [Step('only', lambda out, cfg, inputs: None, {'a': 1})]\n"
     )
-    code, out, _ = run_cli(["cluster", "pipeline", str(pipe), "--workspace", str(tmp_path / "ws")], capsys)
+    monkeypatch.chdir(tmp_path)  # "pipe.py" here would be nothing: the workspace root is where it starts
+    code, out, _ = run_cli(["cluster", "pipeline", "pipe.py", "--workspace", str(tmp_path / "ws")], capsys)
     assert code == 0 and json.loads(out)["action"] == "run"
     code, out, _ = run_cli(["cluster", "pipeline", str(pipe), "--run", "--workspace", str(tmp_path / "ws")], capsys)
     assert code == 0 and json.loads(out)["action"] == "run"
@@ -69,7 +71,8 @@ def test_pipeline_plans_by_default(tmp_path, capsys):
 
 
 def test_a_failing_step_ends_the_pipeline_command_with_the_step_and_its_exception(tmp_path, capsys):
-    pipe = tmp_path / "pipe.py"
+    pipe = tmp_path / "ws" / "pipe.py"
+    pipe.parent.mkdir()
     pipe.write_text(
         "from tradewind.cluster import Step\n"
         "def fail(out, cfg, inputs):\n    raise RuntimeError('out of tea')\n"
@@ -79,3 +82,9 @@ def test_a_failing_step_ends_the_pipeline_command_with_the_step_and_its_exceptio
     err = capsys.readouterr().err
     assert code == 2 and "tradewind cluster: step 'brew' failed: RuntimeError: out of tea" in err
     assert "[0/1] step brew" in err  # progress came before the failure
+
+
+def test_a_pipeline_file_outside_the_workspace_is_refused_naming_the_argument(tmp_path, capsys):
+    (tmp_path / "pipe.py").write_text("steps = []\n")
+    code = main(["cluster", "pipeline", str(tmp_path / "pipe.py"), "--workspace", str(tmp_path / "ws")])
+    assert code == 2 and "argument 'file'" in capsys.readouterr().err

@@ -27,6 +27,9 @@ def test_export_writes_an_hf_directory_for_a_run_named_by_id_or_by_workspace_pat
     assert (tmp_path / "by-id" / "model.safetensors").read_bytes() == (
         tmp_path / "by-path" / "model.safetensors"
     ).read_bytes()
+    relative = cli("export", finished_run.run_id, "--workspace", workspace, "--out", "exports/tiny")
+    assert relative.returncode == 0, relative.stderr[-3000:]
+    assert (ctx.workspace.root / "exports" / "tiny" / "tokenizer.json").is_file()  # --out starts at the workspace
 
 
 def test_export_of_an_unknown_run_names_the_recent_ones_without_a_traceback(ctx, finished_run, tmp_path):

@@ -76,9 +76,12 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def _pipeline(args: argparse.Namespace) -> int:
     from tradewind.cluster.pipeline import PipelineJob, execute_pipeline
+    from tradewind.core import Workspace
 
-    workspace = str(_jobs_dir(args).parent)
-    execute_pipeline(PipelineJob(pipeline=args.file, workspace=workspace, force=args.force, dry_run=not args.run))
+    workspace = Workspace.from_env(args.workspace, tuple(getattr(args, "allow_path", ())))
+    pipeline = workspace.resolve_path(args.file, argument="file")  # relative paths start at the workspace root
+    job = PipelineJob(pipeline=str(pipeline), workspace=str(workspace.root), force=args.force, dry_run=not args.run)
+    execute_pipeline(job)
     return 0
 
 
@@ -104,7 +107,7 @@ def add_cluster_commands(commands: argparse._SubParsersAction, common: argparse.
     cancel.set_defaults(handler=_cancel)
 
     pipeline = actions.add_parser("pipeline", parents=[common], help="plan (default) or run a step pipeline file")
-    pipeline.add_argument("file", help="a Python file defining `steps`")
+    pipeline.add_argument("file", help="a Python file defining `steps` (a relative path starts at the workspace root)")
     pipeline.add_argument("--run", action="store_true", help="run the steps that are not cached (default: plan only)")
     pipeline.add_argument("--force", action="store_true", help="rerun steps that failed before")
     pipeline.set_defaults(handler=_pipeline)

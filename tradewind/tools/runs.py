@@ -181,8 +181,11 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
     return get_run(ctx, RunRequest(run_id=run_id))
 
 
-def _run_config(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress) -> tuple[TrainConfig, str | None]:
-    """The run's config with its dataset, init_from and parent resolved to folders; and the parent's id."""
+def _run_config(
+    ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress
+) -> tuple[TrainConfig, str | None, int | None]:
+    """The run's config with its dataset, init_from and parent resolved to folders; and the parent's id and
+    the step of its checkpoint that the run starts from."""
     if request.resume_from is not None:
         return _continued_config(ctx, request, progress)
     values = request.model_dump()
@@ -194,7 +197,9 @@ def _run_config(ctx: ToolContext, request: LaunchTrainingRequest, progress: Prog
     return TrainConfig.model_validate(values), None, None
 
 
-def _continued_config(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress) -> tuple[TrainConfig, str]:
+def _continued_config(
+    ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress
+) -> tuple[TrainConfig, str, int]:
     """The config of a run that continues `request.resume_from`: the parent's, with the fields the request
     sets; those that fix the data order and the model must stay as they were."""
     parent_dir = _run_folder(ctx, request.resume_from)

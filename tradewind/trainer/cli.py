@@ -21,10 +21,11 @@ def _export(args: argparse.Namespace) -> int:
     from tradewind.core import Workspace
     from tradewind.trainer.hf import export_hf
 
-    workspace = Workspace.from_env(args.workspace)
+    workspace = Workspace.from_env(args.workspace, tuple(getattr(args, "allow_path", ())))
     is_path = "/" in args.run or args.run.startswith((".", "~"))
     run_dir = workspace.resolve_path(args.run, argument="run") if is_path else workspace.run_dir(args.run)
-    out = export_hf(run_dir, Path(args.out), step=args.step)
+    out = Path(args.out).expanduser()
+    out = export_hf(run_dir, out if out.is_absolute() else workspace.root / out, step=args.step)
     print(f"exported {run_dir} to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0
 
@@ -34,7 +35,7 @@ def add_export_command(commands: argparse._SubParsersAction, common: argparse.Ar
     export = commands.add_parser("export", parents=[common], help="export a Llama run to Hugging Face format")
     export.add_argument("run", help="a run id in the workspace, or a run folder")
     export.add_argument("--format", choices=["hf"], default="hf", help="output format (hf: LlamaForCausalLM)")
-    export.add_argument("--out", required=True, help="output folder")
+    export.add_argument("--out", required=True, help="output folder (a relative one is taken from the workspace root)")
     export.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
     export.set_defaults(handler=_export)
 

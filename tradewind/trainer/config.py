@@ -277,8 +277,9 @@ class TrainConfig(BaseModel):
     resume_from: str | None = Field(
         None,
         description="Continue another run from its newest checkpoint as a new run: a run id (or run folder). The "
-        "new run keeps its parent's dataset, model, seed and batch shape, so data order and results are exactly "
-        "those of one longer run; `steps` is the new total, more than the parent's.",
+        "new run keeps its parent's dataset, model, seed and batch shape, so it sees the batches one longer run "
+        "would, and with a schedule that does not depend on `steps` (constant) its results are exactly those of "
+        "one longer run; `steps` is the new total, more than the step of the parent's newest checkpoint.",
     )
 
     @field_validator("accelerator")

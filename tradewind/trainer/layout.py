@@ -8,7 +8,7 @@
 <run>/checkpoints/    orbax checkpoints
 <run>/profile/        profiler traces and `profile/summary.json`
 <run>/tensorboard/    TensorBoard event files of the metrics rows
-<run>/samples/        text sampled from the run's checkpoints (`python -m tradewind.trainer.sample`)
+<run>/samples/        text sampled from the run's checkpoints (the `sample_text` tool's jobs)
 """
 
 from __future__ import annotations
