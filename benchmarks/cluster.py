@@ -10,7 +10,9 @@ Measures, on a fresh workspace in a temporary folder:
 - the throughput of 200 tiny jobs submitted at once (the ledger queues what does not fit the machine's
   CPUs), from the first submission to the last job finished;
 - submit-to-running latency of an empty job on a local Ray head (`$RAY_ADDRESS`, else one this script
-  starts and stops): the time until the job's driver reports its replicas started, median over 5.
+  starts and stops): the time until the job's driver reports its replicas started, median over 5;
+- how fast `launch_training` refuses what this machine cannot run (a GPU on the local backend, an
+  unknown TPU type), median over 10 calls each, on a cached dataset: the issue asks for under 2 s.
 
 Prints readable lines, then one JSON line: value = the local median latency in seconds, baseline = the
 median start of a bare `python -c pass` (the supervisor is a Python process, so that is the floor),
@@ -36,6 +38,7 @@ from tradewind.cluster import JobSpec, JobStatus, LocalBackend
 LATENCY_JOBS = 20
 THROUGHPUT_JOBS = 200
 RAY_JOBS = 5
+REFUSALS = 10
 
 
 def seconds_between(start: str, end: str) -> float:
@@ -118,6 +121,33 @@ def ray_latency() -> float | None:
             head.wait(timeout=60)
 
 
+def refusal_latency(root: Path) -> dict[str, float]:
+    """Median seconds `launch_training` takes to refuse each impossible accelerator, by accelerator."""
+    from tradewind.core import TradewindError
+    from tradewind.tools import (
+        LaunchTrainingRequest,
+        TokenizeDatasetRequest,
+        ToolContext,
+        launch_training,
+        tokenize_dataset,
+    )
+
+    ctx = ToolContext.open(root / "refusals")
+    dataset = tokenize_dataset(ctx, TokenizeDatasetRequest(input="builtin:tinyshakespeare")).dataset_id
+    medians = {}
+    for accelerator in ("gpu", "tpu-v9-8"):
+        times = []
+        for _ in range(REFUSALS):
+            start = time.perf_counter()
+            try:
+                launch_training(ctx, LaunchTrainingRequest(dataset=dataset, backend="local", accelerator=accelerator))
+            except (TradewindError, ValueError):
+                times.append(time.perf_counter() - start)
+        assert len(times) == REFUSALS, f"launch_training accepted accelerator {accelerator!r}"
+        medians[accelerator] = statistics.median(times)
+    return medians
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray measurement")
@@ -130,6 +160,8 @@ def main() -> None:
         print(f"python -c pass:                        {baseline * 1000:7.1f} ms")
         print(f"local submit-to-running (empty job):   {latency * 1000:7.1f} ms (median of {LATENCY_JOBS})")
         print(f"local throughput ({THROUGHPUT_JOBS} tiny jobs, {os.cpu_count()} CPUs): {throughput:7.1f} jobs/s")
+        for accelerator, seconds in refusal_latency(root).items():
+            print(f"launch_training refuses {accelerator:9} {seconds * 1000:7.1f} ms (median of {REFUSALS})")
         ray = None if args.no_ray else ray_latency()
         if ray is not None:
             print(f"ray submit-to-running (empty job):     {ray * 1000:7.1f} ms (median of {RAY_JOBS})")
