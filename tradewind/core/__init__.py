@@ -16,7 +16,7 @@ from tradewind.core.storage import (
     read_jsonl,
     tail_lines,
 )
-from tradewind.core.workspace import Workspace, check_id, make_id
+from tradewind.core.workspace import Workspace, check_id, make_id, names_a_path
 
 __all__ = [
     "ConfigError",
@@ -36,6 +36,7 @@ __all__ = [
     "get_logger",
     "load_config",
     "make_id",
+    "names_a_path",
     "open_url",
     "parse_config",
     "read_json",

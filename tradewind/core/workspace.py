@@ -42,6 +42,11 @@ def check_id(value: str, argument: str) -> str:
     return value
 
 
+def names_a_path(value: str) -> bool:
+    """Whether a value a user gave is a path rather than an id: it holds a '/' or starts with '.' or '~'."""
+    return "/" in value or value.startswith((".", "~"))
+
+
 class Workspace:
     """The workspace root plus the extra input roots the user allowed.
 
@@ -89,6 +94,17 @@ class Workspace:
     def run_dir(self, run_id: str, must_exist: bool = True) -> Path:
         """The folder of run `run_id`; raises `NotFoundError` if it must exist and does not."""
         return self._child(self.runs_dir, check_id(run_id, "run_id"), "run", must_exist)
+
+    def run_folder(self, value: str, argument: str = "run") -> Path:
+        """A run's folder from its id, or from a path (from the workspace root, or absolute under an allowed root).
+
+        Raises:
+            NotFoundError: no such run or folder.
+            PathEscapeError, InvalidInputError: as `resolve_path` and `check_id`.
+        """
+        if names_a_path(value):
+            return self.resolve_path(value, argument=argument)
+        return self.run_dir(value)
 
     def _child(self, parent: Path, name: str, kind: str, must_exist: bool) -> Path:
         path = parent / name

@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import get_task_runner
-from tradewind.core import InvalidInputError, NotFoundError, TradewindError, check_id
+from tradewind.core import InvalidInputError, NotFoundError, TradewindError, check_id, names_a_path
 from tradewind.data import (
     BUILTIN_CORPORA,
     GLOB_CHARS,
@@ -214,7 +214,7 @@ def resolve_dataset(
     if value.startswith(BUILTIN_PREFIX):
         _builtin_corpus(value, argument)  # fail on an unknown name before tokenize_dataset calls it 'input'
         return Path(tokenize_dataset(ctx, TokenizeDatasetRequest(input=value), progress).path)
-    is_path = "/" in value or value.startswith((".", "~"))
+    is_path = names_a_path(value)
     path = value if is_path else ctx.workspace.datasets_dir / check_id(value, argument)
     folder = ctx.workspace.resolve_path(path, argument=argument, must_exist=False)
     if (folder / _MANIFEST).is_file():

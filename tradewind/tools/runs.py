@@ -202,7 +202,7 @@ def _continued_config(
 ) -> tuple[TrainConfig, str, int]:
     """The config of a run that continues `request.resume_from`: the parent's, with the fields the request
     sets; those that fix the data order and the model must stay as they were."""
-    parent_dir = _run_folder(ctx, request.resume_from)
+    parent_dir = ctx.workspace.run_folder(request.resume_from, argument="resume_from")
     parent = read_train_config(RunLayout(parent_dir).config)
     overrides = request.model_dump(exclude_unset=True, exclude={"resume_from"})
     if "dataset" in overrides:
@@ -234,13 +234,6 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     for key, value in overrides.items():
         merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
     return merged
-
-
-def _run_folder(ctx: ToolContext, value: str) -> Path:
-    """A run's folder from its id, or from a path relative to the workspace (or absolute, under an allowed root)."""
-    if "/" in value or value.startswith((".", "~")):
-        return ctx.workspace.resolve_path(value, argument="resume_from")
-    return ctx.workspace.run_dir(value)
 
 
 def _checkpoint_steps(run_dir: Path) -> list[int]:

@@ -22,8 +22,7 @@ def _export(args: argparse.Namespace) -> int:
     from tradewind.trainer.hf import export_hf
 
     workspace = Workspace.from_env(args.workspace, tuple(getattr(args, "allow_path", ())))
-    is_path = "/" in args.run or args.run.startswith((".", "~"))
-    run_dir = workspace.resolve_path(args.run, argument="run") if is_path else workspace.run_dir(args.run)
+    run_dir = workspace.run_folder(args.run)
     out = Path(args.out).expanduser()
     out = export_hf(run_dir, out if out.is_absolute() else workspace.root / out, step=args.step)
     print(f"exported {run_dir} to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
