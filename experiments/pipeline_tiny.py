@@ -1,6 +1,8 @@
 """Tokenize -> train -> eval -> report on Tiny Shakespeare, as cached steps (a rerun skips finished ones).
 
-.venv/bin/tradewind cluster pipeline experiments/pipeline_tiny.py --workspace /tmp/tw [--run]
+The file is read from the workspace (or a folder allowed with --allow-path), like every path a command takes:
+.venv/bin/tradewind cluster pipeline "$PWD/experiments/pipeline_tiny.py" --allow-path "$PWD/experiments" \
+    --workspace /tmp/tw [--run]
 """
 
 import json

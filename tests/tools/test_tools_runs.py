@@ -58,6 +58,7 @@ def constant_run(ctx, dataset_id, tiny_run_settings):
     return done, settings
 
 
+@pytest.mark.slow
 def test_a_cli_run_and_a_python_run_are_seen_by_every_run_tool_over_mcp(ctx, dataset_id, tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(
@@ -93,6 +94,7 @@ def test_a_cli_run_and_a_python_run_are_seen_by_every_run_tool_over_mcp(ctx, dat
     assert not report.is_error and report.structured_content["final_eval_loss"] is not None
 
 
+@pytest.mark.slow
 def test_junk_in_runs_is_listed_as_unreadable_and_the_real_runs_still_list(ctx, constant_run):
     done, _ = constant_run
     # The measured defect: an empty folder (or one with a bad record) in runs/ made list_runs fail for every run.
@@ -162,6 +164,25 @@ def test_a_sigkilled_tool_launched_run_restarts_from_its_checkpoint_and_ends_as_
 
 
 @pytest.mark.slow
+def test_a_preempted_run_resumed_by_hand_is_reported_as_it_ended_not_as_its_job_did(ctx, dataset_id, constant_run):
+    # The measured defect: after a manual resume, get_run still said PREEMPTED.
+    reference, settings = constant_run
+    run = launch_training(ctx, LaunchTrainingRequest(dataset=dataset_id, steps=30, max_retries=0, **settings))
+    checkpoints = RunLayout(Path(run.run_dir)).checkpoints
+    wait_until(lambda: any(p.name.isdigit() and int(p.name) >= 10 for p in checkpoints.glob("*")), 240, "a checkpoint")
+    os.kill(ctx.backend.status(run.run_id).pid, signal.SIGKILL)
+    assert finish(ctx, run.run_id).status is JobStatus.PREEMPTED
+
+    by_hand = subprocess.run(
+        [sys.executable, "-m", "tradewind.trainer", run.run_dir], capture_output=True, text=True, timeout=300
+    )
+    assert by_hand.returncode == 0, by_hand.stderr[-3000:]
+    done = get_run(ctx, RunRequest(run_id=run.run_id))
+    assert done.status is JobStatus.SUCCEEDED and done.summary.resumed_from_step >= 10
+    assert losses(ctx, run.run_id) == losses(ctx, reference.run_id)
+
+
+@pytest.mark.slow
 def test_a_run_killed_after_its_last_checkpoint_writes_the_summary_an_uninterrupted_run_has(
     ctx, constant_run, tmp_path
 ):
@@ -206,6 +227,7 @@ def test_resume_from_continues_a_finished_run_exactly_as_one_longer_run(ctx, dat
     assert get_run(ctx, RunRequest(run_id=parent.run_id)).status is JobStatus.SUCCEEDED  # the parent is untouched
 
 
+@pytest.mark.slow
 def test_resume_from_refuses_what_would_change_the_run_and_steps_that_do_not_go_further(ctx, constant_run):
     reference, _ = constant_run
     with pytest.raises(InvalidInputError, match=r"argument 'steps': 30 is the new run's total and must exceed the 30"):

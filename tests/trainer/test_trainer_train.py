@@ -140,8 +140,9 @@ def run_trainer_module(run_dir, **env: str) -> subprocess.CompletedProcess:
         ({}, {"JAX_PLATFORMS": "cuda"}, "JAX could not start the devices of JAX_PLATFORMS='cuda'"),
         ({"distributed": {"enabled": True}}, {}, "distributed.enabled: JAX could not find the other processes"),
         ({"accelerator": "gpu"}, {"JAX_PLATFORMS": "cpu"}, "accelerator 'gpu': JAX found no GPU here"),
+        ({"replicas": 2}, {}, "replicas: the run asks for 2 processes but 1 joined"),
     ],
-    ids=["jax-platforms-cuda-on-cpu", "distributed-without-address", "gpu-on-cpu"],
+    ids=["jax-platforms-cuda-on-cpu", "distributed-without-address", "gpu-on-cpu", "a-gang-of-one"],
 )
 def test_device_and_distributed_mistakes_end_in_an_error_naming_the_fix_not_a_traceback(
     tiny_config, tmp_path, config, env, expected

@@ -65,11 +65,20 @@ def tpu_topology(tpu_type: str) -> tuple[int, int]:
     Raises:
         ValueError: a type not in `TPU_TYPES`; the message lists the known ones.
     """
+    return TPU_TYPES[canonical_tpu_type(tpu_type)]
+
+
+def canonical_tpu_type(tpu_type: str) -> str:
+    """The name `TPU_TYPES` knows `tpu_type` by (`v5e-8` is `v5litepod-8`).
+
+    Raises:
+        ValueError: a type not in `TPU_TYPES`; the message lists the known ones.
+    """
     family, _, size = tpu_type.partition("-")
     name = f"{_TPU_ALIASES.get(family, family)}-{size}"
     if name not in TPU_TYPES:
         raise ValueError(f"unknown TPU type {tpu_type!r}; known types: {', '.join(TPU_TYPES)}")
-    return TPU_TYPES[name]
+    return name
 
 
 class Resources(BaseModel):
@@ -219,11 +228,7 @@ def parse_accelerator(text: str) -> Accelerator:
             raise ValueError(f"accelerator {text!r} asks for no GPU; use 'cpu', 'gpu' or 'gpu:N' with N >= 1")
         return Accelerator(kind="gpu", gpus=gpus)
     if name.startswith("tpu-"):
-        tpu_type = name.removeprefix("tpu-")
-        family, _, size = tpu_type.partition("-")
-        tpu_type = f"{_TPU_ALIASES.get(family, family)}-{size}"
-        tpu_topology(tpu_type)  # raises with the known types
-        return Accelerator(kind="tpu", tpu_type=tpu_type)
+        return Accelerator(kind="tpu", tpu_type=canonical_tpu_type(name.removeprefix("tpu-")))
     raise ValueError(
         f"unknown accelerator {text!r}; use 'cpu', 'gpu', 'gpu:N' (N GPUs per host) or 'tpu-<type>' "
         "such as 'tpu-v5litepod-8', 'tpu-v4-32', 'tpu-v5p-128'"

@@ -57,6 +57,8 @@ def check_reachable(address: str, source: str = "argument 'address'") -> None:
         InvalidInputError: nothing accepts a connection at the address's host and port; `source` names
             where the address came from.
     """
+    if address == "auto":
+        return  # Ray finds the head this node belongs to itself
     parsed = urlsplit(address if "://" in address else f"gcs://{address}")
     try:
         port = parsed.port or DEFAULT_PORTS.get(parsed.scheme, 6379)

@@ -104,7 +104,7 @@ class Workspace:
         """
         if names_a_path(value):
             return self.resolve_path(value, argument=argument)
-        return self.run_dir(value)
+        return self._child(self.runs_dir, check_id(value, argument), "run", must_exist=True)
 
     def _child(self, parent: Path, name: str, kind: str, must_exist: bool) -> Path:
         path = parent / name

@@ -55,17 +55,19 @@ class ToolContext:
         workspace = Workspace.from_env(root, allowed_paths)
         return cls(workspace=workspace, backend=LocalBackend(workspace.jobs_dir))
 
-    def job_backend(self, name: str) -> Backend:
-        """The backend called `name`: `backend` for "local"; "ray" connects to $RAY_ADDRESS on first use.
+    def job_backend(self, name: str, address: str | None = None) -> Backend:
+        """The backend called `name`: `backend` for "local"; "ray" connects on first use to `address`, else
+        to $RAY_ADDRESS.
 
         Raises:
             InvalidInputError: an unknown name, Ray not installed, or the cluster cannot be reached.
         """
         if name == "local":
             return self.backend
-        if name not in self._connected:
-            self._connected[name] = get_backend(name, self.workspace.jobs_dir)
-        return self._connected[name]
+        key = f"{name}@{address or ''}"
+        if key not in self._connected:
+            self._connected[key] = get_backend(name, self.workspace.jobs_dir, address)
+        return self._connected[key]
 
     def default_backend(self) -> str:
         """The backend of a run that names none: the workspace's settings.yaml, else Ray when RAY_ADDRESS is

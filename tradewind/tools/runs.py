@@ -38,6 +38,7 @@ from tradewind.trainer import (
 from tradewind.trainer import read_metrics as read_metric_rows
 
 CANCEL_WAIT_S = 60.0
+RAY_PENDING_TIMEOUT_S = 1800.0  # a Ray run that names no pending_timeout_s
 # What a continued run must share with its parent, so that its data order and results are those of one run.
 INHERITED = ("dataset", "model", "seed", "batch_size", "seq_len", "init_from")
 
@@ -144,6 +145,9 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
     config, parent, parent_step = _run_config(ctx, request, progress)
     open_run_data(config)  # fail now, not minutes later in the training process, if one batch does not fit
     backend_name = config.backend or ctx.default_backend()
+    pending_timeout_s = config.pending_timeout_s
+    if pending_timeout_s is None and backend_name == "ray":
+        pending_timeout_s = RAY_PENDING_TIMEOUT_S  # locally, a job that fits at all only waits for other work
     backend = ctx.job_backend(backend_name)
     resources, hosts = accelerator_resources(config.accelerator, slices=config.slices)
 
@@ -155,6 +159,7 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         run_id=run_id,
         backend=backend_name,
         job_id=run_id,
+        address=getattr(backend, "address", None),
         accelerator=config.accelerator,
         processes=hosts * config.replicas,
         parent=parent,
@@ -171,11 +176,11 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         # A CPU run stays on the CPU even where JAX would find an accelerator (or is told JAX_PLATFORMS=cuda).
         env={"JAX_PLATFORMS": "cpu"} if config.accelerator == "cpu" else {},
         max_retries_preemption=config.max_retries,
-        pending_timeout_s=config.pending_timeout_s,
+        pending_timeout_s=pending_timeout_s,
     )
     try:
         backend.submit(spec, job_id=run_id)
-    except BaseException:
+    except TradewindError:
         shutil.rmtree(layout.root)  # refused before anything was queued: leave no run behind
         raise
     return get_run(ctx, RunRequest(run_id=run_id))
@@ -248,6 +253,8 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
     record = read_record(layout.record)
     config = read_train_config(layout.config)
     job, reason = _job(ctx, record)
+    if job is not None and job.status.finished and _trained_again_after(record, job):
+        job, reason = None, None  # resumed by hand (python -m tradewind.trainer) after its job ended
     status = job.status if job else _process_status(record)
     if status is JobStatus.FAILED and record.status is JobStatus.FAILED and record.reason:
         reason = record.reason  # the trainer's own words beat an exit code
@@ -293,17 +300,35 @@ def _job(ctx: ToolContext, record: RunRecord) -> tuple[JobRecord | None, str | N
     if record.job_id is None:
         return None, None
     try:
-        job = ctx.job_backend(record.backend).status(record.job_id)
+        job = ctx.job_backend(record.backend, record.address).status(record.job_id)
     except TradewindError as error:
         raise TradewindError(f"run {record.run_id}: its {record.backend} job {record.job_id!r}: {error}") from None
     return job, job.reason
+
+
+def _trained_again_after(record: RunRecord, job: JobRecord) -> bool:
+    """Whether the run trained again after its job ended: its record ended later (timestamps are ISO-8601
+    UTC), or a trainer of it is alive on this machine now."""
+    if record.ended_at is not None:
+        return job.ended_at is not None and record.ended_at > job.ended_at
+    return _alive_here(record)
 
 
 def _process_status(record: RunRecord) -> JobStatus:
     """The status of a run trained by a Python call: its record's, unless its process died while RUNNING."""
     if record.status is not JobStatus.RUNNING or record.host != socket.gethostname() or record.pid is None:
         return record.status
-    return record.status if process_alive(record.pid, record.pid_start) else JobStatus.FAILED
+    return record.status if _alive_here(record) else JobStatus.FAILED
+
+
+def _alive_here(record: RunRecord) -> bool:
+    """Whether the record's trainer process is RUNNING on this machine now (pid and start time)."""
+    return (
+        record.status is JobStatus.RUNNING
+        and record.host == socket.gethostname()
+        and record.pid is not None
+        and process_alive(record.pid, record.pid_start)
+    )
 
 
 def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progress = no_progress) -> WaitForRunResult:
@@ -313,6 +338,8 @@ def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progres
     after a timeout, so call again to keep waiting.
     """
     deadline = time.monotonic() + request.timeout_s
+    record = read_record(RunLayout(ctx.workspace.run_dir(request.run_id)).record)
+    backend = ctx.job_backend(record.backend, record.address) if record.job_id else None
     while True:
         info = get_run(ctx, request)
         loss = "n/a" if info.loss is None else f"{info.loss:.4f}"
@@ -320,8 +347,8 @@ def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progres
         left = deadline - time.monotonic()
         if info.status.finished or left <= 0:
             return WaitForRunResult(**info.model_dump(), timed_out=not info.status.finished)
-        if info.job_id is not None:
-            ctx.job_backend(info.backend).wait(info.job_id, timeout=min(1.0, left))
+        if backend is not None:
+            backend.wait(record.job_id, timeout=min(1.0, left))
         else:
             time.sleep(min(1.0, left))  # a Python-call run has no job to wait on: look again in a second
 
@@ -340,7 +367,7 @@ def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
             f"argument 'run_id': run {request.run_id} is trained by a Python call in process {record.pid} on "
             f"{record.host}, not by a job; stop that program to stop it"
         )
-    backend = ctx.job_backend(record.backend)
+    backend = ctx.job_backend(record.backend, record.address)
     backend.cancel(record.job_id)
     backend.wait(record.job_id, timeout=CANCEL_WAIT_S)
     return get_run(ctx, request)

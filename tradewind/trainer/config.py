@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from tradewind.cluster.jobs import parse_accelerator
+from tradewind.cluster.jobs import accelerator_resources, parse_accelerator
 from tradewind.core import NotFoundError, parse_config, read_json
 
 # Named model shapes; any field given next to `preset` overrides the preset's value. Sizes are for a
@@ -207,7 +207,8 @@ class TrainConfig(BaseModel):
     dataset: str = Field(
         description="The token cache to train on (it needs 'train' and 'val' splits): a dataset id from "
         "tokenize_dataset, a path relative to the workspace root, an absolute path under an allowed root, or "
-        "'builtin:NAME' (e.g. builtin:tinyshakespeare, tokenized on first use)."
+        "'builtin:NAME' (e.g. builtin:tinyshakespeare, tokenized on first use). launch_training and `tradewind "
+        "train` resolve these; a Python call of `train()` takes the cache's folder."
     )
     model: ModelConfig = Field(default_factory=ModelConfig, description="Model architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
@@ -269,10 +270,11 @@ class TrainConfig(BaseModel):
         1, ge=0, le=100, description="Restarts after the run is killed or preempted; each resumes from its checkpoint."
     )
     pending_timeout_s: float | None = Field(
-        1800,
+        None,
         gt=0,
         description="Fail the run, with the reason, if its job has not started this many seconds after launch "
-        "(resources the backend cannot provide or never frees); null waits as long as it takes.",
+        "(resources the backend cannot provide or never frees). Null: 1800 on Ray; on the local backend no "
+        "limit, since a job that fits this machine at all waits only for other runs to end.",
     )
     resume_from: str | None = Field(
         None,
@@ -292,10 +294,8 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _gang_fits_accelerator(self) -> TrainConfig:
-        tpu = self.accelerator.startswith("tpu-")
-        if self.slices > 1 and not tpu:
-            raise ValueError(f"slices={self.slices} needs a TPU accelerator, not {self.accelerator!r}")
-        if tpu and self.replicas != 1:
+        accelerator_resources(self.accelerator, slices=self.slices)  # slices need a TPU: a ValueError says so
+        if self.accelerator.startswith("tpu-") and self.replicas != 1:
             raise ValueError(
                 f"replicas: a TPU run gets one process per host of each slice; leave replicas at 1 "
                 f"(got {self.replicas} for {self.accelerator})"

@@ -44,7 +44,7 @@ def initialize_distributed(config: DistributedConfig) -> None:
             num_processes=config.num_processes,
             process_id=config.process_id,
         )
-    except ValueError as error:
+    except (ValueError, RuntimeError) as error:  # no address to go by, or a coordinator that does not answer
         raise ConfigError(
             f"distributed.enabled: JAX could not find the other processes ({error}). Outside a TPU pod or SLURM "
             "job, launch the run with replicas=N (or a multi-host TPU accelerator) so that the backend connects "

@@ -33,14 +33,22 @@ import jax
 import numpy as np
 
 from tradewind.cluster.jobs import JobStatus, distributed_env
-from tradewind.core import InvalidInputError, TradewindError, append_jsonl, atomic_write_json, parse_config
+from tradewind.core import (
+    ConfigError,
+    InvalidInputError,
+    TradewindError,
+    append_jsonl,
+    atomic_write_json,
+    atomic_write_text,
+    parse_config,
+)
 from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.distributed import check_devices, initialize_distributed, is_main_process
 from tradewind.trainer.jobs import TrainJob
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import MetricRow, TrainSummary, read_metrics
-from tradewind.trainer.record import record_end, record_start
+from tradewind.trainer.record import read_record, record_end, record_start
 from tradewind.trainer.step import TrainSetup, evaluate, setup_training
 from tradewind.trainer.tensorboard import EventWriter
 
@@ -106,6 +114,7 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
     try:
         initialize_distributed(config.distributed)
         platform = check_devices(config.accelerator)
+        _check_gang(config)
     except TradewindError as error:
         gang = distributed_env()
         if layout.record.exists() and (gang is None or gang.process_id == 0):
@@ -214,8 +223,9 @@ def _train(config: TrainConfig, layout: RunLayout, progress: TrainProgress | Non
                     step, {"params": params, "opt_state": opt_state, "step": step, "data_step": step, "rng": rng}
                 )
             timer = time.perf_counter()  # evaluation, saving and writing stay out of the step timing
-        if not any(row.step == config.steps and row.eval_loss is not None for row in writers.rows):
-            # Resumed at the last step from a checkpoint whose final evaluation never reached the rows.
+        # Rows are written before checkpoints, so this happens only when metrics.jsonl lost rows (or was
+        # removed) after the last checkpoint. Process 0 decides: evaluating is a collective on every process.
+        if _agree(not any(row.step == config.steps and row.eval_loss is not None for row in writers.rows)):
             writers.write(_eval_row(setup, config.steps, evaluate(setup, params), time.perf_counter() - start))
     finally:
         if checkpointer is not None:
@@ -248,17 +258,33 @@ def _initial_state(
         state, step = checkpointer.restore(like)
         history = layout.metrics
     elif config.resume_from is not None:
+        # The launcher chose the parent's checkpoint; a parent still training may have saved newer ones since.
+        chosen = read_record(layout.record).parent_step if layout.record.exists() else None
         parent = RunLayout(Path(config.resume_from))
-        state, step = read_checkpoint(parent.checkpoints, like)
+        state, step = read_checkpoint(parent.checkpoints, like, chosen)
+        if step >= config.steps:
+            raise InvalidInputError(
+                f"steps: {config.steps} is the run's total and must exceed the step of the checkpoint of "
+                f"{parent.root.name} it continues from ({step})"
+            )
         history = parent.metrics
     else:
         if layout.metrics.exists() and is_main_process():
             layout.metrics.unlink()  # rows of an attempt that never reached a checkpoint
         return setup.params, setup.opt_state, 0, []
     rows = [row for row in read_metrics(history) if row.step <= step]
-    if is_main_process():
-        layout.metrics.write_text("".join(row.model_dump_json(exclude_none=True) + "\n" for row in rows))
+    if is_main_process():  # atomically: the other processes of a gang may be reading it
+        atomic_write_text(layout.metrics, "".join(row.model_dump_json(exclude_none=True) + "\n" for row in rows))
     return state["params"], state["opt_state"], int(state["data_step"]), rows
+
+
+def _check_gang(config: TrainConfig) -> None:
+    """Refuse a cpu or gpu run of `replicas` processes that finds itself alone (trained without a launcher)."""
+    if config.replicas > 1 and jax.process_count() != config.replicas:
+        raise ConfigError(
+            f"replicas: the run asks for {config.replicas} processes but {jax.process_count()} joined; start it "
+            "with launch_training or `tradewind train`, whose backend starts the gang, or set replicas to 1"
+        )
 
 
 def _figure(value: float | None) -> str:

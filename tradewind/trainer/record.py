@@ -30,6 +30,7 @@ class RunRecord(BaseModel):
     run_id: str
     backend: RunBackend = Field(description="'local' or 'ray' (a job runs it), or 'process' (a Python call).")
     job_id: str | None = Field(default=None, description="The backend job that runs it; null for 'process'.")
+    address: str | None = Field(default=None, description="The Ray cluster the job was submitted to.")
     accelerator: str = "cpu"
     processes: int = Field(default=1, description="Processes (hosts) training it together.")
     platform: str | None = Field(default=None, description="JAX platform it trains on: cpu, gpu or tpu.")
