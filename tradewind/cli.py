@@ -1,6 +1,7 @@
 """The `tradewind` command line.
 
-    tradewind serve [--transport stdio|http] [--host 127.0.0.1] [--port 8765]
+    tradewind serve [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--no-auth] [--allow-origin URL]
+        [--allow-host NAME[:PORT]]
     tradewind demo [--steps 300]
     tradewind tokenize INPUT [--tokenizer byte|PATH|hf:NAME] [--format auto] [--text-field text]
         [--val-fraction 0.1] [--strict] [--prepend-bos] [--no-eos] [--workers N]
@@ -38,7 +39,19 @@ def _context(args: argparse.Namespace):
 def _serve(args: argparse.Namespace) -> int:
     from tradewind.server import serve
 
-    serve(_context(args), transport=args.transport, host=args.host, port=args.port)
+    if args.transport == "http":
+        from tradewind.server.security import check_bind
+
+        check_bind(args.host, auth=not args.no_auth)  # before touching the workspace
+    serve(
+        _context(args),
+        transport=args.transport,
+        host=args.host,
+        port=args.port,
+        auth=not args.no_auth,
+        allow_origins=tuple(args.allow_origin),
+        allow_hosts=tuple(args.allow_host),
+    )
     return 0
 
 
@@ -268,6 +281,26 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="HTTP port; the endpoint is /mcp (default 8765)")
+    serve.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="HTTP without the bearer token; refused unless --host is loopback (default: token from "
+        "$TRADEWIND_TOKEN, else <workspace>/.tradewind-token)",
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="also accept requests whose Origin is URL, e.g. http://localhost:3000 (repeatable)",
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="also accept this Host header, e.g. the machine's name when binding 0.0.0.0 (repeatable)",
+    )
     serve.set_defaults(handler=_serve)
 
     demo = commands.add_parser(

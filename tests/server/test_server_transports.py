@@ -11,6 +11,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 pytestmark = pytest.mark.anyio
 
@@ -59,6 +60,7 @@ async def test_streamable_http_round_trip_on_loopback(tmp_path):
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={key: value for key, value in os.environ.items() if key != "TRADEWIND_TOKEN"},  # token from the file
     )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
@@ -71,11 +73,15 @@ async def test_streamable_http_round_trip_on_loopback(tmp_path):
             except OSError:
                 assert time.monotonic() < deadline, "HTTP server did not start listening within 30 s"
                 await anyio.sleep(0.05)
+        auth = {"Authorization": f"Bearer {(tmp_path / '.tradewind-token').read_text().strip()}"}
         with anyio.fail_after(60):
-            async with Client(url) as client:
+            async with (
+                httpx2.AsyncClient(headers=auth, timeout=30) as http,
+                Client(streamable_http_client(url, http_client=http)) as client,
+            ):
                 tools, total = await list_tools_and_runs(client)
         assert "summarize_report" in tools and total == 0
-        assert httpx2.get(f"http://127.0.0.1:{port}/not-mcp", timeout=5).status_code == 404
+        assert httpx2.get(f"http://127.0.0.1:{port}/not-mcp", headers=auth, timeout=5).status_code == 404
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -6,7 +6,9 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import os
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,12 +20,125 @@ from tradewind.core.errors import ConfigError
 ConfigT = TypeVar("ConfigT", bound=pydantic.BaseModel)
 
 
-def describe_validation_error(error: pydantic.ValidationError, source: str) -> str:
-    """Render a pydantic error as `source: field.path: message` lines."""
+ECHO_LIMIT = 200  # characters of a value an error message shows
+
+
+def cut_text(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text`, or its first `limit` characters, "…" and its length when it is longer."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def shown_value(value: Any) -> str:
+    """A value as an error message echoes it: its repr, at most `ECHO_LIMIT` characters of it shown."""
+    if isinstance(value, str) and len(value) > ECHO_LIMIT:
+        return f"{value[:ECHO_LIMIT]!r}… ({len(value):,} characters)"
+    return cut_text(repr(value))
+
+
+def cut_echoes(message: str, values: Any) -> str:
+    """`message` with every long string among `values` (walked through dicts and lists) cut where it is echoed."""
+    stack, long = [values], []
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif isinstance(value, str) and len(value) > ECHO_LIMIT:
+            long.append(value)
+    for value in sorted(long, key=len, reverse=True):
+        message = message.replace(repr(value), shown_value(value)).replace(value, cut_text(value))
+    return message
+
+
+def _field_names(model: type[pydantic.BaseModel], path: tuple[str | int, ...]) -> list[str] | None:
+    """The field names of the model found at `path` inside `model`, or None where the path leaves models."""
+    for part in path:
+        field = model.model_fields.get(str(part))
+        candidates = (*typing.get_args(field.annotation), field.annotation) if field else ()
+        models = [c for c in candidates if isinstance(c, type) and issubclass(c, pydantic.BaseModel)]
+        if not models:
+            return None
+        model = models[0]
+    return list(model.model_fields)
+
+
+_WORDING = {
+    "int_type": "{value} is not an integer",
+    "int_parsing": "{value} is not an integer",
+    "int_from_float": "{value} is not a whole number",
+    "float_type": "{value} is not a number",
+    "float_parsing": "{value} is not a number",
+    "bool_type": "{value} is not true or false",
+    "bool_parsing": "{value} is not true or false",
+    "string_type": "{value} is not a string",
+    "list_type": "{value} is not a list",
+    "dict_type": "{value} is not an object",
+    "model_type": "{value} is not an object of fields",
+    "model_attributes_type": "{value} is not an object of fields",
+    "greater_than": "must be greater than {gt} (got {value})",
+    "greater_than_equal": "must be at least {ge} (got {value})",
+    "less_than": "must be less than {lt} (got {value})",
+    "less_than_equal": "must be at most {le} (got {value})",
+    "multiple_of": "must be a multiple of {multiple_of} (got {value})",
+    "literal_error": "{value} is not one of {expected}",
+    "enum": "{value} is not one of {expected}",
+    "string_too_short": "must have at least {min_length} characters (got {value})",
+    "string_too_long": "must have at most {max_length} characters (got {length:,})",
+    "too_short": "must have at least {min_length} items (got {actual_length})",
+    "too_long": "must have at most {max_length} items (got {actual_length})",
+    "string_pattern_mismatch": "{value} does not match the pattern {pattern!r}",
+    "missing": "missing; this argument is required",
+}
+
+
+def _argument_problem(item: Any, model: type[pydantic.BaseModel], tool: str) -> str:
+    """One pydantic error in Tradewind's wording: what is wrong with the value and what is allowed."""
+    kind, value, context = item["type"], item.get("input"), item.get("ctx") or {}
+    if kind == "extra_forbidden":
+        *parents, name = item["loc"]
+        allowed = _field_names(model, tuple(parents))
+        if allowed is None:
+            return "unknown argument"
+        where = tool if not parents else f"{tool}'s {'.'.join(str(part) for part in parents)}"
+        nearest = difflib.get_close_matches(str(name), allowed, n=1, cutoff=0.6)
+        hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
+        return f"unknown argument{hint} ({where} takes: {', '.join(allowed)})"
+    if kind in ("value_error", "assertion_error"):
+        message = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        return cut_echoes(message, value)
+    wording = _WORDING.get(kind)
+    if wording is not None:
+        try:
+            return wording.format(**{**context, "value": shown_value(value)})
+        except (KeyError, IndexError, ValueError):
+            pass
+    return f"{item['msg']} (got {shown_value(value)})"
+
+
+def describe_validation_error(
+    error: pydantic.ValidationError,
+    source: str,
+    *,
+    arguments_of: type[pydantic.BaseModel] | None = None,
+) -> str:
+    """Render a pydantic error as `source: field.path: message` lines.
+
+    With `arguments_of`, the request model of the tool named `source`, the lines are the tool's argument
+    errors in Tradewind's wording instead: `argument 'steps': must be greater than 0 (got -1)`, an unknown
+    argument with the nearest valid name and the names the tool takes, nested fields dotted
+    (`argument 'model.d_model'`), and every echoed value cut to `ECHO_LIMIT` characters.
+    """
     lines = []
-    for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        lines.append(f"{source}: {field}: {item['msg']}")
+    for item in error.errors(include_url=False):
+        field = ".".join(str(part) for part in item["loc"])
+        if arguments_of is None:
+            lines.append(f"{source}: {field or '(top level)'}: {item['msg']}")
+            continue
+        problem = _argument_problem(item, arguments_of, source)
+        line = f"argument {field!r}: {problem}" if field else f"{source}: {problem}"
+        if line not in lines:
+            lines.append(line)
     return "\n".join(lines)
 
 

@@ -4,7 +4,10 @@ A tool is `tool(ctx, request, [progress]) -> Result`. The MCP SDK builds a tool'
 function signature, so the adapter gives the MCP-facing function one keyword parameter per field of the
 request model (with the field's type, default and description): agents see flat arguments, and the
 schema comes from the same pydantic model the Python API uses. The output schema comes from the
-result model. Errors Tradewind raises on purpose become MCP error results carrying their message.
+result model. The request model is also the only validator: the SDK's own argument model lets every value
+through (`_Unchecked`), and the wrapper validates exactly what the client sent, so a misspelt argument is
+an error naming the nearest valid one rather than silently dropped. Errors Tradewind raises on purpose
+become MCP error results carrying their message, with long echoed values cut to 200 characters.
 """
 
 from __future__ import annotations
@@ -20,9 +23,35 @@ import anyio.lowlevel
 import pydantic
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic_core import core_schema
 
 from tradewind.core import TradewindError, describe_validation_error
+from tradewind.core.config import cut_echoes
 from tradewind.tools import ToolContext
+
+_UNSENT = object()  # what the SDK's argument model holds for a required argument the call left out
+
+
+class _Unchecked:
+    """Annotation metadata that publishes a field's schema but lets any value through.
+
+    The SDK validates a call's arguments against a model it derives from the signature, before the wrapper
+    runs, and that model drops unknown keys and words errors its own way. Each of its fields wraps the request
+    field's type and constraints, which the JSON schema shows, in a validator that never calls them and passes
+    the value on untouched, so the request model, given the raw sent arguments, is the only validator. A required
+    field stays required in the schema (its core schema is a chain, not a default) yet a missing value is not
+    an SDK error: the chain's one step holds a default the SDK fills in and the wrapper never reads.
+    """
+
+    def __init__(self, required: bool) -> None:
+        self.required = required
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: pydantic.GetCoreSchemaHandler) -> Any:
+        published = handler(source)  # the type with the field's constraints, as the schema shows it
+        anything = core_schema.no_info_wrap_validator_function(lambda value, _validate: value, published)
+        if not self.required:
+            return anything
+        return core_schema.chain_schema([core_schema.with_default_schema(anything, default_factory=lambda: _UNSENT)])
 
 
 def _signature(request_model: type[pydantic.BaseModel], result_model: type) -> inspect.Signature:
@@ -30,7 +59,8 @@ def _signature(request_model: type[pydantic.BaseModel], result_model: type) -> i
         inspect.Parameter(
             name,
             inspect.Parameter.KEYWORD_ONLY,
-            annotation=Annotated[field.annotation, field],  # the FieldInfo carries default and description
+            # the FieldInfo carries default, description and constraints; _Unchecked makes them schema only
+            annotation=Annotated[field.annotation, field, _Unchecked(field.is_required())],
         )
         for name, field in request_model.model_fields.items()
     ]
@@ -53,14 +83,15 @@ def _progress_reporter(mcp_context: Context) -> Callable[[float, float | None, s
 
 
 def _sent(mcp_context: Context, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The arguments the client sent, as the SDK validated them, without the defaults it filled in.
+    """The arguments the client sent, unknown names included, without the defaults the SDK filled in.
 
     The request model then knows which fields were given (`model_fields_set`): a run that continues another
-    inherits every field the call leaves out, and `init_from` refuses only model fields that were set.
+    inherits every field the call leaves out, and `init_from` refuses only model fields that were set. A
+    known argument's value is the SDK's (it parses a JSON object or list sent as a string), else the raw one.
     """
     params = mcp_context.request_context.params or {}
     sent = params.get("arguments") or {}
-    return {name: value for name, value in arguments.items() if name in sent}
+    return {name: arguments.get(name, value) for name, value in sent.items()}
 
 
 def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any]:
@@ -75,15 +106,19 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
 
     @functools.wraps(tool)
     def call(mcp_context: Context, **arguments: Any) -> Any:
+        sent = _sent(mcp_context, arguments)
         try:
-            request = request_model.model_validate(_sent(mcp_context, arguments))
+            request = request_model.model_validate(sent)  # the only validation the arguments get
+        except pydantic.ValidationError as error:
+            raise ToolError(describe_validation_error(error, tool.__name__, arguments_of=request_model)) from None
+        try:
             if reports_progress:
                 return tool(ctx, request, progress=_progress_reporter(mcp_context))
             return tool(ctx, request)
-        except pydantic.ValidationError as error:
-            raise ToolError(describe_validation_error(error, f"{tool.__name__} arguments")) from None
+        except pydantic.ValidationError as error:  # a model the tool builds from valid arguments
+            raise ToolError(cut_echoes(describe_validation_error(error, tool.__name__), sent)) from None
         except TradewindError as error:
-            raise ToolError(str(error)) from None
+            raise ToolError(cut_echoes(str(error), sent)) from None
 
     call.__signature__ = _signature(request_model, result_model)  # type: ignore[attr-defined]
     call.__annotations__ = {"mcp_context": Context, "return": result_model}

@@ -1,0 +1,250 @@
+"""HTTP security of `tradewind serve --transport http`: bearer token, Host/Origin allowlists, bind rules, body cap.
+
+Every server here is a real subprocess on a free loopback port; clients connect only through 127.0.0.1.
+"""
+
+import json
+import os
+import queue
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+pytestmark = pytest.mark.anyio
+
+TOKEN_FILE = ".tradewind-token"
+JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    port: int
+    workspace: Path
+    stderr_lines: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.stderr_lines)
+
+    def token(self) -> str:
+        return (self.workspace / TOKEN_FILE).read_text().strip()
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve_command(workspace: Path, port: int, *extra: str) -> list[str]:
+    serve = [sys.executable, "-m", "tradewind", "serve", "--workspace", str(workspace)]
+    return [*serve, "--transport", "http", "--port", str(port), *extra]
+
+
+def server_env(token: str | None = None) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "TRADEWIND_TOKEN"}
+    if token is not None:
+        env["TRADEWIND_TOKEN"] = token
+    return env
+
+
+@contextmanager
+def running_server(workspace: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """Start the server and wait (30 s deadline) until uvicorn says it is listening; stop it afterwards."""
+    port = free_loopback_port()
+    process = subprocess.Popen(
+        serve_command(workspace, port, *extra),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env if env is not None else server_env(),
+    )
+    server = Server(process, port, workspace)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def drain() -> None:  # keeps the pipe empty for as long as the server lives
+        for line in process.stderr:
+            server.stderr_lines.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"server did not start listening within 30 s:\n{server.stderr}")
+            if line is None:
+                pytest.fail(f"server exited with {process.wait()} before listening:\n{server.stderr}")
+            if "Uvicorn running on" in line:
+                break
+        yield server
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[Server]:
+    with running_server(tmp_path_factory.mktemp("workspace")) as started:
+        yield started
+
+
+def call_list_runs(request_id: int = 1) -> str:
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "list_runs", "arguments": {}}}
+    )
+
+
+def initialize() -> str:
+    return json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "security-test", "version": "0"},
+            },
+        }
+    )
+
+
+def post(url: str, body: str | bytes, headers: dict[str, str] | None = None) -> httpx2.Response:
+    return httpx2.post(url, content=body, headers={**JSON_HEADERS, **(headers or {})}, timeout=10)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def workspace_files(workspace: Path) -> set[Path]:
+    return set(workspace.rglob("*"))
+
+
+async def list_tools_and_runs(url: str, token: str) -> tuple[list[str], int]:
+    """A real MCP session over streamable HTTP that sends the token on every request."""
+    with anyio.fail_after(60):
+        async with (
+            httpx2.AsyncClient(headers=bearer(token), timeout=30) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            runs = await client.call_tool("list_runs", {})
+    assert not runs.is_error, runs.content
+    return tools, runs.structured_content["total"]
+
+
+def test_the_token_file_is_created_with_mode_0600_and_its_path_but_not_the_token_goes_to_stderr(server):
+    path = server.workspace / TOKEN_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(server.token()) >= 32
+    assert str(path) in server.stderr and server.token() not in server.stderr
+
+
+def test_a_request_without_the_token_gets_401_and_runs_no_tool(server):
+    before = workspace_files(server.workspace)
+    for body in (initialize(), call_list_runs()):
+        response = post(server.url, body)
+        assert response.status_code == 401
+        assert response.headers["www-authenticate"].startswith("Bearer")
+        assert "mcp-session-id" not in response.headers and '"result"' not in response.text
+    assert httpx2.get(f"http://127.0.0.1:{server.port}/not-mcp", timeout=10).status_code == 401
+    assert workspace_files(server.workspace) == before
+
+
+def test_a_wrong_or_malformed_token_gets_401(server):
+    for headers in (bearer("not-the-token"), bearer(server.token() + "x"), {"Authorization": server.token()}):
+        assert post(server.url, initialize(), headers).status_code == 401
+
+
+async def test_the_right_token_opens_a_real_session_that_lists_tools_and_calls_list_runs(server):
+    tools, total = await list_tools_and_runs(server.url, server.token())
+    assert "list_runs" in tools and "launch_training" in tools and total == 0
+
+
+def test_a_foreign_origin_gets_403_even_with_the_token(server):
+    headers = {**bearer(server.token()), "Origin": "http://evil.example"}
+    assert post(server.url, initialize(), headers).status_code == 403
+    same_host = {**bearer(server.token()), "Origin": f"http://localhost:{server.port}"}
+    assert post(server.url, initialize(), same_host).status_code == 200
+
+
+def test_a_foreign_host_header_is_refused_even_with_the_token(server):
+    for host in ("evil.example", f"evil.example:{server.port}", "127.0.0.1:1"):
+        response = post(server.url, initialize(), {**bearer(server.token()), "Host": host})
+        assert response.status_code in (403, 421), (host, response.status_code)
+
+
+def test_a_body_over_the_1_mib_cap_gets_413(server):
+    padding = "x" * (1024 * 1024)
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": padding}})
+    assert post(server.url, body, bearer(server.token())).status_code == 413
+
+
+def test_tradewind_token_overrides_the_token_file(tmp_path):
+    (tmp_path / TOKEN_FILE).write_text("file-token\n")
+    os.chmod(tmp_path / TOKEN_FILE, 0o600)
+    with running_server(tmp_path, env=server_env("env-token-0123456789")) as server:
+        assert post(server.url, initialize(), bearer("file-token")).status_code == 401
+        assert post(server.url, initialize(), bearer("env-token-0123456789")).status_code == 200
+        assert "TRADEWIND_TOKEN" in server.stderr and "env-token-0123456789" not in server.stderr
+
+
+async def test_binding_all_interfaces_with_auth_still_checks_token_host_and_origin(tmp_path):
+    with running_server(tmp_path, "--host", "0.0.0.0") as server:
+        assert post(server.url, initialize()).status_code == 401
+        token = bearer(server.token())
+        assert post(server.url, initialize(), {**token, "Origin": "http://evil.example"}).status_code == 403
+        assert post(server.url, initialize(), {**token, "Host": "evil.example"}).status_code in (403, 421)
+        tools, total = await list_tools_and_runs(server.url, server.token())
+    assert "list_runs" in tools and total == 0
+
+
+def test_no_auth_on_all_interfaces_is_refused_with_exit_2_before_serving(tmp_path):
+    workspace = tmp_path / "workspace"
+    port = free_loopback_port()
+    done = subprocess.run(
+        serve_command(workspace, port, "--host", "0.0.0.0", "--no-auth"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(),
+    )
+    assert done.returncode == 2
+    assert "--no-auth is allowed only on a loopback address" in done.stderr and "0.0.0.0" in done.stderr
+    assert "Uvicorn running" not in done.stderr and not workspace.exists()
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass
+
+
+def test_no_auth_on_loopback_warns_and_keeps_host_and_origin_checks_with_allowed_origins(tmp_path):
+    extra = ("--no-auth", "--allow-origin", "http://app.example:3000/")
+    with running_server(tmp_path, *extra) as server:
+        assert "WARNING: --no-auth" in server.stderr
+        assert post(server.url, initialize()).status_code == 200
+        assert post(server.url, initialize(), {"Origin": "http://app.example:3000"}).status_code == 200
+        assert post(server.url, initialize(), {"Origin": "http://evil.example"}).status_code == 403
+        assert post(server.url, initialize(), {"Host": "evil.example"}).status_code in (403, 421)
+    assert not (tmp_path / TOKEN_FILE).exists()

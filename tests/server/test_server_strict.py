@@ -1,0 +1,113 @@
+"""Strict arguments through the real MCP client: the request model is the only validator, in Tradewind's words."""
+
+import pytest
+from mcp import Client
+
+from tradewind.server import build_server
+
+pytestmark = pytest.mark.anyio
+
+PYDANTIC_WORDING = ("pydantic", "errors.pydantic.dev", "validation error for", "Input should be")
+
+
+@pytest.fixture
+def server(ctx):
+    return build_server(ctx)
+
+
+def error_text(result) -> str:
+    assert result.is_error, result.structured_content
+    text = " ".join(block.text for block in result.content)
+    assert not any(words in text for words in PYDANTIC_WORDING), text
+    assert "Traceback" not in text
+    return text
+
+
+async def still_serving(client, run_id) -> None:
+    result = await client.call_tool("get_run", {"run_id": run_id})
+    assert not result.is_error and result.structured_content["status"] == "SUCCEEDED"
+
+
+async def test_a_misspelt_launch_training_argument_is_an_error_naming_steps_and_starts_no_run(
+    server, ctx, dataset_id, finished_run
+):
+    runs_before = sorted(ctx.workspace.runs_dir.iterdir())
+    async with Client(server) as client:
+        message = error_text(await client.call_tool("launch_training", {"dataset": dataset_id, "step": 5}))
+        await still_serving(client, finished_run.run_id)
+    assert "argument 'step': unknown argument; did you mean 'steps'?" in message
+    assert "(launch_training takes: dataset, model, " in message
+    assert sorted(ctx.workspace.runs_dir.iterdir()) == runs_before
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "expected"),
+    [
+        ("read_metrics", {"run_id": "RUN", "limits": 3}, "argument 'limits': unknown argument; did you mean 'limit'?"),
+        ("sample_text", {"run_id": "RUN", "temprature": 0.5}, "did you mean 'temperature'?"),
+        ("launch_training", {"dataset": "DATASET", "model": {"d_modle": 64}}, "argument 'model.d_modle'"),
+    ],
+)
+async def test_a_misspelt_argument_of_any_tool_names_the_nearest_valid_one(
+    server, ctx, dataset_id, finished_run, tool, arguments, expected
+):
+    placeholders = {"RUN": finished_run.run_id, "DATASET": dataset_id}
+    arguments = {
+        key: placeholders.get(value, value) if isinstance(value, str) else value for key, value in arguments.items()
+    }
+    runs_before = sorted(ctx.workspace.runs_dir.iterdir())
+    async with Client(server) as client:
+        message = error_text(await client.call_tool(tool, arguments))
+        await still_serving(client, finished_run.run_id)
+    assert expected in message
+    assert sorted(ctx.workspace.runs_dir.iterdir()) == runs_before
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"steps": "many"}, "argument 'steps': 'many' is not an integer"),
+        ({"steps": -1}, "argument 'steps': must be greater than 0 (got -1)"),
+        ({"model": {"d_model": "wide"}}, "argument 'model.d_model': 'wide' is not an integer"),
+        ({"backend": "slurm"}, "argument 'backend': 'slurm' is not one of 'local' or 'ray'"),
+    ],
+)
+async def test_type_and_range_errors_are_in_tradewinds_wording(server, dataset_id, finished_run, arguments, expected):
+    async with Client(server) as client:
+        message = error_text(await client.call_tool("launch_training", {"dataset": dataset_id, **arguments}))
+        await still_serving(client, finished_run.run_id)
+    assert expected in message
+
+
+async def test_a_missing_required_argument_is_named(server, finished_run):
+    async with Client(server) as client:
+        message = error_text(await client.call_tool("tokenize_dataset", {}))
+        await still_serving(client, finished_run.run_id)
+    assert "argument 'input': missing" in message
+
+
+@pytest.mark.parametrize("tool", ["get_run", "read_metrics", "summarize_report"])
+async def test_a_megabyte_id_is_refused_showing_at_most_200_characters_of_it(server, finished_run, tool):
+    huge = "r" * 1_000_000
+    async with Client(server) as client:
+        message = error_text(await client.call_tool(tool, {"run_id": huge}))
+        await still_serving(client, finished_run.run_id)
+    assert len(message) < 1000
+    assert "r" * 200 in message and "r" * 201 not in message
+    assert "(1,000,000 characters)" in message
+
+
+async def test_a_megabyte_value_of_the_wrong_type_is_cut_too(server, finished_run):
+    async with Client(server) as client:
+        message = error_text(await client.call_tool("list_runs", {"limit": "9" * 1_000_000}))
+        await still_serving(client, finished_run.run_id)
+    assert len(message) < 1000 and "9" * 201 not in message and "argument 'limit'" in message
+
+
+async def test_the_published_schema_is_still_the_request_models(server):
+    async with Client(server) as client:
+        listed = {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
+    launch = listed["launch_training"]
+    assert launch["properties"]["steps"]["exclusiveMinimum"] == 0
+    assert launch["properties"]["model"]["$ref"].startswith("#/$defs/")
+    assert listed["tokenize_dataset"]["required"] == ["input"]

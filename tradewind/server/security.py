@@ -1,0 +1,163 @@
+"""HTTP transport security: the bearer token, the Host and Origin allowlists, the bind check, the body cap.
+
+The model, for `tradewind serve --transport http`:
+
+- Every HTTP request must carry `Authorization: Bearer <token>`; anything else gets 401 and reaches no tool.
+  The token is `$TRADEWIND_TOKEN` when set, else the one in `<workspace>/.tradewind-token`, a file the server
+  creates with mode 0600 on its first start and reuses after; its path (never the token) goes to stderr.
+- Host and Origin are always checked, whatever address is bound: Host must name the bound address or a
+  loopback name with the bound port (plus `--allow-host`); a request with an Origin must come from a
+  loopback origin on that port (plus `--allow-origin`).
+- `--no-auth` is accepted only on a loopback address; a non-loopback bind without auth is refused.
+- Request bodies over `MAX_REQUEST_BODY_BYTES` get 413.
+
+The stdio transport has none of this: whoever starts the process owns it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+import stat
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tradewind.core import InvalidInputError
+
+TOKEN_ENV = "TRADEWIND_TOKEN"
+TOKEN_FILE_NAME = ".tradewind-token"
+MAX_REQUEST_BODY_BYTES = 1024 * 1024
+"""The largest request body the HTTP transport accepts (1 MiB); a larger one gets 413."""
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server reachable from this machine only."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def check_bind(host: str, *, auth: bool) -> None:
+    """Refuse to serve HTTP without auth on an address other machines can reach."""
+    if not auth and not is_loopback(host):
+        raise InvalidInputError(
+            f"--no-auth is allowed only on a loopback address (127.0.0.1, ::1, localhost), not --host {host}: "
+            "anyone who can reach the port could start training or run a pipeline. "
+            f"Drop --no-auth and send the bearer token (${TOKEN_ENV} or <workspace>/{TOKEN_FILE_NAME})."
+        )
+
+
+def load_or_create_token(workspace_root: Path) -> tuple[str, str]:
+    """The bearer token and where it came from: `$TRADEWIND_TOKEN`, else the workspace's token file.
+
+    The file is created with mode 0600 (exclusively, so a concurrent start reads the same token) and reused.
+    """
+    from_env = os.environ.get(TOKEN_ENV, "").strip()
+    if from_env:
+        return from_env, f"${TOKEN_ENV}"
+    path = workspace_root / TOKEN_FILE_NAME
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        return _read_token_file(path), str(path)
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w", encoding="ascii") as out:
+        out.write(token + "\n")
+    return token, str(path)
+
+
+def _read_token_file(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, encoding="ascii") as handle:
+        if stat.S_IMODE(os.fstat(handle.fileno()).st_mode) & 0o077:
+            os.fchmod(handle.fileno(), 0o600)  # readable by others: take it back
+        token = handle.read().strip()
+    if not token:
+        raise InvalidInputError(f"token file {path} is empty; delete it to make a new one or set ${TOKEN_ENV}")
+    return token
+
+
+def _with_port(host: str, port: int) -> str:
+    host = host.strip()
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # a bare IPv6 address
+    return f"{host}:{port}"
+
+
+def transport_security(
+    host: str, port: int, allow_origins: tuple[str, ...] = (), allow_hosts: tuple[str, ...] = ()
+) -> TransportSecuritySettings:
+    """The SDK's Host/Origin checks, on for every bind address; 421 for a bad Host, 403 for a bad Origin."""
+    hosts = [_with_port(host, port), *(f"{name}:{port}" for name in _LOOPBACK_NAMES)]
+    if port == 80:  # clients leave the default port out of Host
+        hosts += [host.strip(), *_LOOPBACK_NAMES]
+    for extra in allow_hosts:
+        hosts.append(extra if _has_port(extra) else _with_port(extra, port))
+    origins = [f"http://{name}:{port}" for name in _LOOPBACK_NAMES]
+    origins += [normalize_origin(origin) for origin in allow_origins]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=list(dict.fromkeys(hosts)),
+        allowed_origins=list(dict.fromkeys(origins)),
+    )
+
+
+def _has_port(host: str) -> bool:
+    if host.startswith("["):
+        return "]:" in host
+    return host.count(":") == 1
+
+
+def normalize_origin(url: str) -> str:
+    """`url` as browsers send it in Origin (`scheme://host[:port]`); rejects anything with a path or query."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/"):
+        raise InvalidInputError(
+            f"--allow-origin {url!r} is not an origin; write scheme://host[:port], e.g. http://localhost:3000"
+        )
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise InvalidInputError(f"--allow-origin {url!r} is not an origin; drop the query, fragment or user")
+    return f"{parts.scheme}://{parts.netloc.lower()}"
+
+
+class BearerTokenMiddleware:
+    """ASGI middleware: a request without `Authorization: Bearer <token>` gets 401 and goes no further."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"bearer {token}".encode()
+
+    def _authorized(self, scope: Scope) -> bool:
+        supplied = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                supplied = value
+                break
+        # Scheme names are case-insensitive; the token is compared in constant time.
+        scheme, _, rest = supplied.partition(b" ")
+        return hmac.compare_digest(scheme.lower() + b" " + rest.strip(), self._expected)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self._authorized(scope):
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+        else:
+            response = PlainTextResponse(
+                "401 Unauthorized: send 'Authorization: Bearer <token>' "
+                f"(${TOKEN_ENV}, or the token file the server named at start-up)\n",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="tradewind"'},
+            )
+            await response(scope, receive, send)
