@@ -13,11 +13,12 @@
     tradewind export RUN --format hf --out DIR
     tradewind cluster status|logs|cancel|pipeline ...
 
-Every command takes `--workspace DIR` (default `$TRADEWIND_WORKSPACE`, else `~/.tradewind`) and
-`--allow-path DIR` (repeatable) for input folders outside the workspace. Paths given to commands and inside
-configs (datasets, runs, inputs) are relative to the workspace root; only a command's own CONFIG file is a
-plain path. Commands import what they need when they run, so `tradewind --help` answers at once and
-nothing loads JAX before it has to.
+Every command takes `--workspace DIR` (default `$TRADEWIND_WORKSPACE`, else `~/.tradewind`),
+`--allow-path DIR` (repeatable) for input folders outside the workspace, and `--allow-code DIR` (repeatable)
+for folders of pipeline files `run_pipeline` may run besides `<workspace>/pipelines/`. Paths given to
+commands and inside configs (datasets, runs, inputs) are relative to the workspace root; only a command's
+own CONFIG file is a plain path. Commands import what they need when they run, so `tradewind --help`
+answers at once and nothing loads JAX before it has to.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from tradewind.trainer.cli import add_export_command
 def _context(args: argparse.Namespace):
     from tradewind.tools import ToolContext
 
-    return ToolContext.open(args.workspace, tuple(args.allow_path))
+    return ToolContext.open(args.workspace, tuple(args.allow_path), tuple(getattr(args, "allow_code", ())))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -269,6 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--workspace", help="workspace root (default: $TRADEWIND_WORKSPACE, else ~/.tradewind)")
     common.add_argument(
         "--allow-path", action="append", default=[], metavar="DIR", help="also let tools read inputs under DIR"
+    )
+    common.add_argument(
+        "--allow-code",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also let run_pipeline run Python files under DIR (besides <workspace>/pipelines/)",
     )
     common.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 

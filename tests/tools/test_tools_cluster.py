@@ -35,7 +35,8 @@ steps = [Step("second", write, {"word": "b"}, deps=(first,))]
 @pytest.fixture
 def tool_ctx(tmp_path):
     context = ToolContext.open(tmp_path / "workspace")
-    (context.workspace.root / "pipe.py").write_text(PIPELINE)
+    context.workspace.pipelines_dir.mkdir()
+    (context.workspace.pipelines_dir / "pipe.py").write_text(PIPELINE)
     return context
 
 
@@ -74,30 +75,30 @@ def test_cluster_status_reports_ray_unavailable_without_an_address(tool_ctx, mon
 
 
 def test_run_pipeline_plans_by_default_then_runs_as_a_job_then_finds_everything_cached(tool_ctx):
-    plan = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py"))
+    plan = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipelines/pipe.py"))
     assert plan.dry_run and plan.job_id is None
     assert [(s.name, s.action) for s in plan.steps] == [("first", "run"), ("second", "run")]
     assert plan.steps[1].output_path.startswith(str(tool_ctx.workspace.root / "steps" / "second-"))
 
-    started = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py", dry_run=False))
+    started = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipelines/pipe.py", dry_run=False))
     done = tool_ctx.backend.wait(started.job_id, timeout=60)
     assert done.status is JobStatus.SUCCEEDED, tool_ctx.backend.logs(started.job_id).text
     with open(f"{plan.steps[1].output_path}/out.txt") as f:
         assert f.read() == "ab"
-    again = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py"))
+    again = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipelines/pipe.py"))
     assert [s.action for s in again.steps] == ["cached", "cached"]
 
 
 def test_run_pipeline_plans_and_runs_through_callable_jobs_whose_kwargs_are_a_pipeline_job(tool_ctx):
-    run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py", force=True))
-    started = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipe.py", dry_run=False))
+    run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipelines/pipe.py", force=True))
+    started = run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipelines/pipe.py", dry_run=False))
     assert tool_ctx.backend.wait(started.job_id, timeout=60).status is JobStatus.SUCCEEDED
     plans = [record for record in tool_ctx.backend.list() if record.spec.name == "plan pipe.py"]
     run = tool_ctx.backend.status(started.job_id)
     assert len(plans) == 2 and all(record.status is JobStatus.SUCCEEDED for record in plans)
     assert {record.spec.callable for record in [*plans, run]} == {PIPELINE_CALLABLE}
     assert load_callable(PIPELINE_CALLABLE) is pipeline_job
-    pipe, workspace = str(tool_ctx.workspace.root / "pipe.py"), str(tool_ctx.workspace.root)
+    pipe, workspace = str(tool_ctx.workspace.pipelines_dir / "pipe.py"), str(tool_ctx.workspace.root)
     jobs = [PipelineJob.model_validate(record.spec.kwargs) for record in [*plans, run]]
     assert [(job.pipeline, job.workspace) for job in jobs] == [(pipe, workspace)] * 3
     assert sorted((job.dry_run, job.force) for job in jobs) == [(False, False), (True, False), (True, True)]
@@ -105,17 +106,17 @@ def test_run_pipeline_plans_and_runs_through_callable_jobs_whose_kwargs_are_a_pi
 
 
 def test_a_pipeline_file_that_raises_at_import_fails_the_plan_with_the_exception(tool_ctx):
-    (tool_ctx.workspace.root / "broken.py").write_text("x = 1 / 0\n")
+    (tool_ctx.workspace.pipelines_dir / "broken.py").write_text("x = 1 / 0\n")
     with pytest.raises(ConfigError, match=r"importing .*broken\.py failed: ZeroDivisionError: division by zero"):
-        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="broken.py"))
+        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipelines/broken.py"))
 
 
 def test_planning_a_file_that_hangs_at_import_stops_at_the_timeout_and_cancels_the_job(tool_ctx, monkeypatch):
     monkeypatch.setattr(cluster_tools, "PLAN_TIMEOUT_S", 3)
-    (tool_ctx.workspace.root / "hang.py").write_text("import threading\nthreading.Event().wait()\n")
+    (tool_ctx.workspace.pipelines_dir / "hang.py").write_text("import threading\nthreading.Event().wait()\n")
     reports = []
     with pytest.raises(ConfigError, match=r"planning .*hang\.py took over 3 s; does the file do work at import"):
-        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="hang.py"), lambda *report: reports.append(report))
+        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipelines/hang.py"), lambda *report: reports.append(report))
     [plan] = [record for record in tool_ctx.backend.list() if record.spec.name == "plan hang.py"]
     assert tool_ctx.backend.wait(plan.id, timeout=30).status is JobStatus.CANCELLED
     assert reports and all(total == 3 and "planning" in message for _, total, message in reports)
@@ -124,12 +125,12 @@ def test_planning_a_file_that_hangs_at_import_stops_at_the_timeout_and_cancels_t
 def test_run_pipeline_refuses_paths_outside_the_workspace_and_files_without_steps(tool_ctx):
     with pytest.raises(PathEscapeError, match="argument 'pipeline'"):
         run_pipeline(tool_ctx, RunPipelineRequest(pipeline="../elsewhere.py"))
-    (tool_ctx.workspace.root / "empty.py").write_text("x = 1\n")
+    (tool_ctx.workspace.pipelines_dir / "empty.py").write_text("x = 1\n")
     with pytest.raises(ConfigError, match="must define `steps`"):
-        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="empty.py"))
-    (tool_ctx.workspace.root / "notes.txt").write_text("hello")
+        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipelines/empty.py"))
+    (tool_ctx.workspace.pipelines_dir / "notes.txt").write_text("hello")
     with pytest.raises(InvalidInputError, match="is not a Python file"):
-        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="notes.txt"))
+        run_pipeline(tool_ctx, RunPipelineRequest(pipeline="pipelines/notes.txt"))
 
 
 @pytest.mark.anyio
@@ -140,8 +141,9 @@ async def test_both_tools_work_through_an_mcp_client(tool_ctx):
     async with Client(server) as client:
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert listed["run_pipeline"].input_schema["required"] == ["pipeline"]
+        assert listed["run_pipeline"].description.startswith("Run a pipeline file's Python code")
         status = await client.call_tool("cluster_status", {})
-        plan = await client.call_tool("run_pipeline", {"pipeline": "pipe.py"})
+        plan = await client.call_tool("run_pipeline", {"pipeline": "pipelines/pipe.py"})
         bad = await client.call_tool("cluster_status", {"backend": "slurm"})
     assert not status.is_error and status.structured_content["backends"][0]["name"] == "local"
     assert not plan.is_error and [s["action"] for s in plan.structured_content["steps"]] == ["run", "run"]

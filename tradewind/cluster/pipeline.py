@@ -8,11 +8,19 @@ a `PipelineJob`):
 From the command line, `tradewind cluster pipeline FILE [--run] [--force]` (see `tradewind.cluster.cli`)
 runs the same `execute_pipeline` in its own process. Either way it prints one JSON line per step
 (`name`, `output_path`, `action`, ...) to stdout and, while running, `[done/total] step NAME` to stderr.
+
+A plan cannot be had without importing the file: steps are Python objects whose hashes cover their
+functions and configs. So a dry run does import it (its top-level code runs) but calls no step, and the
+import runs with the working folder set to a fresh temporary folder, removed afterwards, so that relative
+paths in the file's top-level code land there rather than in the workspace or the server's folder.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +51,17 @@ def steps_dir(workspace_root: str | Path) -> Path:
     return Path(workspace_root).expanduser().resolve() / "steps"
 
 
+@contextlib.contextmanager
+def _working_folder(folder: str):
+    """Run the block with `folder` as the working folder, then go back."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def _print_progress(done: int, total: int, message: str) -> None:
     print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
 
@@ -55,7 +74,18 @@ def execute_pipeline(job: PipelineJob) -> list[PlannedStep]:
         StepFailedError: a step raised, or failed before and `force` is off.
         StepBusyError: another executor held a step for too long.
     """
-    steps = load_pipeline(job.pipeline)
+    if job.dry_run:
+        job = job.model_copy(
+            update={
+                "pipeline": str(Path(job.pipeline).resolve()),
+                "workspace": str(Path(job.workspace).expanduser().resolve()),
+                "output_file": None if job.output_file is None else str(Path(job.output_file).resolve()),
+            }
+        )
+        with tempfile.TemporaryDirectory(prefix="tradewind-plan-") as scratch, _working_folder(scratch):
+            steps = load_pipeline(job.pipeline)
+    else:
+        steps = load_pipeline(job.pipeline)
     results = Executor(steps_dir(job.workspace)).run(
         steps, force=job.force, dry_run=job.dry_run, progress=_print_progress
     )

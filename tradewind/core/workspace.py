@@ -7,10 +7,12 @@ Layout::
     <root>/reports/         markdown reports and their plots
     <root>/jobs/            job records of the local cluster backend (cluster.sqlite) and job logs
     <root>/steps/           outputs of pipeline steps, addressed by a hash of their inputs
+    <root>/pipelines/       pipeline files `run_pipeline` may run (made by the user)
 
 The root comes from `--workspace`, else `$TRADEWIND_WORKSPACE`, else `~/.tradewind`. Every path a tool
 accepts is resolved here: it must land inside the root or inside a root the user allowed explicitly
-(`--allow-path`), after following symlinks.
+(`--allow-path`), after following symlinks. Running code is a separate grant: a pipeline file must lie in
+`<root>/pipelines/` or under a root given with `--allow-code` (`resolve_code`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from tradewind.core.errors import InvalidInputError, NotFoundError, PathEscapeEr
 ENV_VAR = "TRADEWIND_WORKSPACE"
 DEFAULT_ROOT = Path("~/.tradewind")
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_PATH_CHARS = 4096  # Linux's PATH_MAX
+MAX_NAME_BYTES = 255  # Linux's NAME_MAX: one component of a path
+PIPELINES_DIR = "pipelines"
 
 
 def make_id(prefix: str) -> str:
@@ -42,31 +47,67 @@ def check_id(value: str, argument: str) -> str:
     return value
 
 
+def check_path_text(value: str | os.PathLike[str], argument: str) -> str:
+    """Return `value` as text if it can name a path: not empty, no NUL byte, not over-long; raise otherwise.
+
+    Raises:
+        InvalidInputError: the message names `argument` and the limit that was broken.
+    """
+    text = os.fspath(value)
+    if not isinstance(text, str):
+        raise InvalidInputError(f"argument {argument!r}: a path must be text, not {type(text).__name__}")
+    if not text.strip():
+        raise InvalidInputError(f"argument {argument!r}: the path is empty; name a file or folder")
+    if "\x00" in text:
+        raise InvalidInputError(f"argument {argument!r}: the path {text[:80]!r} contains a NUL byte")
+    if len(text) > MAX_PATH_CHARS:
+        raise InvalidInputError(
+            f"argument {argument!r}: the path is {len(text)} characters long; the limit is {MAX_PATH_CHARS}"
+        )
+    for part in Path(text).parts:
+        if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+            raise InvalidInputError(
+                f"argument {argument!r}: the path component {part[:40]!r}... is over {MAX_NAME_BYTES} bytes long, "
+                "the limit of one file or folder name"
+            )
+    return text
+
+
 def names_a_path(value: str) -> bool:
     """Whether a value a user gave is a path rather than an id: it holds a '/' or starts with '.' or '~'."""
     return "/" in value or value.startswith((".", "~"))
 
 
 class Workspace:
-    """The workspace root plus the extra input roots the user allowed.
+    """The workspace root plus the extra input roots and code roots the user allowed.
 
     Args:
         root: the workspace folder; created on first use.
-        allowed_paths: further folders whose files tools may read (never write).
+        allowed_paths: further folders whose files tools may read (never write, never run).
+        code_paths: further folders whose Python files `run_pipeline` may run (besides `<root>/pipelines/`).
     """
 
-    def __init__(self, root: str | os.PathLike[str], allowed_paths: tuple[str | os.PathLike[str], ...] = ()):
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        allowed_paths: tuple[str | os.PathLike[str], ...] = (),
+        code_paths: tuple[str | os.PathLike[str], ...] = (),
+    ):
         self.root = Path(root).expanduser().resolve()
         self.allowed_roots = tuple(Path(p).expanduser().resolve() for p in allowed_paths)
+        self.code_roots = tuple(Path(p).expanduser().resolve() for p in code_paths)
         for folder in (self.datasets_dir, self.runs_dir, self.reports_dir, self.jobs_dir):
             folder.mkdir(parents=True, exist_ok=True)
 
     @classmethod
     def from_env(
-        cls, root: str | os.PathLike[str] | None = None, allowed_paths: tuple[str | os.PathLike[str], ...] = ()
+        cls,
+        root: str | os.PathLike[str] | None = None,
+        allowed_paths: tuple[str | os.PathLike[str], ...] = (),
+        code_paths: tuple[str | os.PathLike[str], ...] = (),
     ) -> Workspace:
         """The workspace named by `root`, else `$TRADEWIND_WORKSPACE`, else `~/.tradewind`."""
-        return cls(root or os.environ.get(ENV_VAR) or DEFAULT_ROOT, allowed_paths)
+        return cls(root or os.environ.get(ENV_VAR) or DEFAULT_ROOT, allowed_paths, code_paths)
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.root)!r})"
@@ -87,13 +128,29 @@ class Workspace:
     def jobs_dir(self) -> Path:
         return self.root / "jobs"
 
+    @property
+    def pipelines_dir(self) -> Path:
+        return self.root / PIPELINES_DIR
+
+    def internal_input(self, path: Path) -> str | None:
+        """What makes the resolved `path` a workspace internal that is never an input, else None.
+
+        Internals: `jobs/` (the job database `cluster.sqlite` and job logs) and everything under
+        `datasets/` (token caches: manifests and shard files).
+        """
+        if path.is_relative_to(self.jobs_dir):
+            return f"{path} is in the workspace's jobs/ folder (the job database and job logs)"
+        if path.is_relative_to(self.datasets_dir):
+            return f"{path} is inside the workspace's token caches (datasets/)"
+        return None
+
     def dataset_dir(self, dataset_id: str, must_exist: bool = True) -> Path:
         """The folder of dataset `dataset_id`; raises `NotFoundError` if it must exist and does not."""
-        return self._child(self.datasets_dir, check_id(dataset_id, "dataset_id"), "dataset", must_exist)
+        return self._child(self.datasets_dir, check_id(dataset_id, "dataset_id"), "dataset", must_exist, "dataset_id")
 
     def run_dir(self, run_id: str, must_exist: bool = True) -> Path:
         """The folder of run `run_id`; raises `NotFoundError` if it must exist and does not."""
-        return self._child(self.runs_dir, check_id(run_id, "run_id"), "run", must_exist)
+        return self._child(self.runs_dir, check_id(run_id, "run_id"), "run", must_exist, "run_id")
 
     def run_folder(self, value: str, argument: str = "run") -> Path:
         """A run's folder from its id, or from a path (from the workspace root, or absolute under an allowed root).
@@ -104,10 +161,17 @@ class Workspace:
         """
         if names_a_path(value):
             return self.resolve_path(value, argument=argument)
-        return self._child(self.runs_dir, check_id(value, argument), "run", must_exist=True)
+        return self._child(self.runs_dir, check_id(value, argument), "run", True, argument)
 
-    def _child(self, parent: Path, name: str, kind: str, must_exist: bool) -> Path:
+    def _child(self, parent: Path, name: str, kind: str, must_exist: bool, argument: str) -> Path:
+        """`parent/name`, after checking that it does not lead (through a symlink) out of the allowed roots."""
         path = parent / name
+        target = path.resolve()
+        if not any(target.is_relative_to(root) for root in (self.root, *self.allowed_roots)):
+            raise PathEscapeError(
+                f"argument {argument!r}: {kind} {name!r} is refused because {path} is a symlink that leads to "
+                f"{target}, outside the workspace and the allowed roots"
+            )
         if must_exist and not path.is_dir():
             known = sorted(p.name for p in parent.iterdir() if p.is_dir())[-5:]
             hint = f"; recent {kind}s: {', '.join(known)}" if known else f"; there are no {kind}s yet"
@@ -121,9 +185,12 @@ class Workspace:
         link inside the workspace that points elsewhere is refused.
 
         Raises:
+            InvalidInputError: an empty path, a NUL byte, or one over `MAX_PATH_CHARS` characters (or a
+                component over `MAX_NAME_BYTES` bytes); the message names `argument`.
             PathEscapeError: the path lands outside every allowed root; the message names `argument`.
             NotFoundError: `must_exist` and nothing is there.
         """
+        check_path_text(path, argument)
         raw = Path(path).expanduser()
         joined = raw if raw.is_absolute() else self.root / raw
         resolved = joined.resolve()
@@ -143,4 +210,38 @@ class Workspace:
             )
         if must_exist and not resolved.exists():
             raise NotFoundError(f"argument {argument!r}: no file or folder at {str(path)!r} ({resolved})")
+        return resolved
+
+    def resolve_code(self, path: str | os.PathLike[str], argument: str) -> Path:
+        """Resolve a Python file the user wants run: it must lie in `<root>/pipelines/` or under a code root.
+
+        Reading and running are separate grants: a file elsewhere in the workspace, or under a root given
+        with `--allow-path` (inputs only), is refused. Symlinks are followed before the check.
+
+        Raises:
+            InvalidInputError: as `resolve_path`.
+            PathEscapeError: the file is outside `pipelines/` and every code root; the message says where it
+                is and how to grant it (`--allow-code DIR`, or copying it into `pipelines/`).
+            NotFoundError: nothing is there.
+        """
+        check_path_text(path, argument)
+        raw = Path(path).expanduser()
+        resolved = (raw if raw.is_absolute() else self.root / raw).resolve()
+        code_roots = (self.pipelines_dir, *self.code_roots)
+        if not any(resolved.is_relative_to(root) for root in code_roots):
+            read_root = next((root for root in self.allowed_roots if resolved.is_relative_to(root)), None)
+            if read_root is not None:
+                where = f"it is under {read_root}, a root allowed with --allow-path, which grants reading inputs"
+                where += ", not running code"
+            elif resolved.is_relative_to(self.root):
+                where = f"it is in the workspace but not in {self.pipelines_dir}"
+            else:
+                where = "it is outside the workspace and every code root"
+            raise PathEscapeError(
+                f"argument {argument!r}: {str(path)!r} ({resolved}) is refused because {where}; pipeline code runs "
+                f"only from {self.pipelines_dir}/ or a folder allowed with --allow-code DIR: copy the file into "
+                f"{self.pipelines_dir}/ or start the server with --allow-code for its folder"
+            )
+        if not resolved.exists():
+            raise NotFoundError(f"argument {argument!r}: no file at {str(path)!r} ({resolved})")
         return resolved

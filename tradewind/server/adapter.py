@@ -124,3 +124,81 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
     call.__annotations__ = {"mcp_context": Context, "return": result_model}
     del call.__wrapped__  # make inspect use __signature__, not the tool's own parameters
     return call
+
+
+def _automatic_title(key: str) -> str:
+    return key.replace("_", " ").title()  # pydantic's title for a field with none of its own
+
+
+def lean_input_schema(schema: Any, _name: str | None = None) -> Any:
+    """`schema` accepting the same values in fewer characters, for agents to read.
+
+    Pydantic's automatic titles go (a title a person set stays), `anyOf [T, null]` becomes `type: [T, "null"]`,
+    and `default: null` goes (a field left out of `required` is optional, and null is what it then holds).
+    A model used more than once stays one entry of the schema's `$defs`.
+    """
+    if isinstance(schema, list):
+        return [lean_input_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    lean: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and _name is not None and value in (_name, _automatic_title(_name)):
+            continue
+        if key in ("properties", "$defs"):
+            lean[key] = {name: lean_input_schema(inner, _name=name) for name, inner in value.items()}
+        else:
+            lean[key] = lean_input_schema(value)
+    lean = _or_null(lean)
+    if lean.get("default", 0) is None:
+        del lean["default"]
+    return lean
+
+
+def lean_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """What a tool returns, in brief: each top-level field's name and type, and which are always there.
+
+    A nested model is `{"type": "object"}` (its fields are in the result itself, named); an enum keeps its
+    values; descriptions and defaults go. Only ever looser than the result model's own schema, so a result
+    the model produced still validates against it (the client checks).
+    """
+    lean = lean_input_schema(schema)
+    defs = {
+        name: {"type": "object"} if definition.get("type") == "object" else _bare(definition)
+        for name, definition in lean.get("$defs", {}).items()
+    }
+    brief: dict[str, Any] = {"type": "object", "properties": _bare(lean["properties"], names=True)}
+    if "required" in lean:
+        brief["required"] = lean["required"]
+    if defs:
+        brief["$defs"] = defs
+    return brief
+
+
+def _bare(schema: Any, names: bool = False) -> Any:
+    """`schema` without descriptions and defaults, and with objects' fields left unlisted."""
+    if isinstance(schema, list):
+        return [_bare(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if names:  # a `properties` mapping: the keys are field names, not keywords
+        return {name: _bare(inner) for name, inner in schema.items()}
+    if schema.get("type") == "object":
+        return {"type": "object"}
+    dropped = ("description", "default", "title")
+    return {key: _bare(value, names=key == "properties") for key, value in schema.items() if key not in dropped}
+
+
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf: [{type: T, ...}, {type: null}]` as `type: [T, null]`, where that accepts the same values."""
+    options = schema.get("anyOf")
+    if not isinstance(options, list) or len(options) != 2 or {"type": "null"} not in options:
+        return schema
+    (other,) = [option for option in options if option != {"type": "null"}]
+    if not isinstance(other.get("type"), str) or "const" in other or set(other) & (set(schema) - {"anyOf"}):
+        return schema
+    merged = {key: value for key, value in schema.items() if key != "anyOf"} | other
+    merged["type"] = [other["type"], "null"]
+    if "enum" in other:
+        merged["enum"] = [*other["enum"], None]
+    return merged

@@ -9,14 +9,18 @@ HTTP requests need the bearer token and pass Host/Origin allowlists and a body c
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Literal
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import ToolAnnotations
 
 from tradewind import __version__
-from tradewind.prompts import render_prompt, server_instructions
-from tradewind.server.adapter import as_mcp_tool
+from tradewind.prompts import server_instructions
+from tradewind.server.adapter import as_mcp_tool, lean_input_schema, lean_output_schema
+from tradewind.server.resources import register_prompts, register_resources
 from tradewind.server.security import (
     MAX_REQUEST_BODY_BYTES,
     BearerTokenMiddleware,
@@ -27,16 +31,87 @@ from tradewind.server.security import (
 from tradewind.tools import TOOLS, ToolContext
 
 
+def _hints(title: str, *, read_only: bool, destructive: bool, idempotent: bool, open_world: bool) -> ToolAnnotations:
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=read_only,
+        destructive_hint=destructive,
+        idempotent_hint=idempotent,
+        open_world_hint=open_world,
+    )
+
+
+# Each tool's title and what it does to the world, the one place they are stated.
+# read_only: changes nothing in the workspace or on a backend (a tool that writes a file, even a log, is not).
+# destructive: may delete or stop something that was there (cancel_run stops a run; run_pipeline runs the user's
+#   own step code, which may do anything). Writing new files, or rewriting a file the tool owns, is not.
+# idempotent: calling again with the same arguments changes nothing more (caches reused, a report rewritten).
+# open_world: may reach outside the workspace and this machine's processes: a Ray cluster (runs go to one when
+#   the backend is 'ray', and run tools ask the run's backend about its job) or user code (run_pipeline). Dataset
+#   tools read only files under the workspace's allowed roots, so they are closed-world.
+TOOL_HINTS: dict[str, ToolAnnotations] = {
+    "tokenize_dataset": _hints(
+        "Tokenize a dataset", read_only=False, destructive=False, idempotent=True, open_world=False
+    ),
+    "train_tokenizer": _hints(
+        "Train a BPE tokenizer", read_only=False, destructive=False, idempotent=True, open_world=False
+    ),
+    "inspect_dataset": _hints(
+        "Inspect a dataset", read_only=True, destructive=False, idempotent=True, open_world=False
+    ),
+    "list_datasets": _hints("List datasets", read_only=True, destructive=False, idempotent=True, open_world=False),
+    "launch_training": _hints(
+        "Launch a training run", read_only=False, destructive=False, idempotent=False, open_world=True
+    ),
+    "get_run": _hints("Get a run's status", read_only=True, destructive=False, idempotent=True, open_world=True),
+    "wait_for_run": _hints("Wait for a run", read_only=True, destructive=False, idempotent=True, open_world=True),
+    "list_runs": _hints("List runs", read_only=True, destructive=False, idempotent=True, open_world=True),
+    "cancel_run": _hints("Cancel a run", read_only=False, destructive=True, idempotent=True, open_world=True),
+    "read_metrics": _hints(
+        "Read a run's metrics", read_only=True, destructive=False, idempotent=True, open_world=False
+    ),
+    "profile_run": _hints(
+        "Profile a run's steps", read_only=False, destructive=False, idempotent=False, open_world=False
+    ),
+    "summarize_report": _hints(
+        "Write a run report", read_only=False, destructive=False, idempotent=True, open_world=False
+    ),
+    "sample_text": _hints(
+        "Sample text from a run", read_only=False, destructive=False, idempotent=False, open_world=False
+    ),
+    "run_pipeline": _hints("Run a pipeline", read_only=False, destructive=True, idempotent=False, open_world=True),
+    "cluster_status": _hints(
+        "Show cluster status", read_only=True, destructive=False, idempotent=True, open_world=True
+    ),
+}
+
+
+def _mcp_tool(tool, ctx: ToolContext) -> Tool:
+    """`tool` as the SDK lists it: its table entry, its docstring dedented, and lean schemas."""
+    hints = TOOL_HINTS[tool.__name__]
+    listed = Tool.from_function(
+        as_mcp_tool(tool, ctx),
+        name=tool.__name__,
+        title=hints.title,
+        description=inspect.cleandoc(tool.__doc__ or ""),
+        annotations=hints,
+        structured_output=True,
+    )
+    listed.parameters = lean_input_schema(listed.parameters)
+    listed.fn_metadata.output_schema = lean_output_schema(listed.fn_metadata.output_schema or {})
+    return listed
+
+
 def build_server(ctx: ToolContext) -> MCPServer:
     """An MCP server whose tools act on `ctx`'s workspace."""
-    server = MCPServer(name="tradewind", version=__version__, instructions=server_instructions())
-    for tool in TOOLS:
-        server.add_tool(as_mcp_tool(tool, ctx), name=tool.__name__, structured_output=True)
-
-    @server.prompt(description="Step-by-step plan to tokenize a text, train on it and report the result.")
-    def train_on_text(input: str = "builtin:tinyshakespeare", steps: int = 300) -> str:
-        return render_prompt("train_on_text", input=input, steps=steps)
-
+    server = MCPServer(
+        name="tradewind",
+        version=__version__,
+        instructions=server_instructions(),
+        tools=[_mcp_tool(tool, ctx) for tool in TOOLS],
+    )
+    register_resources(server, ctx)
+    register_prompts(server)
     return server
 
 

@@ -56,9 +56,14 @@ class RunPipelineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pipeline: str = Field(
-        description="Path of a Python file in the workspace defining `steps` (tradewind.cluster.Step objects)."
+        description="Path of a Python file defining `steps` (tradewind.cluster.Step objects), in the workspace's "
+        "pipelines/ folder (e.g. 'pipelines/train.py') or under a folder the user allowed with --allow-code."
     )
-    dry_run: bool = Field(default=True, description="Only show the plan: which steps run, which are cached, where.")
+    dry_run: bool = Field(
+        default=True,
+        description="Only show the plan: which steps run, which are cached, where. The file is still imported "
+        "(its top-level code runs) to build the plan.",
+    )
     force: bool = Field(default=False, description="Rerun steps that failed in an earlier run.")
 
 
@@ -136,7 +141,11 @@ def _pipeline_kwargs(ctx: ToolContext, path: Path, force: bool, **fields: Any) -
 
 
 def _plan(ctx: ToolContext, path: Path, force: bool, progress: Progress) -> list[PlannedStep]:
-    """The plan, computed in a job so that the pipeline's imports stay out of the server."""
+    """The plan, computed in a job so that the pipeline's imports stay out of the server.
+
+    The job imports the file (runs its top-level code) in a fresh temporary working folder; the steps'
+    functions are not called.
+    """
     job_id = make_id("plan")
     plan_file = ctx.workspace.jobs_dir / job_id / "plan.json"
     spec = JobSpec(
@@ -159,14 +168,17 @@ def _plan(ctx: ToolContext, path: Path, force: bool, progress: Progress) -> list
 
 
 def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progress = no_progress) -> RunPipelineResult:
-    """Plan or run a pipeline of cached steps (tokenize, train, eval, ...); a dry run by default.
+    """Run a pipeline file's Python code to plan (dry run, the default) or run its cached steps.
 
-    Each step's output goes to `<workspace>/steps/<name>-<hash of its config and inputs>`; finished
-    steps are skipped, so rerunning an unchanged pipeline costs seconds. With dry_run=false the steps
-    run as one background job (follow it with cluster_status); call again with dry_run=true to see
-    which steps have finished. Steps that failed before rerun only with force=true.
+    The file must be in the workspace's pipelines/ folder or under a folder allowed with --allow-code. Even
+    a dry run imports the file, so its top-level code runs (in a separate job process, in a fresh temporary
+    working folder); the steps (tokenize, train, eval, ...) run only with dry_run=false. Each step's output
+    goes to `<workspace>/steps/<name>-<hash of its config and inputs>`; finished steps are skipped, so
+    rerunning an unchanged pipeline costs seconds. With dry_run=false the steps run as one background job
+    (follow it with cluster_status); call again with dry_run=true to see which steps have finished. Steps
+    that failed before rerun only with force=true.
     """
-    path = ctx.workspace.resolve_path(request.pipeline, argument="pipeline")
+    path = ctx.workspace.resolve_code(request.pipeline, argument="pipeline")
     if path.suffix != ".py" or not path.is_file():
         raise InvalidInputError(f"argument 'pipeline': {request.pipeline!r} is not a Python file")
     steps = _plan(ctx, path, request.force, progress)

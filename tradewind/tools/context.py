@@ -49,10 +49,17 @@ class ToolContext:
 
     @classmethod
     def open(
-        cls, root: str | os.PathLike[str] | None = None, allowed_paths: tuple[str | os.PathLike[str], ...] = ()
+        cls,
+        root: str | os.PathLike[str] | None = None,
+        allowed_paths: tuple[str | os.PathLike[str], ...] = (),
+        allowed_code: tuple[str | os.PathLike[str], ...] = (),
     ) -> ToolContext:
-        """The context for the workspace at `root` (else `$TRADEWIND_WORKSPACE`, else the default)."""
-        workspace = Workspace.from_env(root, allowed_paths)
+        """The context for the workspace at `root` (else `$TRADEWIND_WORKSPACE`, else the default).
+
+        `allowed_paths` are folders whose files tools may read as inputs; `allowed_code` are folders whose
+        Python files `run_pipeline` may run, besides `<workspace>/pipelines/`.
+        """
+        workspace = Workspace.from_env(root, allowed_paths, allowed_code)
         return cls(workspace=workspace, backend=LocalBackend(workspace.jobs_dir))
 
     def job_backend(self, name: str, address: str | None = None) -> Backend:

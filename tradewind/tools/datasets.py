@@ -12,7 +12,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import get_task_runner
-from tradewind.core import InvalidInputError, NotFoundError, TradewindError, check_id, names_a_path
+from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError, TradewindError, check_id, names_a_path
+from tradewind.core.workspace import check_path_text
 from tradewind.data import (
     BUILTIN_CORPORA,
     GLOB_CHARS,
@@ -107,6 +108,7 @@ def _builtin_corpus(value: str, argument: str) -> Path:
 
 def _resolve_input(ctx: ToolContext, value: str) -> str:
     """A built-in corpus's file, or the workspace path (or glob) that `value` names."""
+    check_path_text(value, "input")
     if value.startswith(BUILTIN_PREFIX):
         return str(_builtin_corpus(value, "input"))
     if not any(char in value for char in GLOB_CHARS):
@@ -120,11 +122,17 @@ def _resolve_input(ctx: ToolContext, value: str) -> str:
 
 
 def _resolve_input_files(ctx: ToolContext, value: str) -> str:
-    """As `_resolve_input`, also refusing a folder or glob that reaches a file through an escaping symlink."""
+    """As `_resolve_input`, also refusing a folder or glob that reaches a file through an escaping symlink, or
+    that would read workspace internals (the job database and logs in `jobs/`, token-cache files in `datasets/`)."""
     source = _resolve_input(ctx, value)
     if not value.startswith(BUILTIN_PREFIX):
         for file in list_input_files(source):
-            ctx.workspace.resolve_path(file, argument="input")
+            internal = ctx.workspace.internal_input(ctx.workspace.resolve_path(file, argument="input"))
+            if internal is not None:
+                raise InvalidInputError(
+                    f"argument 'input': {value!r} is refused because it would read workspace internals: {internal}; "
+                    "workspace internals are never an input: name your text files, or a folder or glob of only them"
+                )
     return source
 
 
@@ -132,6 +140,18 @@ def _resolve_tokenizer(ctx: ToolContext, value: str) -> str:
     if value == "byte" or value.startswith("hf:"):
         return value
     return str(ctx.workspace.resolve_path(value, argument="tokenizer"))
+
+
+def _tokenizer_dir(ctx: ToolContext, tokenizer_id: str) -> Path:
+    """`<workspace>/tokenizers/<tokenizer_id>`, refused if a symlink leads it out of the workspace."""
+    folder = ctx.workspace.root / TOKENIZERS_DIR / tokenizer_id
+    target = folder.resolve()
+    if not target.is_relative_to(ctx.workspace.root):
+        raise PathEscapeError(
+            f"argument 'input': the tokenizer folder {folder} is refused because it is a symlink that leads to "
+            f"{target}, outside the workspace; remove the link"
+        )
+    return folder
 
 
 def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest) -> DatasetInfo:
@@ -286,7 +306,7 @@ def train_tokenizer(
         "options": request.model_dump(exclude={"input"}),
     }
     tokenizer_id = "tok-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = ctx.workspace.root / TOKENIZERS_DIR / tokenizer_id / "tokenizer.json"
+    path = _tokenizer_dir(ctx, tokenizer_id) / "tokenizer.json"
     reused = path.exists()
     bad = BadRecords()
     if reused:
@@ -445,8 +465,8 @@ def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList
         if folder.name.startswith(".") or not (folder / _MANIFEST).is_file():
             continue
         try:
+            ctx.workspace.dataset_dir(folder.name)  # a valid id, and no symlink out of the workspace
             manifest = open_token_cache(folder).manifest
-            check_id(folder.name, "dataset_id")
         except TradewindError:
             continue  # a cache of another format, or a stray folder: not something to train on
         found.append(

@@ -1,0 +1,172 @@
+"""Resources (a run's files, a dataset's manifest, the skills) and prompts through the real in-memory client."""
+
+import json
+import shutil
+
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
+
+from tradewind.prompts import load_skill, skill_names
+from tradewind.server import build_server
+from tradewind.server.resources import MAX_RESOURCE_CHARS, register_prompts, register_resources
+from tradewind.tools import RunRequest, summarize_report
+
+pytestmark = pytest.mark.anyio
+
+RUN_PARTS = {"config": "application/json", "metrics": "text/plain", "logs": "text/plain", "report": "text/markdown"}
+PROMPT_ARGUMENTS = {
+    "train_on_text": {"input": False, "steps": False},
+    "plan-experiment": {"goal": True, "dataset": False, "budget": False},
+    "debug-run": {"run_id": True},
+    "compare-runs": {"run_ids": True},
+    "scale-out": {"run_id": True, "accelerator": False, "backend": False},
+}
+
+
+@pytest.fixture
+def server(ctx):
+    server = build_server(ctx)
+    register_resources(server, ctx)
+    register_prompts(server)
+    return server
+
+
+async def read(client, uri: str):
+    (content,) = (await client.read_resource(uri)).contents
+    return content
+
+
+async def read_error(client, uri: str) -> MCPError:
+    with pytest.raises(MCPError) as caught:
+        await client.read_resource(uri)
+    return caught.value
+
+
+async def test_every_resource_template_is_listed_with_its_mime_type(server):
+    async with Client(server) as client:
+        templates = {t.uri_template: t for t in (await client.list_resource_templates()).resource_templates}
+    expected = {f"tradewind://runs/{{run_id}}/{part}": mime for part, mime in RUN_PARTS.items()}
+    expected["tradewind://datasets/{dataset_id}/manifest"] = "application/json"
+    expected["tradewind://skills/{name}"] = "text/markdown"
+    assert {uri: t.mime_type for uri, t in templates.items()} == expected
+    assert all(t.description for t in templates.values())
+
+
+@pytest.mark.slow
+async def test_a_finished_runs_config_metrics_logs_and_report_read_as_resources(server, ctx, finished_run):
+    run_id = finished_run.run_id
+    async with Client(server) as client:
+        config = await read(client, f"tradewind://runs/{run_id}/config")
+        assert config.mime_type == "application/json" and json.loads(config.text)["steps"] == 30
+        metrics = await read(client, f"tradewind://runs/{run_id}/metrics")
+        rows = [json.loads(line) for line in metrics.text.splitlines()]
+        assert rows and rows[-1]["step"] == 30 and metrics.mime_type == "text/plain"
+        logs = await read(client, f"tradewind://runs/{run_id}/logs")
+        assert logs.text.strip() and not logs.text.startswith("# cut")
+        summarize_report(ctx, RunRequest(run_id=run_id))
+        report = await read(client, f"tradewind://runs/{run_id}/report")
+        assert report.mime_type == "text/markdown" and report.text.startswith(f"# Training report: {run_id}")
+
+
+@pytest.mark.slow
+async def test_long_metrics_and_logs_are_cut_to_their_last_part_with_a_note(server, ctx, finished_run):
+    folder = ctx.workspace.runs_dir / "long-log-run"
+    shutil.copytree(ctx.workspace.run_dir(finished_run.run_id), folder, dirs_exist_ok=True)
+    with open(folder / "train.log", "a", encoding="utf-8") as log:
+        log.writelines(f"line {i} {'x' * 60}\n" for i in range(3000))
+    row = (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines()[-1]
+    (folder / "metrics.jsonl").write_text(f"{row}\n" * 2000, encoding="utf-8")
+    async with Client(server) as client:
+        logs = (await read(client, "tradewind://runs/long-log-run/logs")).text
+        metrics = (await read(client, "tradewind://runs/long-log-run/metrics")).text
+    assert len(logs) <= MAX_RESOURCE_CHARS and logs.startswith("# cut: the last part of train.log")
+    assert logs.endswith(f"line 2999 {'x' * 60}\n") and logs.splitlines()[1].startswith("line ")
+    assert len(metrics) <= MAX_RESOURCE_CHARS and "`read_metrics` tool" in metrics.splitlines()[0]
+    assert all(json.loads(line) for line in metrics.splitlines()[1:])
+
+
+@pytest.mark.slow
+async def test_a_report_not_yet_written_says_to_call_summarize_report(server, ctx, finished_run):
+    folder = ctx.workspace.runs_dir / "unreported-run"
+    shutil.copytree(ctx.workspace.run_dir(finished_run.run_id), folder, dirs_exist_ok=True)
+    async with Client(server) as client:
+        error = await read_error(client, "tradewind://runs/unreported-run/report")
+    assert error.error.code == INVALID_PARAMS and "call the `summarize_report` tool" in error.error.message
+
+
+async def test_an_unknown_run_or_a_bad_id_is_a_readable_error(server):
+    async with Client(server) as client:
+        missing = await read_error(client, "tradewind://runs/no-such-run/logs")
+        bad = await read_error(client, "tradewind://runs/..%2Fetc/config")
+    assert missing.error.code == INVALID_PARAMS and "no-such-run" in missing.error.message
+    assert bad.error.code == INVALID_PARAMS and "Error reading resource" not in bad.error.message
+
+
+async def test_a_datasets_manifest_reads_as_json(server, dataset_id):
+    async with Client(server) as client:
+        manifest = await read(client, f"tradewind://datasets/{dataset_id}/manifest")
+        missing = await read_error(client, "tradewind://datasets/no-such-dataset/manifest")
+    assert manifest.mime_type == "application/json" and isinstance(json.loads(manifest.text), dict)
+    assert missing.error.code == INVALID_PARAMS and "no-such-dataset" in missing.error.message
+
+
+async def test_every_shipped_skill_reads_as_markdown(server):
+    assert "train-with-tradewind" in skill_names()
+    async with Client(server) as client:
+        for name in skill_names():
+            skill = await read(client, f"tradewind://skills/{name}")
+            assert skill.mime_type == "text/markdown" and skill.text == load_skill(name)
+            assert skill.text.startswith(f"---\nname: {name}\n")
+        unknown = await read_error(client, "tradewind://skills/nope")
+    assert unknown.error.code == INVALID_PARAMS and "known skills: train-with-tradewind" in unknown.error.message
+
+
+async def test_every_prompt_is_listed_with_described_arguments(server):
+    async with Client(server) as client:
+        prompts = {prompt.name: prompt for prompt in (await client.list_prompts()).prompts}
+    assert set(prompts) == set(PROMPT_ARGUMENTS)
+    for name, arguments in PROMPT_ARGUMENTS.items():
+        assert prompts[name].description, name
+        assert {a.name: a.required for a in prompts[name].arguments} == arguments, name
+        assert all(a.description for a in prompts[name].arguments), name
+
+
+async def test_every_prompt_renders_with_its_arguments(server):
+    async with Client(server) as client:
+        texts = {
+            name: (await client.get_prompt(name, arguments)).messages[0].content.text
+            for name, arguments in {
+                "train_on_text": {"steps": "50"},
+                "plan-experiment": {"goal": "Does a wider model help?"},
+                "debug-run": {"run_id": "run-1"},
+                "compare-runs": {"run_ids": "run-1, run-2"},
+                "scale-out": {"run_id": "run-1", "accelerator": "tpu-v5litepod-8"},
+            }.items()
+        }
+    assert "50 steps" in texts["train_on_text"]
+    assert (
+        "Does a wider model help?" in texts["plan-experiment"] and "builtin:tinyshakespeare" in texts["plan-experiment"]
+    )
+    assert "tradewind://runs/run-1/logs" in texts["debug-run"]
+    assert "`run-1`, `run-2`" in texts["compare-runs"]
+    assert "`tpu-v5litepod-8`" in texts["scale-out"] and "`ray`" in texts["scale-out"]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "message"),
+    [
+        ("nope", {}, "unknown prompt 'nope'; known prompts: compare-runs, debug-run"),
+        ("debug-run", {}, "prompt 'debug-run' needs argument(s): run_id (The run to debug"),
+        ("debug-run", {"run_id": "a", "runid": "b"}, "takes no argument(s) runid; it takes: run_id"),
+        ("train_on_text", {"steps": "many"}, "prompt 'train_on_text': steps: Input should be a valid integer"),
+        ("compare-runs", {"run_ids": "only-one"}, "two or more run ids"),
+    ],
+)
+async def test_a_bad_prompt_request_is_an_invalid_params_error(server, name, arguments, message):
+    async with Client(server) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.get_prompt(name, arguments)
+    assert caught.value.error.code == INVALID_PARAMS
+    assert message in caught.value.error.message

@@ -1,0 +1,300 @@
+"""MCP resources (a run's files, a dataset's manifest, the agent skills) and the prompts.
+
+Resource templates, all read through the workspace's id rules and each bounded to `MAX_RESOURCE_CHARS`:
+
+    tradewind://runs/{run_id}/config        application/json   the run's training configuration
+    tradewind://runs/{run_id}/metrics       text/plain         metrics.jsonl, its last part when long
+    tradewind://runs/{run_id}/logs          text/plain         the training log, its last part when long
+    tradewind://runs/{run_id}/report        text/markdown      the report `summarize_report` wrote
+    tradewind://datasets/{dataset_id}/manifest  application/json  the token cache's manifest
+    tradewind://skills/{name}               text/markdown      an agent skill's SKILL.md
+
+Prompts are the markdown templates of `tradewind.prompts`; a `prompts/get` for an unknown prompt, or
+without a required argument, or with one it does not take, is answered with an INVALID_PARAMS error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
+from pydantic import Field, ValidationError
+
+from tradewind.core import NotFoundError, TradewindError
+from tradewind.prompts import load_skill, render_prompt, skill_names
+from tradewind.tools import ToolContext
+from tradewind.trainer import RunLayout
+
+MAX_RESOURCE_CHARS = 32_000
+JSON = "application/json"
+MARKDOWN = "text/markdown"
+TEXT = "text/plain"
+
+T = TypeVar("T")
+
+
+def run_uri(run_id: str, part: str = "logs") -> str:
+    """The URI of a run's resource; `part` is config, metrics, logs or report."""
+    return f"tradewind://runs/{run_id}/{part}"
+
+
+def dataset_uri(dataset_id: str) -> str:
+    """The URI of a dataset's manifest resource."""
+    return f"tradewind://datasets/{dataset_id}/manifest"
+
+
+def skill_uri(name: str) -> str:
+    """The URI of an agent skill's resource."""
+    return f"tradewind://skills/{name}"
+
+
+def register_resources(server: MCPServer, ctx: ToolContext) -> None:
+    """Serve the run, dataset and skill resource templates on `server`, reading `ctx`'s workspace."""
+    workspace = ctx.workspace
+
+    def run_file(run_id: str, pick: Callable[[RunLayout], Path], what: str) -> Path:
+        layout = RunLayout(_found(lambda: workspace.run_dir(run_id)))
+        path = pick(layout)
+        if not path.is_file():
+            raise ResourceNotFoundError(f"run {run_id!r} has no {what} yet ({path.name} is missing)")
+        return path
+
+    @server.resource(
+        run_uri("{run_id}", "config"),
+        name="run-config",
+        title="Run configuration",
+        description="The training configuration a run was launched with (config.json).",
+        mime_type=JSON,
+    )
+    def run_config(run_id: str) -> str:
+        return _whole_json(run_file(run_id, lambda layout: layout.config, "configuration"), "get_run")
+
+    @server.resource(
+        run_uri("{run_id}", "metrics"),
+        name="run-metrics",
+        title="Run metrics",
+        description=(
+            "A run's logged metrics, one JSON object a line (step, loss, eval_loss, lr, grad_norm, "
+            f"tokens_per_s); the last {MAX_RESOURCE_CHARS:,} characters when longer."
+        ),
+        mime_type=TEXT,
+    )
+    def run_metrics(run_id: str) -> str:
+        path = run_file(run_id, lambda layout: layout.metrics, "metrics")
+        return _tail(path, f"page through every row with the `read_metrics` tool (run_id {run_id!r}, offset, limit)")
+
+    @server.resource(
+        run_uri("{run_id}", "logs"),
+        name="run-logs",
+        title="Run log",
+        description=f"A run's training log; the last {MAX_RESOURCE_CHARS:,} characters when longer.",
+        mime_type=TEXT,
+    )
+    def run_logs(run_id: str) -> str:
+        path = run_file(run_id, lambda layout: layout.log, "log")
+        return _tail(path, f"`get_run` (run_id {run_id!r}) names the whole file as `log_file`")
+
+    @server.resource(
+        run_uri("{run_id}", "report"),
+        name="run-report",
+        title="Run report",
+        description="A run's markdown report, once the `summarize_report` tool has written it.",
+        mime_type=MARKDOWN,
+    )
+    def run_report(run_id: str) -> str:
+        _found(lambda: workspace.run_dir(run_id))
+        path = workspace.reports_dir / f"{run_id}.md"
+        if not path.is_file():
+            raise ResourceNotFoundError(
+                f"run {run_id!r} has no report yet: call the `summarize_report` tool with run_id {run_id!r} first"
+            )
+        return _head(path, f"the whole report is {path}")
+
+    @server.resource(
+        dataset_uri("{dataset_id}"),
+        name="dataset-manifest",
+        title="Dataset manifest",
+        description="A tokenized dataset's manifest: its inputs, tokenizer, shards and token counts.",
+        mime_type=JSON,
+    )
+    def dataset_manifest(dataset_id: str) -> str:
+        folder = _found(lambda: workspace.dataset_dir(dataset_id))
+        path = folder / "manifest.json"
+        if not path.is_file():
+            raise ResourceNotFoundError(
+                f"dataset {dataset_id!r} has no manifest.json: it is not a complete token cache"
+            )
+        return _whole_json(path, "inspect_dataset")
+
+    @server.resource(
+        skill_uri("{name}"),
+        name="skill",
+        title="Agent skill",
+        description=f"An agent skill shipped with Tradewind (SKILL.md); skills: {', '.join(skill_names())}.",
+        mime_type=MARKDOWN,
+    )
+    def skill(name: str) -> str:
+        return _found(lambda: load_skill(name))
+
+
+def _found(read: Callable[[], T]) -> T:
+    """`read()`, with Tradewind's errors turned into resource errors that keep their message."""
+    try:
+        return read()
+    except NotFoundError as err:
+        raise ResourceNotFoundError(str(err)) from err
+    except TradewindError as err:
+        raise ResourceError(str(err)) from err
+
+
+def _whole_json(path: Path, tool: str) -> str:
+    """A JSON file's text; a file over the bound is refused (cut JSON would not parse)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if len(text) > MAX_RESOURCE_CHARS:
+        raise ResourceError(
+            f"{path.name} is {len(text):,} characters, over the {MAX_RESOURCE_CHARS:,} a resource serves; "
+            f"use the `{tool}` tool instead"
+        )
+    return text
+
+
+def _tail(path: Path, how_to_page: str) -> str:
+    """The last `MAX_RESOURCE_CHARS` characters of a text file, from a line start, after a note when cut."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(0, size - 4 * MAX_RESOURCE_CHARS))  # a UTF-8 character is at most 4 bytes
+        text = f.read().decode("utf-8", errors="replace")
+    if size <= MAX_RESOURCE_CHARS or (size <= 4 * MAX_RESOURCE_CHARS and len(text) <= MAX_RESOURCE_CHARS):
+        return text
+    note = f"# cut: the last part of {path.name} ({size:,} bytes in all); {how_to_page}\n"
+    kept = text[-(MAX_RESOURCE_CHARS - len(note)) :]
+    kept = kept.partition("\n")[2] or kept  # start at a whole line
+    return note + kept
+
+
+def _head(path: Path, where: str) -> str:
+    """The first `MAX_RESOURCE_CHARS` characters of a text file, then a note when cut."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if len(text) <= MAX_RESOURCE_CHARS:
+        return text
+    note = f"\n\n(cut at {MAX_RESOURCE_CHARS:,} of {len(text):,} characters; {where})\n"
+    return text[: MAX_RESOURCE_CHARS - len(note)] + note
+
+
+# Prompts: each argument described; prompt arguments arrive as strings and are checked here.
+
+
+def register_prompts(server: MCPServer) -> None:
+    """Serve Tradewind's prompts on `server` (replacing any of the same name) and answer bad
+    `prompts/get` requests with INVALID_PARAMS errors that say what was wrong."""
+
+    def train_on_text(
+        input: Annotated[
+            str, Field(description="Text to train on: a file or folder in the workspace, or builtin:NAME.")
+        ] = "builtin:tinyshakespeare",
+        steps: Annotated[int, Field(description="Training steps for the run.", gt=0)] = 300,
+    ) -> str:
+        return render_prompt("train_on_text", input=input, steps=steps)
+
+    def plan_experiment(
+        goal: Annotated[str, Field(description="The question the experiment should answer, in a sentence.")],
+        dataset: Annotated[
+            str, Field(description="Dataset: an id, a path in the workspace, or builtin:NAME.")
+        ] = "builtin:tinyshakespeare",
+        budget: Annotated[
+            str, Field(description="Time and compute to spend, e.g. '10 minutes on this CPU' or '1 hour on gpu:8'.")
+        ] = "a few minutes on this machine",
+    ) -> str:
+        return render_prompt("plan-experiment", goal=goal, dataset=dataset, budget=budget)
+
+    def debug_run(run_id: Annotated[str, Field(description="The run to debug: a run id from list_runs.")]) -> str:
+        return render_prompt("debug-run", run_id=run_id)
+
+    def compare_runs(
+        run_ids: Annotated[str, Field(description="Two or more run ids to compare, separated by commas.")],
+    ) -> str:
+        ids = [part.strip() for part in run_ids.split(",") if part.strip()]
+        if len(ids) < 2:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prompt 'compare-runs': run_ids needs two or more run ids, comma-separated; got {run_ids!r}",
+            )
+        return render_prompt("compare-runs", run_ids=", ".join(f"`{run_id}`" for run_id in ids))
+
+    def scale_out(
+        run_id: Annotated[str, Field(description="The run to scale out: a run id from list_runs.")],
+        accelerator: Annotated[
+            str, Field(description="Target accelerator: cpu, gpu, gpu:N, or a TPU slice such as tpu-v5litepod-8.")
+        ] = "gpu:8",
+        backend: Annotated[str, Field(description="Job backend to run it on: local or ray.")] = "ray",
+    ) -> str:
+        return render_prompt("scale-out", run_id=run_id, accelerator=accelerator, backend=backend)
+
+    prompts = {
+        "train_on_text": (train_on_text, "Step-by-step plan to tokenize a text, train on it and report the result."),
+        "plan-experiment": (plan_experiment, "Plan, size and run a training experiment that answers a question."),
+        "debug-run": (debug_run, "Find out why a training run failed or trains badly, and how to fix it."),
+        "compare-runs": (compare_runs, "Compare training runs: their differing settings, losses and throughput."),
+        "scale-out": (scale_out, "Move a run to more or larger accelerators (GPUs, a TPU slice) on a backend."),
+    }
+    for name, (function, description) in prompts.items():
+        with contextlib.suppress(ValueError):  # replaces one build_server registered, if any
+            server.remove_prompt(name)
+        server.prompt(name=name, description=description)(function)
+    server.middleware.append(_PromptRequestCheck(server))
+
+
+class _PromptRequestCheck:
+    """Middleware: a `prompts/get` that names no known prompt, lacks a required argument or passes one the
+    prompt does not take, or whose arguments fail validation, fails with INVALID_PARAMS and a readable message
+    (the SDK answers these with code 0 and "Unknown prompt" or "Error rendering prompt")."""
+
+    def __init__(self, server: MCPServer):
+        self._server = server
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method != "prompts/get" or not isinstance(ctx.params, dict):
+            return await call_next(ctx)
+        name = ctx.params.get("name")
+        arguments = ctx.params.get("arguments") or {}
+        prompts = {prompt.name: prompt for prompt in await self._server.list_prompts()}
+        prompt = prompts.get(name) if isinstance(name, str) else None
+        if prompt is None:
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"unknown prompt {name!r}; known prompts: {', '.join(sorted(prompts))}"
+            )
+        declared = {argument.name: argument for argument in prompt.arguments or []}
+        missing = [argument for argument in declared.values() if argument.required and argument.name not in arguments]
+        if missing:
+            needs = "; ".join(f"{argument.name} ({argument.description})" for argument in missing)
+            raise MCPError(code=INVALID_PARAMS, message=f"prompt {name!r} needs argument(s): {needs}")
+        unknown = sorted(set(arguments) - declared.keys()) if isinstance(arguments, dict) else []
+        if unknown:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prompt {name!r} takes no argument(s) {', '.join(unknown)}; "
+                f"it takes: {', '.join(declared) or 'none'}",
+            )
+        try:
+            return await call_next(ctx)
+        except ValueError as err:  # the SDK wraps what rendering raised; its cause says what was wrong
+            cause = _root_cause(err)
+            if isinstance(cause, ValidationError):
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in cause.errors())
+                raise MCPError(code=INVALID_PARAMS, message=f"prompt {name!r}: {problems}") from err
+            if isinstance(cause, TradewindError):
+                raise MCPError(code=INVALID_PARAMS, message=f"prompt {name!r}: {cause}") from err
+            raise
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return err
