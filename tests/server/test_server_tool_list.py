@@ -11,9 +11,10 @@ from tradewind.tools import TOOLS
 
 pytestmark = pytest.mark.anyio
 
-BUDGET = 37_000  # characters of the compact tools/list JSON; the issue's target is 25,000
+BUDGET = 38_000  # characters of the compact tools/list JSON (16 tools); the issue's target is 25,000
 READ_ONLY = {
     "inspect_dataset",
+    "tail_logs",
     "list_datasets",
     "get_run",
     "wait_for_run",
@@ -53,8 +54,8 @@ def test_every_tool_has_one_entry_in_the_hints_table():
 
 
 async def test_the_whole_tool_list_stays_within_what_it_has_reached(listed):
-    # Issue 10 asks for 25,000 characters; the lean schemas reach about 36,300 (launch_training's input alone
-    # is 11,500, almost all field descriptions). This holds what was reached until the rest is decided.
+    # Issue 10 asks for 25,000 characters; the lean schemas reach about 37,600 with 16 tools (launch_training's
+    # input alone is 11,500, almost all field descriptions). This holds what was reached until the rest is decided.
     size = len(
         json.dumps(
             [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in listed], separators=(",", ":")

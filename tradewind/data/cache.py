@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -73,6 +74,8 @@ BUILD_KEY = "build.json"
 DEFAULT_SHARD_BYTES = 64 * 2**20
 _HASH_CHUNK = 8 * 2**20
 _PROGRESS_INTERVAL_S = 0.25
+_COUNTERS_DIR = "progress"  # in the partial folder: text bytes each running shard has encoded
+_STOP_FILE = "stop"  # in the partial folder: its presence stops every running shard at its next batch
 
 
 class TokenizerInfo(pydantic.BaseModel):
@@ -202,7 +205,10 @@ def build_token_cache(
             other files are one shard each.
         runner: runs the shards (`tradewind.cluster.get_task_runner`); defaults to this process.
         exist_ok: if a complete cache is already at `out_dir`, return its manifest instead of failing.
-        progress: called as `progress(done, total)` with the input bytes of finished shards.
+        progress: called as `progress(done, total)` with the input bytes tokenized so far (finished shards, and
+            the text bytes of running ones, batch by batch), each time it grows. If it raises, the shards
+            stop at their next batch and the error propagates (a `TradewindError`, like a cancelled call, also
+            removes the partial build).
 
     Returns:
         The manifest, as written to `out_dir/manifest.json`.
@@ -349,14 +355,25 @@ def _run_shards(
     if progress is None:
         runner.map(tokenize_shard, pending)
     else:
-        # Runners return only when every task is done, so progress comes from the completion records.
+        # Runners return only when every task is done, so progress comes from files: each shard's completion
+        # record, and, within a shard, the text bytes its tokenizer has encoded so far (`_ReportingTokenizer`).
         # The shards run in a helper thread and this thread reports, because a progress callback may only
         # work from its caller's thread (the MCP server's calls back into its event loop from there).
+        counters, stop = partial / _COUNTERS_DIR, partial / _STOP_FILE
+        shutil.rmtree(counters, ignore_errors=True)  # an interrupted build's counts; its shards start again
+        stop.unlink(missing_ok=True)
+        counters.mkdir()
+        reporting = [
+            dataclasses.replace(
+                task, tokenizer=_ReportingTokenizer(task.tokenizer, str(counters / task.name), str(stop))
+            )
+            for task in pending
+        ]
         failure: list[BaseException] = []
 
         def run() -> None:
             try:
-                runner.map(tokenize_shard, pending)
+                runner.map(tokenize_shard, reporting)
             except BaseException as error:  # re-raised below, in the caller's thread
                 failure.append(error)
 
@@ -366,17 +383,65 @@ def _run_shards(
         try:
             while worker.is_alive():
                 worker.join(_PROGRESS_INTERVAL_S)
-                done = sum(task.input_bytes for task in tasks if task.record_path.exists())
-                if done != last and done < total:
+                done = sum(_bytes_done(task, counters) for task in tasks)
+                if last < done < total:
                     progress(done, total)
                     last = done
+        except BaseException:
+            stop.touch()  # the progress callback failed (the caller cancelled): every shard stops at its next batch
+            raise
         finally:
             # A failing progress callback must not leave shards being written after the build lock is released.
             worker.join()
+            shutil.rmtree(counters, ignore_errors=True)
+            stop.unlink(missing_ok=True)
         if failure:
             raise failure[0]
         progress(total, total)
     return [ShardRecord.model_validate(read_json(task.record_path)) for task in tasks]
+
+
+def _bytes_done(task: ShardTask, counters: Path) -> int:
+    """A shard's input bytes if it is finished, else the text bytes it has encoded so far (fewer or equal)."""
+    if task.record_path.exists():
+        return task.input_bytes
+    try:
+        return min(int((counters / task.name).read_text() or 0), task.input_bytes)
+    except (OSError, ValueError):  # not started yet, or caught mid-write
+        return 0
+
+
+class _Stopped(Exception):
+    """A shard stopped because its build was told to (the stop file appeared)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReportingTokenizer:
+    """A tokenizer that, for each batch, first stops if `stop` exists, then counts the batch's UTF-8 bytes into
+    the file `counter`: how the build follows a shard running in another process and stops it."""
+
+    inner: Tokenizer
+    counter: str
+    stop: str
+    encoded: list[int] = dataclasses.field(default_factory=lambda: [0])
+
+    name = property(lambda self: self.inner.name)
+    fingerprint = property(lambda self: self.inner.fingerprint)
+    vocab_size = property(lambda self: self.inner.vocab_size)
+    bos_id = property(lambda self: self.inner.bos_id)
+    eos_id = property(lambda self: self.inner.eos_id)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        if os.path.exists(self.stop):
+            raise _Stopped(f"the build of {os.path.dirname(self.stop)} was stopped")
+        ids = self.inner.encode_batch(texts)
+        self.encoded[0] += sum(len(text.encode("utf-8")) for text in texts)
+        with open(self.counter, "w") as out:
+            out.write(str(self.encoded[0]))
+        return ids
+
+    def decode(self, ids: Any) -> str:
+        return self.inner.decode(ids)
 
 
 def _split_stats(records: list[ShardRecord], val_fraction: float) -> dict[str, SplitStats]:

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 import pydantic
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -28,6 +31,7 @@ from pydantic_core import core_schema
 from tradewind.core import TradewindError, describe_validation_error
 from tradewind.core.config import cut_echoes
 from tradewind.tools import ToolContext
+from tradewind.tools.context import Cancelled, Progress
 
 _UNSENT = object()  # what the SDK's argument model holds for a required argument the call left out
 
@@ -68,15 +72,25 @@ def _signature(request_model: type[pydantic.BaseModel], result_model: type) -> i
     return inspect.Signature(parameters, return_annotation=result_model)
 
 
-def _progress_reporter(mcp_context: Context) -> Callable[[float, float | None, str | None], None]:
+def _progress_reporter(mcp_context: Context, cancelled: threading.Event) -> Progress:
     """A progress callback that notifies the MCP client, callable from any thread.
 
     Made in the tool's worker thread, it keeps that request's event-loop token, so that threads the tool
-    code starts itself (a Rust tokenizer's, a build's poller) can report progress too.
+    code starts itself (a Rust tokenizer's, a build's poller) can report progress too. It sends a value only
+    when it exceeds the last one sent (the spec asks progress to increase), and raises `Cancelled` once the
+    client has cancelled the call (`cancelled` is set), so a long tool stops at its next report.
     """
     loop = anyio.from_thread.run_sync(anyio.lowlevel.current_token)
+    lock = threading.Lock()
+    last: list[float] = []
 
     def report(done: float, total: float | None = None, message: str | None = None) -> None:
+        if cancelled.is_set():
+            raise Cancelled("the call was cancelled")
+        with lock:  # several threads may report; the check and the update go together
+            if last and done <= last[0]:
+                return
+            last[:] = [done]
         anyio.from_thread.run(mcp_context.report_progress, done, total, message, token=loop)
 
     return report
@@ -97,15 +111,16 @@ def _sent(mcp_context: Context, arguments: dict[str, Any]) -> dict[str, Any]:
 def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any]:
     """Wrap `tool` so that `MCPServer.add_tool` publishes its request and result models as schemas.
 
-    The wrapper is synchronous: the SDK runs it in a worker thread, so a long tool never blocks the
-    server's event loop and other calls are answered meanwhile.
+    The tool runs in a worker thread, so a long tool never blocks the server's event loop and other calls are
+    answered meanwhile. A thread cannot be interrupted, so when the client cancels the call (the SDK cancels the
+    request's cancel scope) a watcher task sets a flag that the tool's progress callback turns into `Cancelled`:
+    a long tool stops at its next progress report, and the request ends once it has.
     """
     hints = typing.get_type_hints(tool)
     request_model, result_model = hints["request"], hints["return"]
     reports_progress = "progress" in inspect.signature(tool).parameters
 
-    @functools.wraps(tool)
-    def call(mcp_context: Context, **arguments: Any) -> Any:
+    def run(mcp_context: Context, cancelled: threading.Event, arguments: dict[str, Any]) -> Any:
         sent = _sent(mcp_context, arguments)
         try:
             request = request_model.model_validate(sent)  # the only validation the arguments get
@@ -113,12 +128,34 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
             raise ToolError(describe_validation_error(error, tool.__name__, arguments_of=request_model)) from None
         try:
             if reports_progress:
-                return tool(ctx, request, progress=_progress_reporter(mcp_context))
+                return tool(ctx, request, progress=_progress_reporter(mcp_context, cancelled))
             return tool(ctx, request)
         except pydantic.ValidationError as error:  # a model the tool builds from valid arguments
             raise ToolError(cut_echoes(describe_validation_error(error, tool.__name__), sent)) from None
-        except TradewindError as error:
+        except TradewindError as error:  # Cancelled too: the SDK never sends a cancelled call's answer
             raise ToolError(cut_echoes(str(error), sent)) from None
+
+    @functools.wraps(tool)
+    async def call(mcp_context: Context, **arguments: Any) -> Any:
+        cancelled = threading.Event()
+
+        async def watch() -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:  # the request's cancel scope was cancelled (notifications/cancelled), or the call ended
+                cancelled.set()
+
+        failure: list[Exception] = []
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch)
+            try:  # not abandoned on cancellation: the request ends when the tool has stopped, not before
+                result = await anyio.to_thread.run_sync(run, mcp_context, cancelled, arguments)
+            except Exception as error:  # raised below, outside the group, which would wrap it in an ExceptionGroup
+                failure.append(error)
+            group.cancel_scope.cancel()
+        if failure:
+            raise failure[0]
+        return result
 
     call.__signature__ = _signature(request_model, result_model)  # type: ignore[attr-defined]
     call.__annotations__ = {"mcp_context": Context, "return": result_model}

@@ -70,6 +70,7 @@ TOOL_HINTS: dict[str, ToolAnnotations] = {
     "read_metrics": _hints(
         "Read a run's metrics", read_only=True, destructive=False, idempotent=True, open_world=False
     ),
+    "tail_logs": _hints("Read a run's log", read_only=True, destructive=False, idempotent=True, open_world=False),
     "profile_run": _hints(
         "Profile a run's steps", read_only=False, destructive=False, idempotent=False, open_world=False
     ),

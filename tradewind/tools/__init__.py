@@ -29,6 +29,7 @@ from tradewind.tools.datasets import (
     tokenize_dataset,
     train_tokenizer,
 )
+from tradewind.tools.logs import LogHint, LogPage, TailLogsRequest, tail_logs
 from tradewind.tools.profiling import ProfileResult, ProfileRunRequest, profile_run
 from tradewind.tools.reports import ReportInfo, summarize_report
 from tradewind.tools.runs import (
@@ -63,6 +64,7 @@ TOOLS = (
     list_runs,
     cancel_run,
     read_metrics,
+    tail_logs,
     profile_run,
     summarize_report,
     sample_text,
@@ -118,4 +120,8 @@ __all__ = [
     "tokenize_dataset",
     "train_tokenizer",
     "wait_for_run",
+    "LogHint",
+    "LogPage",
+    "TailLogsRequest",
+    "tail_logs",
 ]

@@ -28,7 +28,16 @@ class WorkspaceSettings(BaseModel):
 
 
 Progress = Callable[[float, float | None, str | None], None]
-"""`progress(done, total, message)`: called by long tools; the MCP server forwards it as notifications."""
+"""`progress(done, total, message)`: called by long tools; the MCP server forwards it as notifications.
+
+A long tool calls it at least every second or so, even when `done` has not moved: the server's callback
+sends only values that increase, and raises `Cancelled` once the client has cancelled the call, which is
+how a tool running in a worker thread learns to stop.
+"""
+
+
+class Cancelled(TradewindError):
+    """The caller cancelled the call; raised by its progress callback, so a long tool stops at its next report."""
 
 
 def no_progress(done: float, total: float | None = None, message: str | None = None) -> None:
@@ -92,6 +101,7 @@ def run_job(
 
     Raises:
         TradewindError: the job failed (with the end of its log) or ran past `timeout_s` (it is cancelled).
+        Cancelled: the caller cancelled the call (the job is cancelled too).
     """
     start = time.monotonic()
     record = ctx.backend.submit(spec, job_id=job_id)
@@ -100,8 +110,12 @@ def run_job(
         if elapsed >= timeout_s:
             ctx.backend.cancel(job_id)
             raise TradewindError(f"{activity} took longer than timeout_s={timeout_s}")
-        progress(elapsed, timeout_s, f"{activity} (seconds elapsed)")
-        record = ctx.backend.wait(job_id, timeout=min(1.0, timeout_s - elapsed))
+        try:
+            progress(elapsed, timeout_s, f"{activity} (seconds elapsed)")
+        except Cancelled:
+            ctx.backend.cancel(job_id)  # nobody will read its result
+            raise
+        record = ctx.backend.wait(job_id, timeout=min(0.5, timeout_s - elapsed))
     if record.status is not JobStatus.SUCCEEDED:
         tail = "\n".join(tail_lines(spec.log_path, LOG_TAIL_LINES))
         raise TradewindError(f"{activity} failed ({record.reason}); log {spec.log_path} ends:\n{tail}")

@@ -335,22 +335,25 @@ def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progres
     """Wait until a training run finishes or the timeout passes, reporting progress in steps.
 
     Returns the same fields as get_run plus `timed_out`. Waiting costs nothing; the run continues
-    after a timeout, so call again to keep waiting.
+    after a timeout or a cancelled call, so call again to keep waiting.
     """
     deadline = time.monotonic() + request.timeout_s
     record = read_record(RunLayout(ctx.workspace.run_dir(request.run_id)).record)
     backend = ctx.job_backend(record.backend, record.address) if record.job_id else None
+    info = get_run(ctx, request)
     while True:
-        info = get_run(ctx, request)
         loss = "n/a" if info.loss is None else f"{info.loss:.4f}"
         progress(info.step, info.total_steps, f"step {info.step}/{info.total_steps}, loss {loss}")
         left = deadline - time.monotonic()
         if info.status.finished or left <= 0:
             return WaitForRunResult(**info.model_dump(), timed_out=not info.status.finished)
+        # Look again within half a second, reporting each time: the callback sends only a higher step and
+        # raises once the caller has cancelled, which stops this wait (never the run) promptly.
         if backend is not None:
-            backend.wait(record.job_id, timeout=min(1.0, left))
+            backend.wait(record.job_id, timeout=min(0.5, left))
         else:
-            time.sleep(min(1.0, left))  # a Python-call run has no job to wait on: look again in a second
+            time.sleep(min(0.5, left))  # a Python-call run has no job to wait on
+        info = get_run(ctx, request)
 
 
 def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:

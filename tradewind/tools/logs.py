@@ -1,0 +1,115 @@
+"""`tail_logs`: a training run's log, a page at a time, with hints for the failures that come up most."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tradewind.tools.context import ToolContext
+from tradewind.tools.runs import RunRequest, get_run
+from tradewind.trainer import RunLayout
+
+MAX_PAGE_BYTES = 32_000
+
+
+class TailLogsRequest(RunRequest):
+    model_config = ConfigDict(extra="forbid")
+
+    cursor: int = Field(default=0, ge=0, description="Byte offset to read from: 0, or next_cursor of the last page.")
+    limit_bytes: int = Field(default=16_000, ge=1, le=MAX_PAGE_BYTES, description="Most bytes of log to return.")
+
+
+class LogHint(BaseModel):
+    """A known failure found in the log (or the run's reason), with what to do about it."""
+
+    matched: str = Field(description="The log line (or reason) that matched, cut to 200 characters.")
+    meaning: str = Field(description="What the failure means.")
+    next_step: str = Field(description="What to try next.")
+
+
+class LogPage(BaseModel):
+    run_id: str
+    text: str = Field(description="The log from `cursor`, cut back to whole UTF-8 characters.")
+    cursor: int
+    next_cursor: int = Field(description="Pass as cursor to read on; equals size at the end of the log so far.")
+    size: int = Field(description="Bytes in the log so far.")
+    finished: bool = Field(description="True once the run has ended and this page reaches the end of its log.")
+    status: str
+    hints: list[LogHint] = Field(default_factory=list, description="Known failures this page (or the reason) shows.")
+
+
+# (pattern, meaning, next step), tried on every line of the page and on the run's reason.
+_KNOWN_FAILURES = (
+    (
+        re.compile(r"out of memory|RESOURCE_EXHAUSTED|\bOOM\b|MemoryError|Cannot allocate memory", re.IGNORECASE),
+        "the accelerator or host ran out of memory",
+        "launch again with a smaller batch_size or seq_len (or a smaller model); resume_from keeps the checkpoints",
+    ),
+    (
+        re.compile(r"loss became (nan|inf|-inf)|non-finite|\bloss[=: ]+(nan|inf)\b", re.IGNORECASE),
+        "the training loss became NaN or infinite, so training stopped at the first bad step",
+        "launch again with a lower learning_rate (e.g. 10x lower) and some warmup_steps; read_metrics shows "
+        "where lr and grad_norm rose",
+    ),
+    (
+        re.compile(r"no token cache|FileNotFoundError|No such file or directory|NotFoundError"),
+        "an input the run needs (its dataset, a checkpoint or a file) is missing",
+        "check the dataset with list_datasets or tokenize_dataset (and init_from/resume_from), then launch again",
+    ),
+    (
+        re.compile(
+            r"worker (process )?(died|crashed|was killed)|ActorDiedError|WorkerCrashedError|NodeDiedError|"
+            r"ended without finishing|vanished|signal 9|SIGKILL|Killed$",
+            re.IGNORECASE,
+        ),
+        "a training process or worker died without reporting an error (often killed for memory, or its node went away)",
+        "check cluster_status, then launch again with resume_from this run to continue from its last checkpoint",
+    ),
+)
+
+
+def tail_logs(ctx: ToolContext, request: TailLogsRequest) -> LogPage:
+    """Read a training run's log a page at a time (pass next_cursor on), with hints for common failures.
+
+    Hints name what matched (out of memory, non-finite loss, missing data, a dead worker), what it means and
+    the next step. `finished` is true once the run has ended and the page reaches the end of its log.
+    """
+    info = get_run(ctx, request)  # first: a run that is not there is an error naming it
+    path = RunLayout(ctx.workspace.run_dir(request.run_id)).log
+    size = path.stat().st_size if path.exists() else 0
+    data = b""
+    if request.cursor < size:
+        with open(path, "rb") as f:
+            f.seek(request.cursor)
+            data = f.read(request.limit_bytes)
+        for cut in range(4):  # a character may straddle the page end: leave it for the next page
+            try:
+                data[: len(data) - cut].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            data = data[: len(data) - cut]
+            break
+    text = data.decode("utf-8", errors="replace")
+    next_cursor = request.cursor + len(data)
+    lines = [*text.splitlines(), *([info.reason] if info.reason and info.status.finished else [])]
+    return LogPage(
+        run_id=request.run_id,
+        text=text,
+        cursor=request.cursor,
+        next_cursor=next_cursor,
+        size=size,
+        finished=info.status.finished and next_cursor >= size,
+        status=info.status.value,
+        hints=_hints(lines),
+    )
+
+
+def _hints(lines: list[str]) -> list[LogHint]:
+    """One hint per known failure, for the first line that shows it."""
+    hints = []
+    for pattern, meaning, next_step in _KNOWN_FAILURES:
+        line = next((line for line in lines if pattern.search(line)), None)
+        if line is not None:
+            hints.append(LogHint(matched=line.strip()[:200], meaning=meaning, next_step=next_step))
+    return hints
