@@ -7,22 +7,11 @@ import time
 import anyio
 import pytest
 from mcp import Client
+from mcp_helpers import call
 
 from tradewind.data import builtin_corpus_path, read_documents
-from tradewind.server import build_server
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def server(ctx):
-    return build_server(ctx)
-
-
-async def call(client, name, arguments=None, **kwargs):
-    result = await client.call_tool(name, arguments or {}, **kwargs)
-    assert not result.is_error, result.content
-    return result.structured_content
 
 
 async def wait_until(condition, timeout_s: float, what: str) -> None:

@@ -9,8 +9,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 
 from tradewind.prompts import load_skill, skill_names
-from tradewind.server import build_server
-from tradewind.server.resources import MAX_RESOURCE_CHARS, register_prompts, register_resources
+from tradewind.server.resources import MAX_RESOURCE_CHARS
 from tradewind.tools import RunRequest, summarize_report
 
 pytestmark = pytest.mark.anyio
@@ -23,14 +22,6 @@ PROMPT_ARGUMENTS = {
     "compare-runs": {"run_ids": True},
     "scale-out": {"run_id": True, "accelerator": False, "backend": False},
 }
-
-
-@pytest.fixture
-def server(ctx):
-    server = build_server(ctx)
-    register_resources(server, ctx)
-    register_prompts(server)
-    return server
 
 
 async def read(client, uri: str):

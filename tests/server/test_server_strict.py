@@ -3,16 +3,9 @@
 import pytest
 from mcp import Client
 
-from tradewind.server import build_server
-
 pytestmark = pytest.mark.anyio
 
 PYDANTIC_WORDING = ("pydantic", "errors.pydantic.dev", "validation error for", "Input should be")
-
-
-@pytest.fixture
-def server(ctx):
-    return build_server(ctx)
 
 
 def error_text(result) -> str:

@@ -6,22 +6,11 @@ import struct
 
 import pytest
 from mcp import Client
+from mcp_helpers import call
 
-from tradewind.server import build_server
 from tradewind.tools import TOOLS
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def server(ctx):
-    return build_server(ctx)
-
-
-async def call(client, name, arguments=None, **kwargs):
-    result = await client.call_tool(name, arguments or {}, **kwargs)
-    assert not result.is_error, result.content
-    return result.structured_content
 
 
 def error_text(result) -> str:
