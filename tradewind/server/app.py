@@ -20,6 +20,7 @@ from mcp.types import ToolAnnotations
 from tradewind import __version__
 from tradewind.prompts import server_instructions
 from tradewind.server.adapter import as_mcp_tool, lean_input_schema, lean_output_schema
+from tradewind.server.http import run_http
 from tradewind.server.resources import register_prompts, register_resources
 from tradewind.server.security import (
     MAX_REQUEST_BODY_BYTES,
@@ -152,12 +153,4 @@ def serve(
             f"tradewind serve: WARNING: --no-auth: any local process can use http://{host}:{port}/mcp",
             file=sys.stderr,
         )
-    _run_uvicorn(app, host, port, server.settings.log_level)
-
-
-def _run_uvicorn(app, host: str, port: int, log_level: str) -> None:
-    import anyio
-    import uvicorn
-
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower())
-    anyio.run(uvicorn.Server(config).serve)
+    run_http(app, host, port, server.settings.log_level)
