@@ -1,7 +1,7 @@
 """The `tradewind` command line.
 
     tradewind serve [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--no-auth] [--allow-origin URL]
-        [--allow-host NAME[:PORT]]
+        [--allow-host NAME[:PORT]] [--read-only]
     tradewind demo [--steps 300]
     tradewind tokenize INPUT [--tokenizer byte|PATH|hf:NAME] [--format auto] [--text-field text]
         [--val-fraction 0.1] [--strict] [--prepend-bos] [--no-eos] [--workers N]
@@ -52,6 +52,7 @@ def _serve(args: argparse.Namespace) -> int:
         auth=not args.no_auth,
         allow_origins=tuple(args.allow_origin),
         allow_hosts=tuple(args.allow_host),
+        read_only=args.read_only,
     )
     return 0
 
@@ -308,6 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME[:PORT]",
         help="also accept this Host header, e.g. the machine's name when binding 0.0.0.0 (repeatable)",
+    )
+    serve.add_argument(
+        "--read-only",
+        action="store_true",
+        help="serve only the tools that change nothing (datasets, runs, metrics and logs to look at)",
     )
     serve.set_defaults(handler=_serve)
 

@@ -1,5 +1,6 @@
 """Resources (a run's files, a dataset's manifest, the skills) and prompts through the real in-memory client."""
 
+import base64
 import json
 import shutil
 
@@ -14,7 +15,14 @@ from tradewind.tools import RunRequest, summarize_report
 
 pytestmark = pytest.mark.anyio
 
-RUN_PARTS = {"config": "application/json", "metrics": "text/plain", "logs": "text/plain", "report": "text/markdown"}
+RUN_PARTS = {
+    "config": "application/json",
+    "metrics": "text/plain",
+    "logs": "text/plain",
+    "report": "text/markdown",
+    "plot": "image/png",
+    "profile": "application/json",
+}
 PROMPT_ARGUMENTS = {
     "train_on_text": {"input": False, "steps": False},
     "plan-experiment": {"goal": True, "dataset": False, "budget": False},
@@ -59,6 +67,32 @@ async def test_a_finished_runs_config_metrics_logs_and_report_read_as_resources(
         summarize_report(ctx, RunRequest(run_id=run_id))
         report = await read(client, f"tradewind://runs/{run_id}/report")
         assert report.mime_type == "text/markdown" and report.text.startswith(f"# Training report: {run_id}")
+
+
+async def links_of(result) -> dict[str, str]:
+    assert not result.is_error, result.content
+    return {block.uri.rsplit("/", 1)[1]: block.uri for block in result.content if block.type == "resource_link"}
+
+
+@pytest.mark.slow
+async def test_tool_results_link_the_resources_that_hold_more_and_each_link_reads(server, finished_run):
+    run_id = finished_run.run_id
+    async with Client(server) as client:
+        run_links = await links_of(await client.call_tool("get_run", {"run_id": run_id}))
+        report_links = await links_of(await client.call_tool("summarize_report", {"run_id": run_id}))
+        assert run_links == {part: f"tradewind://runs/{run_id}/{part}" for part in ("logs", "metrics")}
+        assert set(report_links) == {"report", "plot"}
+        assert (await read(client, run_links["logs"])).text.strip()
+        assert (await read(client, report_links["report"])).text.startswith(f"# Training report: {run_id}")
+        plot = await read(client, report_links["plot"])
+    assert plot.mime_type == "image/png" and base64.b64decode(plot.blob).startswith(b"\x89PNG")
+
+
+async def test_a_result_is_sent_as_compact_json_text_equal_to_its_structured_content(server, finished_run):
+    async with Client(server) as client:
+        result = await client.call_tool("get_run", {"run_id": finished_run.run_id})
+    text = result.content[0].text
+    assert json.loads(text) == result.structured_content and "\n" not in text
 
 
 @pytest.mark.slow

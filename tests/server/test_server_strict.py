@@ -104,3 +104,53 @@ async def test_the_published_schema_is_still_the_request_models(server):
     assert launch["properties"]["steps"]["exclusiveMinimum"] == 0
     assert launch["properties"]["model"]["$ref"].startswith("#/$defs/")
     assert listed["tokenize_dataset"]["required"] == ["input"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"steps": 10**12}, "argument 'steps': must be at most 1000000000 (got 1000000000000)"),
+        ({"model": {"d_model": 2**30}}, "argument 'model.d_model': must be at most 65536"),
+        ({"mesh": {"data": -5}}, "argument 'mesh.data': must be at least -1 (got -5)"),
+        ({"mesh": {"data": 0}}, "argument 'mesh.data': must be -1"),
+    ],
+)
+async def test_numbers_past_their_documented_range_are_refused(server, ctx, dataset_id, arguments, expected):
+    runs_before = sorted(ctx.workspace.runs_dir.iterdir())
+    async with Client(server) as client:
+        message = error_text(await client.call_tool("launch_training", {"dataset": dataset_id, **arguments}))
+    assert expected in message
+    assert sorted(ctx.workspace.runs_dir.iterdir()) == runs_before
+
+
+def numeric_fields_without_a_range(schema, where):
+    """Every integer or number property, anywhere in `schema`, that lacks a lower or an upper bound."""
+    found = []
+    if isinstance(schema, dict):
+        types = schema.get("type")
+        types = types if isinstance(types, list) else [types]
+        if {"integer", "number"} & set(types):
+            low = "minimum" in schema or "exclusiveMinimum" in schema
+            high = "maximum" in schema or "exclusiveMaximum" in schema
+            if not (low and high):
+                found.append(where)
+        for key, value in schema.items():
+            if key in ("properties", "$defs") and isinstance(value, dict):
+                found += [
+                    entry
+                    for name, inner in value.items()
+                    for entry in numeric_fields_without_a_range(inner, f"{where}.{name}")
+                ]
+            elif isinstance(value, (dict, list)):
+                found += numeric_fields_without_a_range(value, where)
+    elif isinstance(schema, list):
+        for item in schema:
+            found += numeric_fields_without_a_range(item, where)
+    return found
+
+
+async def test_every_numeric_argument_of_every_tool_has_a_documented_range(server):
+    async with Client(server) as client:
+        tools = (await client.list_tools()).tools
+    unbounded = [entry for tool in tools for entry in numeric_fields_without_a_range(tool.input_schema, tool.name)]
+    assert unbounded == []

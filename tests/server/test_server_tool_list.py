@@ -91,3 +91,11 @@ async def test_each_description_starts_with_one_short_line(listed):
         first = tool.description.splitlines()[0]
         assert first.strip() and len(first) <= 200, tool.name
         assert not tool.description.startswith((" ", "\n")) and "\n    " not in tool.description, tool.name
+
+
+async def test_a_read_only_server_lists_exactly_the_read_only_tools(ctx):
+    async with Client(build_server(ctx, read_only=True)) as client:
+        listed = {tool.name for tool in (await client.list_tools()).tools}
+        result = await client.call_tool("cancel_run", {"run_id": "run-x"})
+    assert listed == READ_ONLY
+    assert result.is_error and "cancel_run" in result.content[0].text

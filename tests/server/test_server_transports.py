@@ -37,6 +37,23 @@ async def test_stdio_round_trip(tmp_path):
     assert bad.is_error and "unknown run id 'run-nope'" in bad.content[0].text
 
 
+async def test_stdio_read_only_serves_only_the_tools_that_change_nothing(tmp_path):
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tradewind", "serve", "--workspace", str(tmp_path), "--read-only"],
+        env=dict(os.environ),
+    )
+    with anyio.fail_after(60):
+        async with Client(server) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            refused = await client.call_tool("launch_training", {"dataset": "builtin:tinyshakespeare", "steps": 1})
+    assert "list_runs" in tools and "read_metrics" in tools
+    assert all(tool.annotations.read_only_hint for tool in tools.values())
+    assert "launch_training" not in tools and "cancel_run" not in tools and "run_pipeline" not in tools
+    assert refused.is_error and "launch_training" in refused.content[0].text
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
 def free_loopback_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -7,7 +7,9 @@ schema comes from the same pydantic model the Python API uses. The output schema
 result model. The request model is also the only validator: the SDK's own argument model lets every value
 through (`_Unchecked`), and the wrapper validates exactly what the client sent, so a misspelt argument is
 an error naming the nearest valid one rather than silently dropped. Errors Tradewind raises on purpose
-become MCP error results carrying their message, with long echoed values cut to 200 characters.
+become MCP error results carrying their message, with long echoed values cut to 200 characters. A result
+is sent as compact JSON text and structured content, followed by links to the resources that hold more
+(a run's log, metrics, report; see `resources.result_links`).
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ import anyio.to_thread
 import pydantic
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
 from pydantic_core import core_schema
 
 from tradewind.core import TradewindError, describe_validation_error
 from tradewind.core.config import cut_echoes
+from tradewind.server.resources import result_links
 from tradewind.tools import ToolContext
 from tradewind.tools.context import Cancelled, Progress
 
@@ -155,7 +159,9 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
             group.cancel_scope.cancel()
         if failure:
             raise failure[0]
-        return result
+        structured = result.model_dump(mode="json")
+        text = TextContent(type="text", text=result.model_dump_json())  # compact: the SDK's own is indented
+        return CallToolResult(content=[text, *result_links(tool.__name__, structured)], structured_content=structured)
 
     call.__signature__ = _signature(request_model, result_model)  # type: ignore[attr-defined]
     call.__annotations__ = {"mcp_context": Context, "return": result_model}
@@ -189,27 +195,36 @@ def lean_input_schema(schema: Any, _name: str | None = None) -> Any:
     lean = _or_null(lean)
     if lean.get("default", 0) is None:
         del lean["default"]
+    if _name is None and lean.get("title", "").endswith("Arguments"):
+        del lean["title"]  # the SDK's name for its argument model, `<tool>Arguments`, which says nothing
     return lean
 
 
 def lean_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """What a tool returns, in brief: each top-level field's name and type, and which are always there.
+    """What a tool returns, in brief: each top-level field's name and type.
 
-    A nested model is `{"type": "object"}` (its fields are in the result itself, named); an enum keeps its
-    values; descriptions and defaults go. Only ever looser than the result model's own schema, so a result
-    the model produced still validates against it (the client checks).
+    A nested model is `{"type": "object"}` (its fields are in the result itself, named), written in place
+    rather than referenced; an enum keeps its values; descriptions, defaults and the `required` list go. Only
+    ever looser than the result model's own schema, so a result the model produced still validates against
+    it (the client checks).
     """
     lean = lean_input_schema(schema)
     defs = {
-        name: {"type": "object"} if definition.get("type") == "object" else _bare(definition)
+        f"#/$defs/{name}": {"type": "object"} if definition.get("type") == "object" else _bare(definition)
         for name, definition in lean.get("$defs", {}).items()
     }
-    brief: dict[str, Any] = {"type": "object", "properties": _bare(lean["properties"], names=True)}
-    if "required" in lean:
-        brief["required"] = lean["required"]
-    if defs:
-        brief["$defs"] = defs
-    return brief
+    return {"type": "object", "properties": _inline(_bare(lean["properties"], names=True), defs)}
+
+
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    """`schema` with each `{"$ref": ...}` replaced by the definition it names."""
+    if isinstance(schema, list):
+        return [_inline(item, defs) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if set(schema) == {"$ref"}:
+        return defs[schema["$ref"]]
+    return {key: _inline(value, defs) for key, value in schema.items()}
 
 
 def _bare(schema: Any, names: bool = False) -> Any:

@@ -96,7 +96,7 @@ def _mcp_tool(tool, ctx: ToolContext) -> Tool:
         name=tool.__name__,
         title=hints.title,
         description=inspect.cleandoc(tool.__doc__ or ""),
-        annotations=hints,
+        annotations=hints.model_copy(update={"title": None}),  # the title is the tool's own, once
         structured_output=True,
     )
     listed.parameters = lean_input_schema(listed.parameters)
@@ -104,13 +104,20 @@ def _mcp_tool(tool, ctx: ToolContext) -> Tool:
     return listed
 
 
-def build_server(ctx: ToolContext) -> MCPServer:
-    """An MCP server whose tools act on `ctx`'s workspace."""
+READ_ONLY_NOTE = (
+    "\n\nThis server is read-only (`tradewind serve --read-only`): it lists only the tools that change nothing, so "
+    "it can show datasets, runs, metrics and logs but not start, stop or write anything."
+)
+
+
+def build_server(ctx: ToolContext, *, read_only: bool = False) -> MCPServer:
+    """An MCP server whose tools act on `ctx`'s workspace; with `read_only`, only the tools that change nothing."""
+    tools = [tool for tool in TOOLS if TOOL_HINTS[tool.__name__].read_only_hint or not read_only]
     server = MCPServer(
         name="tradewind",
         version=__version__,
-        instructions=server_instructions(),
-        tools=[_mcp_tool(tool, ctx) for tool in TOOLS],
+        instructions=server_instructions() + (READ_ONLY_NOTE if read_only else ""),
+        tools=[_mcp_tool(tool, ctx) for tool in tools],
     )
     register_resources(server, ctx)
     register_prompts(server)
@@ -126,18 +133,20 @@ def serve(
     auth: bool = True,
     allow_origins: tuple[str, ...] = (),
     allow_hosts: tuple[str, ...] = (),
+    read_only: bool = False,
 ) -> None:
     """Serve until the client disconnects (stdio) or the process is stopped (HTTP).
 
     Over HTTP: bearer-token auth unless `auth=False` (loopback only), Host/Origin allowlists extended by
-    `allow_hosts`/`allow_origins`, and request bodies capped at `MAX_REQUEST_BODY_BYTES`.
+    `allow_hosts`/`allow_origins`, and request bodies capped at `MAX_REQUEST_BODY_BYTES`. With `read_only`,
+    only the tools that change nothing are served.
     """
+    server = build_server(ctx, read_only=read_only)
     if transport == "stdio":
-        build_server(ctx).run("stdio")
+        server.run("stdio")
         return
     check_bind(host, auth=auth)
     security = transport_security(host, port, allow_origins, allow_hosts)
-    server = build_server(ctx)
     app = server.streamable_http_app(
         streamable_http_path="/mcp",
         max_request_body_size=MAX_REQUEST_BODY_BYTES,

@@ -186,11 +186,9 @@ def tool_page(tool: Tool) -> str:
 
     output = tool.output_schema or {}
     descriptions = _result_descriptions(tool.name)
-    required = output.get("required", [])
-    lines += ["## Result", "", "| field | type | always present | description |", "|---|---|---|---|"]
+    lines += ["## Result", "", "| field | type | description |", "|---|---|---|"]
     for name, field in output.get("properties", {}).items():
-        present = "yes" if name in required else "no"
-        lines.append(f"| `{name}` | {_type(field)} | {present} | {_cell(descriptions.get(name, ''))} |")
+        lines.append(f"| `{name}` | {_type(field)} | {_cell(descriptions.get(name, ''))} |")
     lines.append("")
     return "\n".join(lines)
 

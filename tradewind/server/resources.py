@@ -6,8 +6,13 @@ Resource templates, all read through the workspace's id rules and each bounded t
     tradewind://runs/{run_id}/metrics       text/plain         metrics.jsonl, its last part when long
     tradewind://runs/{run_id}/logs          text/plain         the training log, its last part when long
     tradewind://runs/{run_id}/report        text/markdown      the report `summarize_report` wrote
+    tradewind://runs/{run_id}/plot          image/png          the report's loss curve
+    tradewind://runs/{run_id}/profile       application/json   what `profile_run` measured, and where the trace is
     tradewind://datasets/{dataset_id}/manifest  application/json  the token cache's manifest
     tradewind://skills/{name}               text/markdown      an agent skill's SKILL.md
+
+Tool results link the resources that hold more than the result itself (`result_links`): a report, a log,
+all the metrics, a plot, a profile; the result stays small and the client reads a link when it wants it.
 
 Prompts are the markdown templates of `tradewind.prompts`; a `prompts/get` for an unknown prompt, or
 without a required argument, or with one it does not take, is answered with an INVALID_PARAMS error.
@@ -24,7 +29,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS
+from mcp.types import INVALID_PARAMS, ResourceLink
 from pydantic import Field, ValidationError
 
 from tradewind.core import NotFoundError, TradewindError
@@ -36,6 +41,30 @@ MAX_RESOURCE_CHARS = 32_000
 JSON = "application/json"
 MARKDOWN = "text/markdown"
 TEXT = "text/plain"
+PNG = "image/png"
+MAX_IMAGE_BYTES = 4 * 2**20
+
+# A run's resources: the part of the URI, its title and its MIME type.
+RUN_PARTS = {
+    "config": ("Run configuration", JSON),
+    "metrics": ("Run metrics", TEXT),
+    "logs": ("Run log", TEXT),
+    "report": ("Run report", MARKDOWN),
+    "plot": ("Loss curve", PNG),
+    "profile": ("Profile summary", JSON),
+}
+
+# The run resources each tool's result links to.
+RESULT_LINKS = {
+    "launch_training": ("config", "logs"),
+    "get_run": ("logs", "metrics"),
+    "wait_for_run": ("logs", "metrics"),
+    "cancel_run": ("logs",),
+    "read_metrics": ("metrics",),
+    "tail_logs": ("logs",),
+    "summarize_report": ("report", "plot"),
+    "profile_run": ("profile",),
+}
 
 T = TypeVar("T")
 
@@ -55,6 +84,32 @@ def skill_uri(name: str) -> str:
     return f"tradewind://skills/{name}"
 
 
+def result_links(tool: str, result: dict[str, Any]) -> list[ResourceLink]:
+    """Links to the resources that hold more than `tool`'s `result` shows: a run's files, a dataset's manifest."""
+    links = []
+    if isinstance(run_id := result.get("run_id"), str):
+        for part in RESULT_LINKS.get(tool, ()):
+            title, mime_type = RUN_PARTS[part]
+            links.append(
+                ResourceLink(name=f"{run_id} {part}", title=title, uri=run_uri(run_id, part), mime_type=mime_type)
+            )
+    if isinstance(dataset_id := result.get("dataset_id"), str) and tool in ("tokenize_dataset", "inspect_dataset"):
+        links.append(
+            ResourceLink(
+                name=f"{dataset_id} manifest", title="Dataset manifest", uri=dataset_uri(dataset_id), mime_type=JSON
+            )
+        )
+    return links
+
+
+def _run_resource(server: MCPServer, part: str, description: str) -> Callable[[Callable[..., Any]], Any]:
+    """The decorator that serves a run resource, with its title and MIME type from `RUN_PARTS`."""
+    title, mime_type = RUN_PARTS[part]
+    return server.resource(
+        run_uri("{run_id}", part), name=f"run-{part}", title=title, description=description, mime_type=mime_type
+    )
+
+
 def register_resources(server: MCPServer, ctx: ToolContext) -> None:
     """Serve the run, dataset and skill resource templates on `server`, reading `ctx`'s workspace."""
     workspace = ctx.workspace
@@ -66,56 +121,53 @@ def register_resources(server: MCPServer, ctx: ToolContext) -> None:
             raise ResourceNotFoundError(f"run {run_id!r} has no {what} yet ({path.name} is missing)")
         return path
 
-    @server.resource(
-        run_uri("{run_id}", "config"),
-        name="run-config",
-        title="Run configuration",
-        description="The training configuration a run was launched with (config.json).",
-        mime_type=JSON,
-    )
+    @_run_resource(server, "config", "The training configuration a run was launched with (config.json).")
     def run_config(run_id: str) -> str:
         return _whole_json(run_file(run_id, lambda layout: layout.config, "configuration"), "get_run")
 
-    @server.resource(
-        run_uri("{run_id}", "metrics"),
-        name="run-metrics",
-        title="Run metrics",
-        description=(
-            "A run's logged metrics, one JSON object a line (step, loss, eval_loss, lr, grad_norm, "
-            f"tokens_per_s); the last {MAX_RESOURCE_CHARS:,} characters when longer."
-        ),
-        mime_type=TEXT,
+    @_run_resource(
+        server,
+        "metrics",
+        "A run's logged metrics, one JSON object a line (step, loss, eval_loss, lr, grad_norm, tokens_per_s); "
+        f"the last {MAX_RESOURCE_CHARS:,} characters when longer.",
     )
     def run_metrics(run_id: str) -> str:
         path = run_file(run_id, lambda layout: layout.metrics, "metrics")
         return _tail(path, f"page through every row with the `read_metrics` tool (run_id {run_id!r}, offset, limit)")
 
-    @server.resource(
-        run_uri("{run_id}", "logs"),
-        name="run-logs",
-        title="Run log",
-        description=f"A run's training log; the last {MAX_RESOURCE_CHARS:,} characters when longer.",
-        mime_type=TEXT,
-    )
+    @_run_resource(server, "logs", f"A run's training log; the last {MAX_RESOURCE_CHARS:,} characters when longer.")
     def run_logs(run_id: str) -> str:
         path = run_file(run_id, lambda layout: layout.log, "log")
         return _tail(path, f"`get_run` (run_id {run_id!r}) names the whole file as `log_file`")
 
-    @server.resource(
-        run_uri("{run_id}", "report"),
-        name="run-report",
-        title="Run report",
-        description="A run's markdown report, once the `summarize_report` tool has written it.",
-        mime_type=MARKDOWN,
-    )
+    @_run_resource(server, "report", "A run's markdown report, once the `summarize_report` tool has written it.")
     def run_report(run_id: str) -> str:
+        path = report_file(run_id, f"{run_id}.md")
+        return _head(path, f"the whole report is {path}")
+
+    @_run_resource(server, "plot", "A run's loss curve (PNG), once the `summarize_report` tool has drawn it.")
+    def run_plot(run_id: str) -> bytes:
+        path = report_file(run_id, f"{run_id}-loss.png")
+        if path.stat().st_size > MAX_IMAGE_BYTES:
+            raise ResourceError(f"{path} is over the {MAX_IMAGE_BYTES:,} bytes an image resource serves")
+        return path.read_bytes()
+
+    @_run_resource(
+        server,
+        "profile",
+        "What the `profile_run` tool measured (profile/summary.json), with its trace folder.",
+    )
+    def run_profile(run_id: str) -> str:
+        return _whole_json(run_file(run_id, lambda layout: layout.profile / "summary.json", "profile"), "profile_run")
+
+    def report_file(run_id: str, name: str) -> Path:
         _found(lambda: workspace.run_dir(run_id))
-        path = workspace.reports_dir / f"{run_id}.md"
+        path = workspace.reports_dir / name
         if not path.is_file():
             raise ResourceNotFoundError(
                 f"run {run_id!r} has no report yet: call the `summarize_report` tool with run_id {run_id!r} first"
             )
-        return _head(path, f"the whole report is {path}")
+        return path
 
     @server.resource(
         dataset_uri("{dataset_id}"),

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         TrainConfig,
         read_train_config,
     )
-    from tradewind.trainer.flops import count_model_params, flops_per_token, peak_flops
+    from tradewind.trainer.flops import MemoryEstimate, count_model_params, flops_per_token, peak_flops, training_memory
     from tradewind.trainer.gpt2 import GPT2
     from tradewind.trainer.hf import check_matches_hf, export_hf, load_hf_params, model_for_init_from
     from tradewind.trainer.jobs import (
@@ -82,6 +82,8 @@ _LAZY = {
     "count_model_params": "tradewind.trainer.flops",
     "flops_per_token": "tradewind.trainer.flops",
     "peak_flops": "tradewind.trainer.flops",
+    "MemoryEstimate": "tradewind.trainer.flops",
+    "training_memory": "tradewind.trainer.flops",
     "RunLayout": "tradewind.trainer.layout",
     "MetricRow": "tradewind.trainer.metrics",
     "ProfileSummary": "tradewind.trainer.metrics",
@@ -149,6 +151,8 @@ __all__ = [
     "model_for_init_from",
     "load_run_model",
     "peak_flops",
+    "MemoryEstimate",
+    "training_memory",
     "register_optimizer",
     "sample_run",
     "sample_tokens",

@@ -47,39 +47,30 @@ class ModelConfig(BaseModel):
 
     preset: str | None = Field(
         None,
-        description=f"Start from a named shape ({', '.join(PRESETS)}); fields set beside it override the preset's.",
+        description=f"Named shape ({', '.join(PRESETS)}); fields set beside it override the preset's.",
     )
     type: Literal["llama", "gpt2"] = Field(
         "llama",
-        description="Architecture: 'llama' (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no "
-        "biases) or 'gpt2' (LayerNorm, learned positions, GELU MLP, biases).",
+        description="'llama' (RMSNorm, rotary, SwiGLU, grouped-query attention) or 'gpt2' (LayerNorm, learned "
+        "positions, GELU, biases).",
     )
     vocab_size: int | None = Field(
-        None,
-        gt=0,
-        description="Vocabulary size; null takes it from the dataset's tokenizer. If set, at least the tokenizer's.",
+        None, gt=0, le=2**20, description="Null: the dataset tokenizer's; if set, at least that."
     )
-    d_model: int = Field(128, gt=0, description="Width of the residual stream (embedding size).")
-    n_layers: int = Field(4, gt=0, description="Number of transformer blocks.")
-    n_heads: int = Field(4, gt=0, description="Attention (query) heads per block; must divide d_model.")
+    d_model: int = Field(128, gt=0, le=2**16, description="Width of the residual stream.")
+    n_layers: int = Field(4, gt=0, le=1024, description="Transformer blocks.")
+    n_heads: int = Field(4, gt=0, le=1024, description="Query heads per block; must divide d_model.")
     n_kv_heads: int | None = Field(
-        None,
-        gt=0,
-        description="Key/value heads (grouped-query attention, llama only); must divide n_heads. Null: n_heads.",
+        None, gt=0, le=1024, description="Key/value heads (llama); must divide n_heads. Null: n_heads."
     )
     d_ff: int | None = Field(
-        None,
-        gt=0,
-        description="Hidden width of the MLP; null means 8/3 of d_model rounded up to a multiple of 32 (SwiGLU) "
-        "or 4 * d_model (gpt2).",
+        None, gt=0, le=2**18, description="MLP width; null: 8/3 d_model rounded up to 32 (llama), 4 d_model (gpt2)."
     )
-    max_seq_len: int = Field(256, gt=0, description="Longest sequence the model accepts, in tokens.")
-    rope_theta: float = Field(10000.0, gt=0, description="Base of the rotary position embedding frequencies (llama).")
-    norm_eps: float = Field(1e-6, gt=0, description="Epsilon of the RMSNorm / LayerNorm.")
-    tie_embeddings: bool = Field(
-        True, description="Reuse the input embedding matrix as the output projection (fewer parameters)."
-    )
-    init_std: float = Field(0.02, gt=0, description="Standard deviation of the normal weight initialisation.")
+    max_seq_len: int = Field(256, gt=0, le=2**20, description="Longest sequence the model accepts.")
+    rope_theta: float = Field(10000.0, gt=0, le=1e9, description="Rotary embedding base (llama).")
+    norm_eps: float = Field(1e-6, gt=0, le=1, description="Epsilon of the RMSNorm / LayerNorm.")
+    tie_embeddings: bool = Field(True, description="Use the input embedding as the output projection.")
+    init_std: float = Field(0.02, gt=0, le=1, description="Standard deviation of the weight initialisation.")
 
     @model_validator(mode="before")
     @classmethod
@@ -142,22 +133,18 @@ class OptimizerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["adamw", "lion", "adafactor"] = Field(
-        "adamw", description="Update rule: 'adamw', 'lion' (use a ~3-10x smaller learning rate) or 'adafactor'."
+        "adamw", description="Update rule; 'lion' wants a ~3-10x smaller learning rate."
     )
-    learning_rate: float = Field(3e-3, gt=0, description="Peak learning rate, reached at the end of warmup.")
+    learning_rate: float = Field(3e-3, gt=0, le=10, description="Peak learning rate, reached after warmup.")
     schedule: Literal["cosine", "linear", "constant"] = Field(
-        "cosine", description="Decay after warmup: 'cosine' or 'linear' to learning_rate * min_lr_ratio, or 'constant'."
+        "cosine", description="Decay after warmup, down to learning_rate * min_lr_ratio at the last step."
     )
-    min_lr_ratio: float = Field(
-        0.1, ge=0, le=1, description="The decay ends at learning_rate * min_lr_ratio on the last step."
-    )
-    warmup_steps: int = Field(20, ge=0, description="Steps of linear warmup from 0 to learning_rate.")
-    weight_decay: float = Field(
-        0.1, ge=0, description="Decoupled weight decay; applied to matrices, not to norm scales or biases."
-    )
-    b1: float = Field(0.9, ge=0, lt=1, description="Decay rate of the first moment (AdamW, Lion).")
-    b2: float = Field(0.95, ge=0, lt=1, description="Decay rate of the second moment (AdamW; Lion's update mix).")
-    grad_clip: float = Field(1.0, ge=0, description="Clip gradients to this global L2 norm; 0 turns clipping off.")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Final learning rate, as a share of the peak.")
+    warmup_steps: int = Field(20, ge=0, le=10**9, description="Steps of linear warmup from 0.")
+    weight_decay: float = Field(0.1, ge=0, le=10, description="Decoupled weight decay, on matrices only.")
+    b1: float = Field(0.9, ge=0, lt=1, description="First-moment decay (AdamW, Lion).")
+    b2: float = Field(0.95, ge=0, lt=1, description="Second-moment decay (AdamW; Lion's update mix).")
+    grad_clip: float = Field(1.0, ge=0, le=1e6, description="Global L2 norm to clip gradients to; 0: off.")
 
 
 class CheckpointConfig(BaseModel):
@@ -165,15 +152,13 @@ class CheckpointConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    every_steps: int | None = Field(None, gt=0, description="Save every this many steps (null: only at the end).")
+    every_steps: int | None = Field(None, gt=0, le=10**9, description="Save every this many steps; null: at the end.")
     every_minutes: float | None = Field(
-        None, gt=0, description="Also save when this many minutes of wall-clock time passed since the last save."
+        None, gt=0, le=10080, description="Also save this many minutes after the last save."
     )
-    keep_last: int = Field(3, gt=0, description="Keep the newest this many checkpoints; older ones are deleted...")
-    keep_every: int | None = Field(
-        None, gt=0, description="... except those at steps divisible by this, which are kept for good."
-    )
-    async_save: bool = Field(True, description="Write checkpoints in the background while training continues.")
+    keep_last: int = Field(3, gt=0, le=1000, description="Keep the newest this many; delete older ones...")
+    keep_every: int | None = Field(None, gt=0, le=10**9, description="... except those at multiples of this step.")
+    async_save: bool = Field(True, description="Save in the background while training goes on.")
 
 
 class MeshConfig(BaseModel):
@@ -181,9 +166,16 @@ class MeshConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    data: int = Field(-1, description="Data-parallel replicas; -1 takes the devices the other two axes leave.")
-    fsdp: int = Field(1, gt=0, description="Devices that shard parameters and optimizer state (ZeRO-3 style).")
-    tensor: int = Field(1, gt=0, description="Devices that split each matrix's output features (tensor parallel).")
+    data: int = Field(-1, ge=-1, le=2**16, description="Data-parallel replicas; -1: the devices left, 0 is refused.")
+    fsdp: int = Field(1, gt=0, le=2**16, description="Devices sharding parameters and optimizer state (ZeRO-3).")
+    tensor: int = Field(1, gt=0, le=2**16, description="Devices splitting each matrix's outputs (tensor parallel).")
+
+    @field_validator("data")
+    @classmethod
+    def _data_not_zero(cls, data: int) -> int:
+        if data == 0:
+            raise ValueError("must be -1 (the devices fsdp and tensor leave) or a positive count (got 0)")
+        return data
 
 
 class DistributedConfig(BaseModel):
@@ -195,8 +187,8 @@ class DistributedConfig(BaseModel):
     coordinator_address: str | None = Field(
         None, description="host:port of process 0; null lets JAX auto-detect it (TPU pods, SLURM)."
     )
-    num_processes: int | None = Field(None, gt=0, description="Processes in the job; null: auto-detect.")
-    process_id: int | None = Field(None, ge=0, description="This process's index; null: auto-detect.")
+    num_processes: int | None = Field(None, gt=0, le=2**16, description="Processes in the job; null: auto-detect.")
+    process_id: int | None = Field(None, ge=0, lt=2**16, description="This process's index; null: auto-detect.")
 
 
 class TrainConfig(BaseModel):
@@ -212,76 +204,66 @@ class TrainConfig(BaseModel):
     )
     model: ModelConfig = Field(default_factory=ModelConfig, description="Model architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
-    steps: int = Field(200, gt=0, description="Number of optimizer updates.")
-    batch_size: int = Field(16, gt=0, description="Sequences per update (the global batch).")
+    steps: int = Field(200, gt=0, le=10**9, description="Optimizer updates.")
+    batch_size: int = Field(16, gt=0, le=2**20, description="Sequences per update (the global batch).")
     grad_accum: int = Field(
-        1, gt=0, description="Split each batch into this many microbatches and sum their gradients (saves memory)."
+        1, gt=0, le=2**16, description="Microbatches per batch, gradients summed (saves memory); divides batch_size."
     )
-    seq_len: int = Field(128, gt=0, description="Tokens per training sequence; at most model.max_seq_len.")
-    seed: int = Field(0, ge=0, description="Seed for weight initialisation and for the order of training batches.")
-    z_loss: float = Field(0.0, ge=0, description="Weight of the z-loss, mean(logsumexp(logits)^2); 1e-4 is common.")
+    seq_len: int = Field(128, gt=0, le=2**20, description="Tokens per sequence; at most model.max_seq_len.")
+    seed: int = Field(0, ge=0, lt=2**32, description="Seed of the initial weights and the batch order.")
+    z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp(logits)^2); 1e-4 is common.")
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="Matmul dtype; params stay float32. 'auto': bfloat16 on GPU/TPU, float32 on CPU."
+        "auto", description="Matmul dtype (params stay float32); 'auto': bfloat16 on GPU/TPU, float32 on CPU."
     )
     on_nonfinite: Literal["stop", "skip"] = Field(
-        "stop", description="A NaN/inf loss: 'stop' fails the run naming the step; 'skip' drops that update."
+        "stop", description="On a NaN/inf loss, fail the run or drop that update."
     )
-    eval_every: int = Field(
-        50,
-        gt=0,
-        description="Evaluate on the val split every this many steps, and before the first and after the last.",
-    )
-    eval_batches: int = Field(4, gt=0, description="Val batches averaged per evaluation (the same batches each time).")
-    log_every: int = Field(10, gt=0, description="Write a metrics row and a log line every this many steps.")
+    eval_every: int = Field(50, gt=0, le=10**9, description="Steps between evaluations (also at the first and last).")
+    eval_batches: int = Field(4, gt=0, le=10**4, description="Val batches per evaluation, the same each time.")
+    log_every: int = Field(10, gt=0, le=10**9, description="Steps between metrics rows.")
     checkpoint: bool = Field(True, description="Save checkpoints (at the end, and as `checkpoints` says).")
-    checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoint policy.")
-    resume: bool = Field(True, description="If the run folder holds checkpoints, continue from the newest good one.")
+    checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
+    resume: bool = Field(True, description="Continue from the run folder's newest good checkpoint, if any.")
     init_from: str | None = Field(
-        None, description="Start from these weights: a Hugging Face Llama directory (config.json, model.safetensors)."
+        None, description="Start from a Hugging Face Llama directory's weights (config.json, model.safetensors)."
     )
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
-    distributed: DistributedConfig = Field(default_factory=DistributedConfig, description="Multi-host set-up.")
-    tensorboard: bool = Field(True, description="Also write TensorBoard event files under <run>/tensorboard/.")
-    wandb_project: str | None = Field(
-        None, description="Log to this Weights & Biases project (needs the `wandb` extra installed)."
+    distributed: DistributedConfig = Field(
+        default_factory=DistributedConfig, description="For a gang started by hand (SLURM, a TPU pod's own launcher)."
     )
+    tensorboard: bool = Field(True, description="Also write TensorBoard events under <run>/tensorboard/.")
+    wandb_project: str | None = Field(None, description="Also log to this W&B project (the `wandb` extra).")
     peak_flops: float | None = Field(
-        None, gt=0, description="Peak FLOP/s per device for MFU; null looks the device up (CPU: an estimate)."
+        None, gt=0, le=1e18, description="Peak FLOP/s per device for MFU; null: looked up (CPU: estimated)."
     )
     backend: Literal["local", "ray"] | None = Field(
         None,
-        description="Where the run's job runs: 'local' (processes on this machine) or 'ray' (the Ray cluster at "
-        "RAY_ADDRESS). Null: the workspace's settings.yaml, else 'ray' when RAY_ADDRESS is set, else 'local'.",
+        description="'local': this machine; 'ray': the cluster at RAY_ADDRESS. Null: the workspace's "
+        "settings.yaml, else 'ray' if RAY_ADDRESS is set, else 'local'.",
     )
     accelerator: str = Field(
         "cpu",
-        description="What each host trains on: 'cpu', 'gpu', 'gpu:N' (N GPUs per host), or a TPU slice type "
-        "'tpu-<type>' such as 'tpu-v5litepod-8', 'tpu-v4-32', 'tpu-v5p-128' (Ray backend; one process per host).",
+        description="Per host: 'cpu', 'gpu', 'gpu:N', or a TPU slice 'tpu-<type>' (e.g. tpu-v5litepod-8, "
+        "tpu-v4-32; Ray only).",
     )
-    slices: int = Field(1, ge=1, le=64, description="TPU slices to train on together; needs a TPU accelerator.")
+    slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
     replicas: int = Field(
-        1,
-        ge=1,
-        le=64,
-        description="Processes (hosts) of a cpu or gpu run, training one model data-parallel as a gang; a TPU "
-        "run gets one per host of each slice.",
+        1, ge=1, le=64, description="Processes of a cpu/gpu run training data-parallel as a gang (TPU: one per host)."
     )
     max_retries: int = Field(
-        1, ge=0, le=100, description="Restarts after the run is killed or preempted; each resumes from its checkpoint."
+        1, ge=0, le=100, description="Restarts after a kill or preemption, each from the newest checkpoint."
     )
     pending_timeout_s: float | None = Field(
         None,
         gt=0,
-        description="Fail the run, with the reason, if its job has not started this many seconds after launch "
-        "(resources the backend cannot provide or never frees). Null: 1800 on Ray; on the local backend no "
-        "limit, since a job that fits this machine at all waits only for other runs to end.",
+        le=604800,
+        description="Fail the run if it has not started this many seconds after launch. Null: 1800 on Ray, "
+        "no limit locally.",
     )
     resume_from: str | None = Field(
         None,
-        description="Continue another run from its newest checkpoint as a new run: a run id (or run folder). The "
-        "new run keeps its parent's dataset, model, seed and batch shape, so it sees the batches one longer run "
-        "would, and with a schedule that does not depend on `steps` (constant) its results are exactly those of "
-        "one longer run; `steps` is the new total, more than the step of the parent's newest checkpoint.",
+        description="Continue this run (an id) from its newest checkpoint as a new run with its dataset, model, "
+        "seed and batch shape; `steps` is the new total.",
     )
 
     @field_validator("accelerator")

@@ -1,4 +1,4 @@
-"""Parameter and FLOP accounting of a model shape, and the peak-FLOPs table used for MFU.
+"""Parameter, FLOP and memory accounting of a model shape, and the peak-FLOPs table used for MFU.
 
 Imports no JAX: the tools report a configuration's size before anything trains.
 
@@ -6,13 +6,18 @@ Model FLOPs per token, forward and backward, follow the PaLM paper's appendix B:
 `6 * N_matmul + 12 * n_layers * d_model * seq_len`, where `N_matmul` counts the weights that take part
 in a matrix multiply (projections, MLP and the output head, but not the embedding lookup or norms) and
 the second term is the attention score and value products (not halved for the causal mask).
+
+Training memory follows Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer
+Models": a block stores `s * b * d * (34 + 5 * heads * s / d)` bytes of 16-bit activations, doubled here
+for float32, plus the logits and their gradient; weights, gradients and optimizer moments are float32.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from tradewind.trainer.config import ModelConfig
+from tradewind.trainer.config import ModelConfig, TrainConfig
 
 # Dense bf16 peak FLOP/s per chip, from the vendors' data sheets (no sparsity).
 PEAK_FLOPS: dict[str, float] = {
@@ -57,6 +62,39 @@ def count_model_params(config: ModelConfig) -> int:
 def flops_per_token(config: ModelConfig, seq_len: int) -> float:
     """Model FLOPs per trained token (forward and backward) at sequence length `seq_len`."""
     return 6.0 * matmul_params(config) + 12.0 * config.n_layers * config.d_model * seq_len
+
+
+# Float32 values kept per parameter while training: the weight, its gradient and the optimizer's moments.
+STATE_FLOATS_PER_PARAM = {"adamw": 4, "lion": 3, "adafactor": 2}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one training process holds: parameters with their gradients and optimizer state, and activations."""
+
+    params: int
+    state_bytes: int
+    activation_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.state_bytes + self.activation_bytes
+
+
+def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1) -> MemoryEstimate:
+    """What one of `processes` data-parallel processes needs to train `config` in float32 (an estimate).
+
+    Each process holds a whole copy of the parameters and state and one microbatch of its share of the batch.
+    """
+    model = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
+    params = count_model_params(model)
+    state_bytes = 4 * STATE_FLOATS_PER_PARAM[config.optimizer.type] * params
+    sequences = max(1, config.batch_size // (config.grad_accum * processes))
+    tokens = sequences * config.seq_len
+    attention = 5 * model.n_heads * config.seq_len / model.d_model
+    per_block = 2 * tokens * model.d_model * (34 + attention)
+    logits = 3 * 4 * tokens * model.vocab_size  # logits, their softmax and its gradient
+    return MemoryEstimate(params, state_bytes, int(model.n_layers * per_block + logits))
 
 
 def peak_flops(device_kind: str, cpu_cores: int) -> tuple[float, str]:
