@@ -36,7 +36,11 @@ async def test_a_misspelt_launch_training_argument_is_an_error_naming_steps_and_
 @pytest.mark.parametrize(
     ("tool", "arguments", "expected"),
     [
-        ("read_metrics", {"run_id": "RUN", "limits": 3}, "argument 'limits': unknown argument; did you mean 'limit'?"),
+        (
+            "read_metrics",
+            {"run_id": "RUN", "max_point": 3},
+            "argument 'max_point': unknown argument; did you mean 'max_points'?",
+        ),
         ("sample_text", {"run_id": "RUN", "temprature": 0.5}, "did you mean 'temperature'?"),
         ("launch_training", {"dataset": "DATASET", "model": {"d_modle": 64}}, "argument 'model.d_modle'"),
     ],
@@ -154,3 +158,23 @@ async def test_every_numeric_argument_of_every_tool_has_a_documented_range(serve
         tools = (await client.list_tools()).tools
     unbounded = [entry for tool in tools for entry in numeric_fields_without_a_range(tool.input_schema, tool.name)]
     assert unbounded == []
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "expected"),
+    [
+        ("list_runs", {"limit": "5"}, "argument 'limit': '5' is not an integer"),
+        ("list_runs", {"limit": True}, "argument 'limit': True is not an integer"),
+        ("wait_for_run", {"run_id": "RUN", "timeout_s": "1"}, "argument 'timeout_s': '1' is not a number"),
+        (
+            "sample_text",
+            {"run_id": "RUN", "prompt": "y" * 10_001},
+            "argument 'prompt': must have at most 10000 characters (got 10,001)",
+        ),
+    ],
+)
+async def test_values_are_not_coerced_from_another_json_type(server, finished_run, tool, arguments, expected):
+    arguments = {key: finished_run.run_id if value == "RUN" else value for key, value in arguments.items()}
+    async with Client(server) as client:
+        message = error_text(await client.call_tool(tool, arguments))
+    assert expected in message

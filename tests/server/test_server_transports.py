@@ -1,14 +1,12 @@
 """Round trips over the real transports: `tradewind serve` as a stdio subprocess and over HTTP on loopback."""
 
 import os
-import socket
-import subprocess
 import sys
-import time
 
 import anyio
 import httpx2
 import pytest
+from http_helpers import running_server
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -54,51 +52,14 @@ async def test_stdio_read_only_serves_only_the_tools_that_change_nothing(tmp_pat
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 async def test_streamable_http_round_trip_on_loopback(tmp_path):
-    port = free_loopback_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tradewind",
-            "serve",
-            "--workspace",
-            str(tmp_path),
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={key: value for key, value in os.environ.items() if key != "TRADEWIND_TOKEN"},  # token from the file
-    )
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # bounded wait for the port to accept connections
-            assert server.poll() is None, server.stderr.read().decode()
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "HTTP server did not start listening within 30 s"
-                await anyio.sleep(0.05)
-        auth = {"Authorization": f"Bearer {(tmp_path / '.tradewind-token').read_text().strip()}"}
+    with running_server(tmp_path) as server:  # the token comes from the file the server writes
+        auth = {"Authorization": f"Bearer {server.token()}"}
         with anyio.fail_after(60):
             async with (
                 httpx2.AsyncClient(headers=auth, timeout=30) as http,
-                Client(streamable_http_client(url, http_client=http)) as client,
+                Client(streamable_http_client(server.url, http_client=http)) as client,
             ):
                 tools, total = await list_tools_and_runs(client)
         assert "summarize_report" in tools and total == 0
-        assert httpx2.get(f"http://127.0.0.1:{port}/not-mcp", headers=auth, timeout=5).status_code == 404
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+        assert httpx2.get(f"http://127.0.0.1:{server.port}/not-mcp", headers=auth, timeout=5).status_code == 404

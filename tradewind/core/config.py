@@ -110,7 +110,8 @@ def _argument_problem(item: Any, model: type[pydantic.BaseModel], tool: str) -> 
     wording = _WORDING.get(kind)
     if wording is not None:
         try:
-            return wording.format(**{**context, "value": shown_value(value)})
+            length = len(value) if isinstance(value, str | list | dict) else 0
+            return wording.format(**{**context, "value": shown_value(value), "length": length})
         except (KeyError, IndexError, ValueError):
             pass
     return f"{item['msg']} (got {shown_value(value)})"

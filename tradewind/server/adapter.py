@@ -127,7 +127,8 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
     def run(mcp_context: Context, cancelled: threading.Event, arguments: dict[str, Any]) -> Any:
         sent = _sent(mcp_context, arguments)
         try:
-            request = request_model.model_validate(sent)  # the only validation the arguments get
+            # The only validation the arguments get. Strict, as JSON has types: "5" is not 5 and true is not 1.
+            request = request_model.model_validate(sent, strict=True)
         except pydantic.ValidationError as error:
             raise ToolError(describe_validation_error(error, tool.__name__, arguments_of=request_model)) from None
         try:
