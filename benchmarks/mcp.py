@@ -25,7 +25,8 @@ Prints readable lines, then one JSON line: value = HTTP p50 per call in ms, base
 `get_run` call in ms (the work every call does, with no protocol around it), ratio = baseline / value
 (the share of an HTTP call's latency that is the tool itself; 1.0 would mean the transport costs nothing).
 Also `overhead_ms_p50`, `http_p50_ms`, `http_p95_ms`, `http_calls_per_s`, `http_1_client_p50_ms`,
-`server_cpu_ms_per_call`.
+`server_cpu_ms_per_call`, `client_cpu_ms_per_call` (the 16 SDK clients share the machine with the server, so
+their CPU bounds calls/s too).
 """
 
 from __future__ import annotations
@@ -316,6 +317,7 @@ def main() -> None:
                 "http_calls_per_s": round(calls_per_s, 1),
                 "http_1_client_p50_ms": round(alone_ms, 2),
                 "server_cpu_ms_per_call": round(server_cpu / len(ms) * 1e3, 2),
+                "client_cpu_ms_per_call": round(client_cpu / len(ms) * 1e3, 2),
             }
         )
     )

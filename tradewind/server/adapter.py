@@ -143,23 +143,10 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
     @functools.wraps(tool)
     async def call(mcp_context: Context, **arguments: Any) -> Any:
         cancelled = threading.Event()
-
-        async def watch() -> None:
-            try:
-                await anyio.sleep_forever()
-            finally:  # the request's cancel scope was cancelled (notifications/cancelled), or the call ended
-                cancelled.set()
-
-        failure: list[Exception] = []
-        async with anyio.create_task_group() as group:
-            group.start_soon(watch)
-            try:  # not abandoned on cancellation: the request ends when the tool has stopped, not before
-                result = await anyio.to_thread.run_sync(run, mcp_context, cancelled, arguments)
-            except Exception as error:  # raised below, outside the group, which would wrap it in an ExceptionGroup
-                failure.append(error)
-            group.cancel_scope.cancel()
-        if failure:
-            raise failure[0]
+        if reports_progress:
+            result = await _run_cancellable(run, mcp_context, cancelled, arguments)
+        else:  # a quick tool: nothing could hear the cancellation, so no watcher
+            result = await anyio.to_thread.run_sync(run, mcp_context, cancelled, arguments)
         structured = result.model_dump(mode="json")
         text = TextContent(type="text", text=result.model_dump_json())  # compact: the SDK's own is indented
         return CallToolResult(content=[text, *result_links(tool.__name__, structured)], structured_content=structured)
@@ -168,6 +155,30 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
     call.__annotations__ = {"mcp_context": Context, "return": result_model}
     del call.__wrapped__  # make inspect use __signature__, not the tool's own parameters
     return call
+
+
+async def _run_cancellable(
+    run: Callable[..., Any], mcp_context: Context, cancelled: threading.Event, arguments: dict[str, Any]
+) -> Any:
+    """`run` in a worker thread, with `cancelled` set once the request is cancelled (or has ended)."""
+
+    async def watch() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:  # the request's cancel scope was cancelled (notifications/cancelled), or the call ended
+            cancelled.set()
+
+    failure: list[Exception] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        try:  # not abandoned on cancellation: the request ends when the tool has stopped, not before
+            result = await anyio.to_thread.run_sync(run, mcp_context, cancelled, arguments)
+        except Exception as error:  # raised below, outside the group, which would wrap it in an ExceptionGroup
+            failure.append(error)
+        group.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return result
 
 
 def _automatic_title(key: str) -> str:
