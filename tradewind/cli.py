@@ -251,6 +251,12 @@ def _runs(args: argparse.Namespace) -> int:
         print(f"run {info.run_id}: {info.status.value}" + (f" ({info.reason})" if info.reason else ""))
         return 0
     listed = list_runs(ctx, ListRunsRequest(limit=args.limit))
+    # A page ends at an agent's result budget; a terminal has none, so follow the cursor up to --limit runs.
+    while listed.next_cursor and (shown := len(listed.runs) + len(listed.unreadable)) < args.limit:
+        more = list_runs(ctx, ListRunsRequest(limit=args.limit - shown, cursor=listed.next_cursor))
+        listed = more.model_copy(
+            update={"runs": listed.runs + more.runs, "unreadable": listed.unreadable + more.unreadable}
+        )
     if args.json:
         _print_result(listed)
         return 0

@@ -102,11 +102,11 @@ async def run_demo(workspace: Path, steps: int, console: Console) -> str:
             f"eval loss {summary['first_eval_loss']:.3f} → {summary['final_eval_loss']:.3f}"
         )
 
-        metrics = await session.call("read_metrics", {"run_id": run_id, "limit": 1000})
-        evals = [(row["step"], row["eval_loss"]) for row in metrics["rows"] if row.get("eval_loss") is not None]
+        metrics = await session.call("read_metrics", {"run_id": run_id, "series": ["eval_loss"]})
+        evals = metrics["series"]["eval_loss"]
         session.say(
-            f"{metrics['total_rows']} metric rows; eval loss by step: "
-            + ", ".join(f"{step}: {loss:.3f}" for step, loss in evals)
+            f"{metrics['summary']['rows']} metric rows; eval loss by step: "
+            + ", ".join(f"{step}: {loss:.3f}" for step, loss in zip(evals["steps"], evals["values"], strict=True))
         )
 
         profile = await session.call("profile_run", {"run_id": run_id, "steps": 5})

@@ -11,7 +11,7 @@ from tradewind.tools import TOOLS
 
 pytestmark = pytest.mark.anyio
 
-BUDGET = 38_000  # characters of the compact tools/list JSON (16 tools); the issue's target is 25,000
+BUDGET = 36_000  # characters of the compact tools/list JSON (16 tools, 35,192 now); the issue asks for 25,000
 READ_ONLY = {
     "inspect_dataset",
     "tail_logs",
@@ -54,8 +54,8 @@ def test_every_tool_has_one_entry_in_the_hints_table():
 
 
 async def test_the_whole_tool_list_stays_within_what_it_has_reached(listed):
-    # Issue 10 asks for 25,000 characters; the lean schemas reach about 37,600 with 16 tools (launch_training's
-    # input alone is 11,500, almost all field descriptions). This holds what was reached until the rest is decided.
+    # Issue 10 asks for 25,000 characters; this holds what was reached (35,192: launch_training's input is about
+    # 9,500 of it) until the rest is cut.
     size = len(
         json.dumps(
             [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in listed], separators=(",", ":")

@@ -57,7 +57,7 @@ async def test_tokenize_dataset_sends_progress_notifications_up_to_the_input_siz
             client, "tokenize_dataset", {"input": "corpus.txt", "val_fraction": 0.3}, progress_callback=on_progress
         )
     size = (ctx.workspace.root / "corpus.txt").stat().st_size
-    assert info["reused"] is False and info["bad_records"] == {"skipped": 0, "per_file": {}, "examples": []}
+    assert info["reused"] is False and info["bad_records"] == {"skipped": 0, "files": 0, "per_file": {}, "examples": []}
     assert seen and seen[-1] == (size, size, "input bytes tokenized")
     assert [p for p, _, _ in seen] == sorted(p for p, _, _ in seen)
 
@@ -181,18 +181,19 @@ async def test_list_runs_is_newest_first_and_bounded(server, finished_run, ctx):
     assert [run["run_id"] for run in one["runs"]] == ids[:1]
 
 
-async def test_read_metrics_pages_through_every_row(server, finished_run):
+async def test_read_metrics_returns_every_row_of_a_short_run_as_series_and_a_summary(server, finished_run):
     async with Client(server) as client:
-        whole = await call(client, "read_metrics", {"run_id": finished_run.run_id, "limit": 2000})
-        pages, offset = [], 0
-        while offset is not None:
-            page = await call(client, "read_metrics", {"run_id": finished_run.run_id, "offset": offset, "limit": 3})
-            pages.extend(page["rows"])
-            offset = page["next_offset"]
-    assert pages == whole["rows"] and whole["total_rows"] == len(pages)
-    assert [row["step"] for row in whole["rows"]] == sorted(row["step"] for row in whole["rows"])
-    eval_steps = [row["step"] for row in whole["rows"] if "eval_loss" in row and row["eval_loss"] is not None]
-    assert eval_steps == [0, 10, 20, 30]
+        metrics = await call(client, "read_metrics", {"run_id": finished_run.run_id})
+        zoomed = await call(
+            client, "read_metrics", {"run_id": finished_run.run_id, "start_step": 10, "end_step": 20, "series": ["lr"]}
+        )
+    assert not metrics["truncated"] and metrics["rows_kept"] == metrics["rows_in_range"] == metrics["summary"]["rows"]
+    assert metrics["series"]["eval_loss"]["steps"] == [0, 10, 20, 30]
+    assert metrics["series"]["loss"]["steps"] == [5, 10, 15, 20, 25, 30]
+    assert metrics["summary"]["last_step"] == 30 and metrics["summary"]["best_eval_loss"] == pytest.approx(
+        finished_run.summary.best_eval_loss, rel=1e-5
+    )
+    assert list(zoomed["series"]) == ["lr"] and zoomed["series"]["lr"]["steps"] == [10, 15, 20]
 
 
 async def test_profile_run_times_steps_and_writes_a_trace(server, finished_run, tiny_run_settings):
@@ -209,20 +210,22 @@ async def test_profile_run_times_steps_and_writes_a_trace(server, finished_run, 
 async def test_summarize_report_writes_markdown_and_a_png(server, finished_run):
     async with Client(server) as client:
         report = await call(client, "summarize_report", {"run_id": finished_run.run_id})
+        served = await client.read_resource(report["report_uri"])
     from pathlib import Path
 
     path = Path(report["report_path"])
-    assert path.read_text() == report["markdown"]
+    markdown = path.read_text()
+    assert served.contents[0].text == markdown and "markdown" not in report
     summary = finished_run.summary
     assert report["final_eval_loss"] == summary.final_eval_loss
-    assert f"{summary.final_eval_loss:,.4f}" in report["markdown"]
-    assert f"{summary.parameters:,}" in report["markdown"]
+    assert f"{summary.final_eval_loss:,.4f}" in markdown
+    assert f"{summary.parameters:,}" in markdown
     (plot,) = report["plot_paths"]
     png = Path(plot).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
     assert (width, height) == (840, 480)
-    assert Path(plot).parent == path.parent and Path(plot).name in report["markdown"]
+    assert Path(plot).parent == path.parent and Path(plot).name in markdown
 
 
 async def test_sample_text_continues_a_prompt_from_the_runs_checkpoint(server, finished_run):
@@ -270,7 +273,10 @@ BAD_CALLS = [
     ("cancel_run", {"run_id": "run-nope"}, "unknown run id 'run-nope'"),
     ("cancel_run", {"run_id": "../x"}, "not a valid id"),
     ("read_metrics", {"run_id": "run-nope"}, "unknown run id"),
-    ("read_metrics", {"run_id": "RUN", "limit": "all"}, "limit"),
+    ("read_metrics", {"run_id": "RUN", "max_points": "all"}, "max_points"),
+    ("read_metrics", {"run_id": "RUN", "start_step": 9, "end_step": 3}, "start_step 9 is after end_step 3"),
+    ("read_metrics", {"run_id": "RUN", "series": ["perplexity"]}, "series"),
+    ("list_runs", {"cursor": "../x"}, "not a valid id"),
     ("tail_logs", {"run_id": "RUN", "limit_bytes": 64_000}, "limit_bytes"),
     ("profile_run", {"run_id": "run-nope"}, "unknown run id"),
     ("profile_run", {"run_id": "RUN", "steps": 0}, "steps"),

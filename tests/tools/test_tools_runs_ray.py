@@ -48,7 +48,8 @@ def test_a_tpu_run_on_ray_through_mcp_is_placed_on_the_slice_head_and_trains(
     job = ctx.job_backend("ray").status(done["job_id"])
     bundles, _ = ray_bundles(job.spec)
     assert bundles == [{"CPU": 1.0, "TPU": 8, "TPU-v5litepod-8-head": 1}]
-    assert [row["step"] for row in metrics["rows"]] == [0, 5, 6] and metrics["rows"][-1]["loss"] > 0
+    steps = sorted({step for series in metrics["series"].values() for step in series["steps"]})
+    assert steps == [0, 5, 6] and metrics["series"]["loss"]["values"][-1] > 0
 
 
 def test_two_replicas_on_ray_train_exactly_as_one_local_process_on_the_same_global_batch(

@@ -59,3 +59,14 @@ def test_event_file_holds_a_version_header_then_one_event_per_scalars_call(tmp_p
     assert [event[2] for event in events[1:]] == [5, 10]
     values = [dict(fields(v)) for _, v in fields(events[1][5])]
     assert [(v[1], round(v[2], 6)) for v in values] == [(b"loss", 2.5), (b"lr", 0.001)]
+
+
+def test_a_value_past_float32s_range_is_written_as_infinite_and_nan_stays_nan(tmp_path):
+    # A diverging run's grad norm can pass 3.4e38, which a float32 cannot hold; that used to crash the run.
+    with EventWriter(tmp_path / "tb") as writer:
+        writer.scalars(1, {"grad_norm": 1e39, "loss": -1e39, "param_norm": float("nan")})
+    (path,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    event = dict(fields(records(path.read_bytes())[1]))
+    values = {v[1]: v[2] for v in (dict(fields(value)) for _, value in fields(event[5]))}
+    assert values[b"grad_norm"] == float("inf") and values[b"loss"] == float("-inf")
+    assert values[b"param_norm"] != values[b"param_norm"]  # NaN

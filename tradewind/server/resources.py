@@ -133,7 +133,9 @@ def register_resources(server: MCPServer, ctx: ToolContext) -> None:
     )
     def run_metrics(run_id: str) -> str:
         path = run_file(run_id, lambda layout: layout.metrics, "metrics")
-        return _tail(path, f"page through every row with the `read_metrics` tool (run_id {run_id!r}, offset, limit)")
+        return _tail(
+            path, f"every row of a step range with the `read_metrics` tool (run_id {run_id!r}, start_step, end_step)"
+        )
 
     @_run_resource(server, "logs", f"A run's training log; the last {MAX_RESOURCE_CHARS:,} characters when longer.")
     def run_logs(run_id: str) -> str:

@@ -10,9 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import PIPELINE_CALLABLE, JobRecord, JobSpec, JobStatus, PipelineJob, PlannedStep, Resources
 from tradewind.core import ConfigError, InvalidInputError, TradewindError, make_id, read_json
+from tradewind.tools.bounds import LINE_CHARS, RESULT_CHARS, cut, cut_path, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 
 PLAN_TIMEOUT_S = 120
+# A backend's JSON less its job lists: name, detail (cut), counts and its resource totals (a few dozen kinds).
+_BACKEND_CHARS = 3_000
 
 
 class ClusterStatusRequest(BaseModel):
@@ -21,7 +24,13 @@ class ClusterStatusRequest(BaseModel):
     backend: Literal["all", "local", "ray"] = Field(
         default="all", description="Which backend to show; 'all' adds Ray when RAY_ADDRESS is set."
     )
-    limit: int = Field(default=50, ge=1, le=500, description="Most queued and most running jobs to list per backend.")
+    limit: int = Field(
+        default=50,
+        ge=1,
+        le=500,
+        description="Most queued and most running jobs to list per backend; fewer when the lists would "
+        "pass the result's 32,000 characters (the counts say how many there are).",
+    )
 
 
 class JobSummary(BaseModel):
@@ -33,7 +42,7 @@ class JobSummary(BaseModel):
     replicas: int
     resources: Resources
     attempts: int = Field(description="Attempts started so far (1 + retries).")
-    reason: str | None = None
+    reason: str | None = Field(default=None, description=f"Cut to {LINE_CHARS} characters.")
 
 
 class BackendInfo(BaseModel):
@@ -42,8 +51,8 @@ class BackendInfo(BaseModel):
     detail: str | None = Field(default=None, description="Address of the cluster, or why it is unavailable.")
     capacity: dict[str, float] = Field(default_factory=dict, description="Resources the backend may hand out.")
     used: dict[str, float] = Field(default_factory=dict, description="Resources held by running jobs.")
-    running_count: int = 0
-    queued_count: int = 0
+    running_count: int = Field(default=0, description="Jobs running; `running` lists the first of them.")
+    queued_count: int = Field(default=0, description="Jobs queued; `queued` lists the first of them.")
     running: list[JobSummary] = Field(default_factory=list)
     queued: list[JobSummary] = Field(default_factory=list, description="Jobs waiting for resources, oldest first.")
 
@@ -71,8 +80,10 @@ class RunPipelineResult(BaseModel):
     pipeline: str
     dry_run: bool
     steps: list[PlannedStep] = Field(
-        description="Each step with its output path and action: run, cached, rerun, blocked."
+        description="Each step with its output path and action: run, cached, rerun, blocked; the first ones, when "
+        "all would pass the result's 32,000 characters (long names, paths and errors are cut)."
     )
+    steps_total: int = Field(description="Steps in the pipeline.")
     job_id: str | None = Field(default=None, description="The job running the pipeline (not for a dry run).")
     log_file: str | None = Field(
         default=None, description="The job's log: progress lines, then one JSON line per step."
@@ -82,42 +93,45 @@ class RunPipelineResult(BaseModel):
 def _summary(record: JobRecord) -> JobSummary:
     return JobSummary(
         job_id=record.id,
-        name=record.spec.name,
+        name=cut(record.spec.name),
         status=record.status,
         submitted_at=record.submitted_at,
         started_at=record.started_at,
         replicas=record.spec.replicas,
         resources=record.spec.resources,
         attempts=record.attempts,
-        reason=record.reason,
+        reason=cut(record.reason) if record.reason else None,
     )
 
 
-def _info(status, limit: int) -> BackendInfo:
+def _info(status, limit: int, budget: int) -> BackendInfo:
+    """A backend's state, its two job lists cut to `limit` jobs and together `budget` characters of JSON."""
+    running = fitting((_summary(r) for r in status.running[:limit]), budget // 2)
+    queued = fitting((_summary(r) for r in status.queued[:limit]), budget // 2)
     return BackendInfo(
         name=status.name,
         available=True,
-        detail=status.detail,
+        detail=cut(status.detail) if status.detail else None,
         capacity=status.capacity,
         used=status.used,
         running_count=len(status.running),
         queued_count=len(status.queued),
-        running=[_summary(r) for r in status.running[:limit]],
-        queued=[_summary(r) for r in status.queued[:limit]],
+        running=running,
+        queued=queued,
     )
 
 
-def _ray_info(limit: int) -> BackendInfo:
+def _ray_info(limit: int, budget: int) -> BackendInfo:
     if not os.environ.get("RAY_ADDRESS"):
         return BackendInfo(name="ray", available=False, detail="RAY_ADDRESS is unset; set it to a Ray head's address")
     try:
         from tradewind.cluster import RayBackend
 
-        return _info(RayBackend().cluster_status(), limit)
+        return _info(RayBackend().cluster_status(), limit, budget)
     except ImportError:
         return BackendInfo(name="ray", available=False, detail="Ray is not installed (pip install 'tradewind[ray]')")
     except Exception as error:  # an unreachable cluster is a fact to report, not a tool failure
-        return BackendInfo(name="ray", available=False, detail=f"{type(error).__name__}: {error}")
+        return BackendInfo(name="ray", available=False, detail=cut(f"{type(error).__name__}: {error}"))
 
 
 def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterStatus:
@@ -126,11 +140,13 @@ def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterSt
     The local backend is always there (this machine, with a ledger of CPUs, memory and GPUs); Ray
     appears when RAY_ADDRESS is set. Cheap: reads the job database and, for Ray, asks its head.
     """
+    # The job lists of each backend share what is left of the result once capacities and counts are in.
+    budget = (RESULT_CHARS - _BACKEND_CHARS * 2) // 2
     backends = []
     if request.backend in ("all", "local"):
-        backends.append(_info(ctx.backend.cluster_status(), request.limit))
+        backends.append(_info(ctx.backend.cluster_status(), request.limit, budget))
     if request.backend == "ray" or (request.backend == "all" and os.environ.get("RAY_ADDRESS")):
-        backends.append(_ray_info(request.limit))
+        backends.append(_ray_info(request.limit, budget))
     return ClusterStatus(backends=backends)
 
 
@@ -167,6 +183,23 @@ def _plan(ctx: ToolContext, path: Path, force: bool, progress: Progress) -> list
     return [PlannedStep.model_validate(step) for step in read_json(plan_file)]
 
 
+def _pipeline_result(path: Path, steps: list[PlannedStep], **fields: Any) -> RunPipelineResult:
+    """The result with as many steps (their long strings cut) as fit the result's characters."""
+    result = RunPipelineResult(pipeline=str(path), steps=[], steps_total=len(steps), **fields)
+    shown = (
+        step.model_copy(
+            update={
+                "name": cut(step.name),
+                "output_path": cut_path(step.output_path),
+                "error": cut(step.error) if step.error else None,
+            }
+        )
+        for step in steps
+    )
+    result.steps = fitting(shown, RESULT_CHARS - len(result.model_dump_json()))
+    return result
+
+
 def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progress = no_progress) -> RunPipelineResult:
     """Run a pipeline file's Python code to plan (dry run, the default) or run its cached steps.
 
@@ -183,7 +216,7 @@ def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progre
         raise InvalidInputError(f"argument 'pipeline': {request.pipeline!r} is not a Python file")
     steps = _plan(ctx, path, request.force, progress)
     if request.dry_run:
-        return RunPipelineResult(pipeline=str(path), dry_run=True, steps=steps)
+        return _pipeline_result(path, steps, dry_run=True)
     blocked = [step.name for step in steps if step.action == "blocked"]
     if blocked:
         raise InvalidInputError(
@@ -195,4 +228,4 @@ def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progre
         kwargs=_pipeline_kwargs(ctx, path, request.force, dry_run=False),
     )
     record = ctx.backend.submit(spec, job_id=make_id("pipeline"))
-    return RunPipelineResult(pipeline=str(path), dry_run=False, steps=steps, job_id=record.id, log_file=record.log_path)
+    return _pipeline_result(path, steps, dry_run=False, job_id=record.id, log_file=record.log_path)

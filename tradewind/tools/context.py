@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,6 +18,21 @@ LOG_TAIL_LINES = 20
 SETTINGS_FILE = "settings.yaml"
 
 
+class LaunchLimits(BaseModel):
+    """What one `launch_training` call may start; `limits:` in `<workspace>/settings.yaml` raises them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_active_runs: int = Field(default=4, ge=1, description="Runs of the workspace pending or running at once.")
+    max_steps: int = Field(default=1_000_000, ge=1, description="Steps of one run.")
+    memory_fraction: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Share of this machine's available memory a local CPU run's estimated need may take.",
+    )
+
+
 class WorkspaceSettings(BaseModel):
     """`<workspace>/settings.yaml`: defaults for every run in the workspace."""
 
@@ -25,6 +41,7 @@ class WorkspaceSettings(BaseModel):
     backend: Literal["local", "ray"] | None = Field(
         default=None, description="Backend of runs that name none; null: 'ray' when RAY_ADDRESS is set, else 'local'."
     )
+    limits: LaunchLimits = Field(default_factory=LaunchLimits)
 
 
 Progress = Callable[[float, float | None, str | None], None]
@@ -85,11 +102,20 @@ class ToolContext:
             self._connected[key] = get_backend(name, self.workspace.jobs_dir, address)
         return self._connected[key]
 
+    @property
+    def settings_path(self) -> Path:
+        return self.workspace.root / SETTINGS_FILE
+
+    def settings(self) -> WorkspaceSettings:
+        """The workspace's settings.yaml (defaults when there is none), read afresh: a person may edit it."""
+        if self.settings_path.is_file():
+            return load_config(WorkspaceSettings, self.settings_path)
+        return WorkspaceSettings()
+
     def default_backend(self) -> str:
         """The backend of a run that names none: the workspace's settings.yaml, else Ray when RAY_ADDRESS is
         set, else local."""
-        path = self.workspace.root / SETTINGS_FILE
-        if path.is_file() and (chosen := load_config(WorkspaceSettings, path).backend):
+        if chosen := self.settings().backend:
             return chosen
         return "ray" if os.environ.get("RAY_ADDRESS") else "local"
 

@@ -30,12 +30,14 @@ from tradewind.data import (
 from tradewind.data import (
     train_tokenizer as train_bpe_on_files,
 )
+from tradewind.tools.bounds import PAGE_CHARS, RESULT_CHARS, cut, cut_path, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress
 
 BUILTIN_PREFIX = "builtin:"
 TOKENIZERS_DIR = "tokenizers"
 Formats = Literal["auto", "text", "jsonl", "parquet"]
 _MANIFEST = "manifest.json"  # its presence marks a finished token cache
+MAX_FILES_SHOWN = 20  # input files named in one result (a dataset may have thousands)
 _BUILTINS = ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
 _INPUT_HELP = (
     "A text, JSONL (.jsonl/.ndjson, optionally .gz/.zst) or Parquet file, a folder of them, or a glob such as "
@@ -50,12 +52,24 @@ DATASET_HELP = (
 
 class BadRecordReport(BaseModel):
     skipped: int = Field(description="Bad input records skipped: malformed JSON, missing/non-string text, bad UTF-8.")
-    per_file: dict[str, int] = Field(description="Skipped records by file.")
-    examples: list[str] = Field(description="The first few, each 'file:line: reason'.")
+    files: int = Field(description="Input files with skipped records.")
+    per_file: dict[str, int] = Field(
+        description=f"Skipped records by file, for the {MAX_FILES_SHOWN} files with the most."
+    )
+    examples: list[str] = Field(description="The first few, each 'file:line: reason', cut to 300 characters.")
 
     @classmethod
     def of(cls, bad: BadRecords) -> BadRecordReport:
-        return cls(skipped=bad.skipped, per_file=bad.per_file, examples=bad.examples)
+        most = sorted(bad.per_file.items(), key=lambda item: item[1], reverse=True)[:MAX_FILES_SHOWN]
+        per_file: dict[str, int] = {}
+        for file, count in most:  # two long paths may end alike once cut: count them together
+            per_file[cut_path(file)] = per_file.get(cut_path(file), 0) + count
+        return cls(
+            skipped=bad.skipped,
+            files=len(bad.per_file),
+            per_file=per_file,
+            examples=[cut(example) for example in bad.examples],
+        )
 
 
 class TokenizeDatasetRequest(BaseModel):
@@ -276,9 +290,17 @@ class TrainTokenizerRequest(BaseModel):
     format: Formats = Field(default="auto", description="Input format, as in tokenize_dataset.")
     text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted for nested fields.")
     max_documents: int | None = Field(
-        default=None, ge=1, description="Train on at most this many documents (the first ones); default: all."
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="Train on at most this many documents (the first ones); default: all.",
     )
-    min_frequency: int = Field(default=2, ge=1, description="Fewest occurrences for a pair of tokens to be merged.")
+    min_frequency: int = Field(
+        default=2,
+        ge=1,
+        le=1_000_000,
+        description="Fewest occurrences for a pair of tokens to be merged.",
+    )
 
 
 class TrainedTokenizer(BaseModel):
@@ -340,7 +362,13 @@ class InspectDatasetRequest(BaseModel):
     dataset_id: str = Field(description=DATASET_HELP)
     split: Literal["train", "val"] = Field(default="train", description="The split to histogram and sample.")
     samples: int = Field(default=3, ge=0, le=20, description="Documents to decode and show, evenly spaced.")
-    sample_chars: int = Field(default=400, ge=1, le=10_000, description="Characters to show of each sample.")
+    sample_chars: int = Field(
+        default=400,
+        ge=1,
+        le=10_000,
+        description="Characters to show of each sample; the samples together get what is left of "
+        "the result's 32,000 characters, shared equally.",
+    )
 
 
 class LengthHistogram(BaseModel):
@@ -352,10 +380,14 @@ class LengthHistogram(BaseModel):
     max: int
 
 
+_SAMPLE_FIELDS_CHARS = 100  # a SampleDocument's JSON less its text's: keys, numbers, quotes, a comma
+
+
 class SampleDocument(BaseModel):
     index: int = Field(description="The document's index in the split.")
     tokens: int
-    text: str = Field(description="Decoded text, cut to sample_chars.")
+    text: str = Field(description="Decoded text, cut to sample_chars or to its share of the result.")
+    truncated: bool = Field(description="True when the document goes on past `text`.")
 
 
 class DatasetReport(BaseModel):
@@ -370,7 +402,8 @@ class DatasetReport(BaseModel):
     tokens: dict[str, int] = Field(description="Tokens per split, BOS/EOS included.")
     bytes: dict[str, int] = Field(description="UTF-8 bytes of text per split, before tokenization.")
     shards: int
-    sources: list[str] = Field(description="Input files, with their sizes in bytes.")
+    sources: list[str] = Field(description=f"The first {MAX_FILES_SHOWN} input files, with their sizes in bytes.")
+    sources_total: int = Field(description="Input files in all.")
     histogram: LengthHistogram = Field(description="Document lengths in tokens, in power-of-two bins, of the split.")
     samples: list[SampleDocument]
     note: str | None = Field(default=None, description="Why samples are missing, when they are.")
@@ -391,12 +424,12 @@ def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> Dataset
     top = max(int(lengths.max()) if len(lengths) else 1, 1)
     edges = [0] + [2**k for k in range(top.bit_length() + 1)]
     counts, _ = np.histogram(lengths, bins=edges)
-    samples, note = [], None
+    texts, note = [], None
     if request.samples:
         try:
             tokenizer = load_tokenizer(manifest.tokenizer.name)
         except TradewindError as error:
-            tokenizer, note = None, f"samples not decoded: {error}"
+            tokenizer, note = None, cut(f"samples not decoded: {error}")
         if tokenizer is not None and tokenizer.fingerprint != manifest.tokenizer.fingerprint:
             tokenizer, note = None, f"samples not decoded: {manifest.tokenizer.name} changed since the cache was built"
         if tokenizer is not None:
@@ -404,9 +437,8 @@ def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> Dataset
             picks = np.unique(np.linspace(0, len(lengths) - 1, num=min(request.samples, len(lengths))).astype(int))
             for index in picks.tolist():
                 ids = np.asarray(tokens[int(offsets[index]) : int(offsets[index + 1])])
-                text = tokenizer.decode(ids.tolist())[: request.sample_chars]
-                samples.append(SampleDocument(index=index, tokens=len(ids), text=text))
-    return DatasetReport(
+                texts.append((index, len(ids), tokenizer.decode(ids.tolist())))
+    report = DatasetReport(
         dataset_id=request.dataset_id,
         path=str(path),
         tokenizer=manifest.tokenizer.name,
@@ -418,7 +450,8 @@ def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> Dataset
         tokens={split: stats.tokens for split, stats in manifest.splits.items()},
         bytes={split: stats.bytes for split, stats in manifest.splits.items()},
         shards=len(manifest.splits[request.split].shards),
-        sources=[f"{source.path} ({source.size} bytes)" for source in manifest.sources],
+        sources=[cut_path(f"{source.path} ({source.size} bytes)") for source in manifest.sources[:MAX_FILES_SHOWN]],
+        sources_total=len(manifest.sources),
         histogram=LengthHistogram(
             edges=edges,
             counts=counts.tolist(),
@@ -427,16 +460,30 @@ def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> Dataset
             mean=float(lengths.mean()),
             max=int(lengths.max()),
         ),
-        samples=samples,
+        samples=[],
         note=note,
         bad_records=BadRecordReport.of(manifest.bad_records),
     )
+    # The samples share what the rest leaves of the result's budget (and a sample's other fields need room).
+    share = (RESULT_CHARS - len(report.model_dump_json())) // max(len(texts), 1) - _SAMPLE_FIELDS_CHARS
+    for index, tokens_in_it, text in texts:
+        shown = cut(text[: request.sample_chars], share)
+        report.samples.append(SampleDocument(index=index, tokens=tokens_in_it, text=shown, truncated=shown != text))
+    return report
 
 
 class ListDatasetsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    limit: int = Field(default=50, ge=1, le=500, description="Most recently built datasets to return.")
+    limit: int = Field(
+        default=50,
+        ge=1,
+        le=500,
+        description="Most datasets to return, newest first; a page also ends before 32,000 characters.",
+    )
+    cursor: str | None = Field(
+        default=None, description="next_cursor of the previous page, to list the datasets after it; null: the newest."
+    )
 
 
 class DatasetSummary(BaseModel):
@@ -452,12 +499,16 @@ class DatasetSummary(BaseModel):
 class DatasetList(BaseModel):
     datasets: list[DatasetSummary] = Field(description="Newest first.")
     total: int = Field(description="Complete datasets in the workspace.")
+    next_cursor: str | None = Field(
+        description="Pass as cursor to list the datasets after this page; null when there are none."
+    )
 
 
 def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList:
-    """List the token caches in the workspace, newest first, with their tokenizer and sizes.
+    """List the token caches in the workspace, newest first, with their tokenizer and sizes, a page at a time.
 
-    Use it to find a dataset id to train on or inspect. Unfinished builds are not listed.
+    Use it to find a dataset id to train on or inspect. Unfinished builds are not listed. Pass next_cursor
+    on for older datasets.
     """
     found = []
     root = ctx.workspace.datasets_dir
@@ -473,12 +524,25 @@ def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList
             DatasetSummary(
                 dataset_id=folder.name,
                 created=manifest.created,
-                tokenizer=manifest.tokenizer.name,
+                tokenizer=cut_path(manifest.tokenizer.name),
                 vocab_size=manifest.tokenizer.vocab_size,
                 documents=sum(s.documents for s in manifest.splits.values()),
                 tokens=sum(s.tokens for s in manifest.splits.values()),
-                sources=[source.path for source in manifest.sources[:3]],
+                sources=[cut_path(source.path) for source in manifest.sources[:3]],
             )
         )
     found.sort(key=lambda summary: (summary.created, summary.dataset_id), reverse=True)
-    return DatasetList(datasets=found[: request.limit], total=len(found))
+    start = 0
+    if request.cursor is not None:
+        ids = [summary.dataset_id for summary in found]
+        if request.cursor not in ids:
+            raise NotFoundError(
+                f"argument 'cursor': no dataset {cut(request.cursor, 200)!r} to continue after (was it deleted?); "
+                "list again without a cursor"
+            )
+        start = ids.index(request.cursor) + 1
+    left = found[start:]
+    page = fitting(left[: request.limit], PAGE_CHARS)
+    return DatasetList(
+        datasets=page, total=len(found), next_cursor=page[-1].dataset_id if len(page) < len(left) else None
+    )

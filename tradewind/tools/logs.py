@@ -6,17 +6,23 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tradewind.tools.bounds import fitting_prefix
 from tradewind.tools.context import ToolContext
 from tradewind.tools.runs import RunRequest, get_run
 from tradewind.trainer import RunLayout
 
 MAX_PAGE_BYTES = 32_000
+MAX_CURSOR = 2**50  # a petabyte of log: past any real file, within what JSON numbers carry exactly
+# The page's text as JSON: what is left of a result's 32,000 characters after the hints and the other fields.
+MAX_TEXT_CHARS = 28_000
 
 
 class TailLogsRequest(RunRequest):
     model_config = ConfigDict(extra="forbid")
 
-    cursor: int = Field(default=0, ge=0, description="Byte offset to read from: 0, or next_cursor of the last page.")
+    cursor: int = Field(
+        default=0, ge=0, le=MAX_CURSOR, description="Byte offset to read from: 0, or next_cursor of the last page."
+    )
     limit_bytes: int = Field(default=16_000, ge=1, le=MAX_PAGE_BYTES, description="Most bytes of log to return.")
 
 
@@ -30,7 +36,10 @@ class LogHint(BaseModel):
 
 class LogPage(BaseModel):
     run_id: str
-    text: str = Field(description="The log from `cursor`, cut back to whole UTF-8 characters.")
+    text: str = Field(
+        description=f"The log from `cursor`: at most limit_bytes bytes and {MAX_TEXT_CHARS:,} characters as JSON "
+        "(escapes counted), cut back to whole UTF-8 characters."
+    )
     cursor: int
     next_cursor: int = Field(description="Pass as cursor to read on; equals size at the end of the log so far.")
     size: int = Field(description="Bytes in the log so far.")
@@ -90,6 +99,10 @@ def tail_logs(ctx: ToolContext, request: TailLogsRequest) -> LogPage:
                 continue
             data = data[: len(data) - cut]
             break
+    # Undecodable bytes stay one character each (surrogateescape) so that the bytes a cut keeps can be counted.
+    text = data.decode("utf-8", errors="surrogateescape")
+    text = text[: fitting_prefix(text, MAX_TEXT_CHARS)]
+    data = text.encode("utf-8", errors="surrogateescape")
     text = data.decode("utf-8", errors="replace")
     next_cursor = request.cursor + len(data)
     lines = [*text.splitlines(), *([info.reason] if info.reason and info.status.finished else [])]

@@ -24,7 +24,7 @@ class ReportInfo(BaseModel):
     final_eval_loss: float | None
     best_eval_loss: float | None
     tokens_per_s: float | None = Field(description="Mean training throughput.")
-    markdown: str = Field(description="The report's text.")
+    report_uri: str = Field(description="The MCP resource that serves the report's text.")
 
 
 def plot_losses(rows: list[MetricRow], title: str, path: Path) -> None:
@@ -108,7 +108,8 @@ def summarize_report(ctx: ToolContext, request: RunRequest) -> ReportInfo:
     """Write a markdown report of a run (config, final and best loss, throughput, loss-curve PNG).
 
     Works on finished and running runs alike (a running one is reported as it stands). Takes a
-    second; returns the report's path and its text.
+    second; returns the headline figures and where the report is: its path, and the resource
+    `tradewind://runs/{run_id}/report` that serves its text.
     """
     info = get_run(ctx, request)
     layout = RunLayout(Path(info.run_dir))
@@ -136,5 +137,5 @@ def summarize_report(ctx: ToolContext, request: RunRequest) -> ReportInfo:
         final_eval_loss=summary.final_eval_loss if summary else info.eval_loss,
         best_eval_loss=summary.best_eval_loss if summary else None,
         tokens_per_s=summary.mean_tokens_per_s if summary else None,
-        markdown=markdown,
+        report_uri=f"tradewind://runs/{request.run_id}/report",  # served by tradewind.server.resources
     )

@@ -7,19 +7,30 @@ started by `launch_training`, `tradewind train` or a Python call of `tradewind.t
 
 from __future__ import annotations
 
+import math
 import shutil
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tradewind.cluster import JobRecord, JobSpec, JobStatus, accelerator_resources
 from tradewind.cluster.process import process_alive
-from tradewind.core import InvalidInputError, NotFoundError, TradewindError, atomic_write_json, make_id, tail_lines
+from tradewind.core import (
+    InvalidInputError,
+    NotFoundError,
+    TradewindError,
+    atomic_write_json,
+    check_id,
+    make_id,
+    tail_lines,
+)
+from tradewind.tools.bounds import LINE_CHARS, PAGE_CHARS, cut, fitting
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
+from tradewind.tools.limits import check_launch_limits
 from tradewind.trainer import (
     TRAIN_CALLABLE,
     MetricRow,
@@ -41,6 +52,27 @@ CANCEL_WAIT_S = 60.0
 RAY_PENDING_TIMEOUT_S = 1800.0  # a Ray run that names no pending_timeout_s
 # What a continued run must share with its parent, so that its data order and results are those of one run.
 INHERITED = ("dataset", "model", "seed", "batch_size", "seq_len", "init_from")
+REASON_CHARS = 2_000  # a run's reason in get_run; the whole story is in its log (tail_logs)
+MAX_STEP = 1_000_000_000
+# The series read_metrics can return, in MetricRow's order; the first five unless asked.
+MetricName = Literal[
+    "loss",
+    "eval_loss",
+    "lr",
+    "grad_norm",
+    "tokens_per_s",
+    "param_norm",
+    "step_time_s",
+    "mfu",
+    "skipped_steps",
+    "eval_perplexity",
+    "eval_bits_per_byte",
+]
+DEFAULT_SERIES: tuple[MetricName, ...] = ("loss", "eval_loss", "lr", "grad_norm", "tokens_per_s")
+# Points of all series together in one read_metrics result: at most ~25 characters each (a step, a value
+# of 6 significant figures, two commas), so 1,000 of them leave room for the summary in 32,000 characters.
+MAX_POINTS = 1_000
+SIGNIFICANT_DIGITS = 6
 
 
 class LaunchTrainingRequest(TrainConfig):
@@ -73,12 +105,44 @@ class WaitForRunRequest(RunRequest):
 class ListRunsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    limit: int = Field(default=20, ge=1, le=200, description="Most recent runs to return.")
+    limit: int = Field(
+        default=20,
+        ge=1,
+        le=200,
+        description="Most runs to return, newest first; a page also ends before 32,000 characters.",
+    )
+    cursor: str | None = Field(
+        default=None, description="next_cursor of the previous page, to list the runs older than it; null: the newest."
+    )
 
 
 class ReadMetricsRequest(RunRequest):
-    offset: int = Field(default=0, ge=0, description="Rows to skip from the start (for paging).")
-    limit: int = Field(default=200, ge=1, le=2000, description="At most this many rows.")
+    series: list[MetricName] = Field(
+        default=list(DEFAULT_SERIES),
+        min_length=1,
+        max_length=len(get_args(MetricName)),
+        description="Metrics to return, each as a series of (step, value) points.",
+    )
+    max_points: int = Field(
+        default=200,
+        ge=4,
+        le=MAX_POINTS,
+        description="Most rows to keep of the step range, downsampled when there are more: the "
+        "first, the last, the lowest loss and every eval row are kept, the rest evenly spaced. All series together "
+        f"hold at most {MAX_POINTS:,} points, so asking for many series lowers it (5 series: 200 rows each).",
+    )
+    start_step: int | None = Field(
+        default=None, ge=0, le=MAX_STEP, description="First step to show (inclusive); null: the first row."
+    )
+    end_step: int | None = Field(
+        default=None, ge=0, le=MAX_STEP, description="Last step to show (inclusive); null: the latest row."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ReadMetricsRequest:
+        if self.start_step is not None and self.end_step is not None and self.start_step > self.end_step:
+            raise ValueError(f"start_step {self.start_step} is after end_step {self.end_step}")
+        return self
 
 
 class RunInfo(BaseModel):
@@ -103,8 +167,15 @@ class RunInfo(BaseModel):
     ended_at: str | None = None
     pid: int | None = None
     exit_code: int | None = None
-    reason: str | None = Field(default=None, description="Why the run failed, was cancelled, or is still waiting.")
-    log_tail: list[str] = Field(default_factory=list, description="Last lines of the run's log when it failed.")
+    reason: str | None = Field(
+        default=None,
+        description=f"Why the run failed, was cancelled, or is still waiting (cut to {REASON_CHARS:,} characters).",
+    )
+    log_tail: list[str] = Field(
+        default_factory=list,
+        description=f"Last {LOG_TAIL_LINES} lines of the run's log when it failed, each cut to {LINE_CHARS} "
+        "characters; tail_logs reads the whole log.",
+    )
     summary: TrainSummary | None = Field(default=None, description="Final figures, once the run has finished.")
 
 
@@ -112,25 +183,69 @@ class WaitForRunResult(RunInfo):
     timed_out: bool = Field(description="True when the run was still going at the timeout; call again to wait on.")
 
 
+class RunEntry(BaseModel):
+    """One run in list_runs: get_run tells the rest."""
+
+    run_id: str
+    status: JobStatus
+    step: int
+    total_steps: int
+    loss: float | None = Field(description="Latest training loss.")
+    eval_loss: float | None = Field(description="Latest held-out loss.")
+    backend: str
+    accelerator: str
+    submitted_at: str
+    reason: str | None = Field(description=f"Why it failed or waits, cut to {LINE_CHARS} characters.")
+
+
 class UnreadableRun(BaseModel):
     run_id: str = Field(description="The folder's name under runs/.")
-    run_dir: str
-    reason: str = Field(description="Why it could not be read.")
+    reason: str = Field(description=f"Why it could not be read, cut to {LINE_CHARS} characters.")
 
 
 class RunList(BaseModel):
-    runs: list[RunInfo]
+    runs: list[RunEntry] = Field(description="Newest first.")
     unreadable: list[UnreadableRun] = Field(
-        default_factory=list, description="Folders in runs/ among the most recent `limit` that are not readable runs."
+        default_factory=list, description="Folders in runs/ on this page that are not readable runs."
     )
-    total: int = Field(description="Folders in runs/; `runs` and `unreadable` hold the most recent `limit` of them.")
+    total: int = Field(description="Folders in runs/, all pages together.")
+    next_cursor: str | None = Field(
+        description="Pass as cursor to list the older runs after this page; null when there are none."
+    )
 
 
-class MetricsPage(BaseModel):
+class Series(BaseModel):
+    steps: list[int]
+    values: list[float | None] = Field(
+        description=f"The metric at each step, rounded to {SIGNIFICANT_DIGITS} significant figures; null where it "
+        "was not finite."
+    )
+
+
+class MetricsSummary(BaseModel):
+    """Figures of the whole run, from every row (whatever range and downsampling the series show)."""
+
+    rows: int = Field(description="Rows logged so far.")
+    last_step: int | None = Field(description="Step of the latest row.")
+    last_loss: float | None = Field(description="Latest training loss.")
+    best_eval_loss: float | None = Field(description="Lowest held-out loss.")
+    best_eval_step: int | None = Field(description="Step of the lowest held-out loss.")
+    mean_tokens_per_s: float | None = Field(
+        description="Training tokens per second of step time, over the logged steps (as get_run's summary at the end)."
+    )
+    mean_mfu: float | None = Field(description="Model FLOPs utilisation over the logged steps' time (0 to 1).")
+
+
+class Metrics(BaseModel):
     run_id: str
-    rows: list[MetricRow]
-    total_rows: int = Field(description="Rows logged so far.")
-    next_offset: int | None = Field(description="Pass as offset to read the next page; null when no rows are left.")
+    start_step: int | None = Field(description="Step of the first row in the range shown.")
+    end_step: int | None = Field(description="Step of the last row in the range shown.")
+    rows_in_range: int = Field(description="Rows logged in the range.")
+    rows_kept: int = Field(description="Rows of the range the series draw on (all of them unless truncated).")
+    series: dict[str, Series] = Field(description="Each metric asked for, at the rows kept where it was logged.")
+    truncated: bool = Field(description="True when rows of the range were left out; `hint` says how to see them.")
+    hint: str | None = Field(default=None, description="How to see the rows left out, when some were.")
+    summary: MetricsSummary
 
 
 def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> RunInfo:
@@ -143,13 +258,21 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
     (a 1.3M-parameter model: about 3 steps of 16 x 128 tokens per second on 2 cores).
     """
     config, parent, parent_step = _run_config(ctx, request, progress)
-    open_run_data(config)  # fail now, not minutes later in the training process, if one batch does not fit
+    data = open_run_data(config)  # fail now, not minutes later in the training process, if one batch does not fit
     backend_name = config.backend or ctx.default_backend()
+    resources, hosts = accelerator_resources(config.accelerator, slices=config.slices)
+    check_launch_limits(
+        ctx,
+        config,
+        vocab_size=data.cache.manifest.tokenizer.vocab_size,
+        backend=backend_name,
+        processes=hosts * config.replicas,
+        active_runs=_active_runs(ctx),
+    )
     pending_timeout_s = config.pending_timeout_s
     if pending_timeout_s is None and backend_name == "ray":
         pending_timeout_s = RAY_PENDING_TIMEOUT_S  # locally, a job that fits at all only waits for other work
     backend = ctx.job_backend(backend_name)
-    resources, hosts = accelerator_resources(config.accelerator, slices=config.slices)
 
     run_id = make_id("run")
     layout = RunLayout(ctx.workspace.run_dir(run_id, must_exist=False))
@@ -184,6 +307,19 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         shutil.rmtree(layout.root)  # refused before anything was queued: leave no run behind
         raise
     return get_run(ctx, RunRequest(run_id=run_id))
+
+
+def _active_runs(ctx: ToolContext) -> list[str]:
+    """The workspace's runs still pending or running (a record that says so is checked against its job)."""
+    active = []
+    for folder in sorted(ctx.workspace.runs_dir.iterdir()):
+        try:
+            recorded = read_record(RunLayout(folder).record).status
+            if not recorded.finished and not get_run(ctx, RunRequest(run_id=folder.name)).status.finished:
+                active.append(folder.name)
+        except (TradewindError, ValueError, OSError):  # not a readable run: list_runs reports those
+            continue
+    return active
 
 
 def _run_config(
@@ -285,8 +421,8 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         ended_at=job.ended_at if job else record.ended_at,
         pid=job.pid if job else record.pid,
         exit_code=job.exit_code if job else None,
-        reason=reason,
-        log_tail=tail_lines(layout.log, LOG_TAIL_LINES) if status is JobStatus.FAILED else [],
+        reason=cut(reason, REASON_CHARS) if reason else None,
+        log_tail=[cut(line) for line in tail_lines(layout.log, LOG_TAIL_LINES)] if status is JobStatus.FAILED else [],
         summary=read_summary(layout.summary),
     )
 
@@ -377,27 +513,152 @@ def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
 
 
 def list_runs(ctx: ToolContext, request: ListRunsRequest) -> RunList:
-    """List the workspace's training runs, newest first, with status and latest losses.
+    """List the workspace's training runs, newest first, a page at a time: status, step and latest losses.
 
-    A folder in runs/ that is not a readable run is listed under `unreadable` with the reason.
+    A folder in runs/ that is not a readable run is listed under `unreadable` with the reason. Pass
+    next_cursor on for older runs; get_run tells everything about one.
     """
     folders = sorted((p for p in ctx.workspace.runs_dir.iterdir() if p.is_dir()), key=lambda p: p.name, reverse=True)
-    runs, unreadable = [], []
-    for folder in folders[: request.limit]:
-        try:
-            runs.append(get_run(ctx, RunRequest(run_id=folder.name)))
-        except (TradewindError, ValueError, OSError) as error:  # one bad folder must not hide the others
-            unreadable.append(UnreadableRun(run_id=folder.name, run_dir=str(folder), reason=str(error)))
-    return RunList(runs=runs, unreadable=unreadable, total=len(folders))
-
-
-def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> MetricsPage:
-    """Read a run's logged metrics (loss, eval_loss, lr, grad_norm, tokens_per_s) a page at a time."""
-    rows = read_metric_rows(RunLayout(ctx.workspace.run_dir(request.run_id)).metrics)
-    end = request.offset + request.limit
-    return MetricsPage(
-        run_id=request.run_id,
-        rows=rows[request.offset : end],
-        total_rows=len(rows),
-        next_offset=end if end < len(rows) else None,
+    if request.cursor is not None:
+        cursor = check_id(request.cursor, "cursor")
+        folders_left = [p for p in folders if p.name < cursor]  # run ids sort by the time they were made
+    else:
+        folders_left = folders
+    page = fitting((_entry(ctx, folder) for folder in folders_left[: request.limit]), PAGE_CHARS)
+    return RunList(
+        runs=[entry for entry in page if isinstance(entry, RunEntry)],
+        unreadable=[entry for entry in page if isinstance(entry, UnreadableRun)],
+        total=len(folders),
+        next_cursor=page[-1].run_id if len(page) < len(folders_left) else None,
     )
+
+
+def _entry(ctx: ToolContext, folder: Path) -> RunEntry | UnreadableRun:
+    try:
+        info = get_run(ctx, RunRequest(run_id=folder.name))
+    except (TradewindError, ValueError, OSError) as error:  # one bad folder must not hide the others
+        return UnreadableRun(run_id=folder.name, reason=cut(str(error)))
+    return RunEntry(
+        **info.model_dump(include=set(RunEntry.model_fields) - {"reason"}),
+        reason=cut(info.reason) if info.reason else None,
+    )
+
+
+def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
+    """Read a run's metrics as series of (step, value), downsampled to max_points, with a summary of the run.
+
+    The summary gives the last step and loss, the best eval loss and its step, mean tokens/s and MFU. A long
+    run is downsampled keeping the first, last, lowest-loss and eval rows; zoom in with start_step/end_step
+    to see every row of a range.
+    """
+    rows = read_metric_rows(RunLayout(ctx.workspace.run_dir(request.run_id)).metrics)
+    low = request.start_step if request.start_step is not None else -1
+    high = request.end_step if request.end_step is not None else math.inf
+    in_range = [row for row in rows if low <= row.step <= high]
+    names = list(dict.fromkeys(request.series))
+    budget = min(request.max_points, MAX_POINTS // len(names))
+    kept = [in_range[index] for index in _rows_to_keep(in_range, budget)]
+    truncated = len(kept) < len(in_range)
+    hint = None
+    if truncated:
+        hint = (
+            f"kept {len(kept)} of the {len(in_range)} rows of steps {in_range[0].step}-{in_range[-1].step}; pass "
+            f"start_step and end_step spanning at most {budget} rows to see every row there (or fewer series, "
+            f"for up to {MAX_POINTS:,} rows); the resource tradewind://runs/{request.run_id}/metrics holds the "
+            "raw metrics.jsonl (its end, when long)"
+        )
+    return Metrics(
+        run_id=request.run_id,
+        start_step=in_range[0].step if in_range else None,
+        end_step=in_range[-1].step if in_range else None,
+        rows_in_range=len(in_range),
+        rows_kept=len(kept),
+        series={name: _series(kept, name) for name in names},
+        truncated=truncated,
+        hint=hint,
+        summary=_metrics_summary(rows),
+    )
+
+
+def _rows_to_keep(rows: list[MetricRow], budget: int) -> list[int]:
+    """Indexes of at most `budget` (>= 4) rows to show, the same for the same rows.
+
+    All of them when they fit. Otherwise the first, the last, the lowest training loss and every eval row,
+    the rest evenly spaced; when the eval rows alone are too many, evenly spaced ones and the best.
+    """
+    if len(rows) <= budget:
+        return list(range(len(rows)))
+    anchors = {0, len(rows) - 1}
+    if (lowest := _argmin(rows, "loss")) is not None:
+        anchors.add(lowest)
+    evals = [index for index, row in enumerate(rows) if row.eval_loss is not None]
+    if len(anchors.union(evals)) <= budget:
+        kept = anchors.union(evals)
+        rest = [index for index in range(len(rows)) if index not in kept]
+    else:
+        best = _argmin(rows, "eval_loss")
+        kept = anchors if best is None else anchors | {best}
+        rest = [index for index in evals if index not in kept]
+    return sorted(kept.union(_evenly_spaced(rest, budget - len(kept))))
+
+
+def _argmin(rows: list[MetricRow], name: str) -> int | None:
+    """Index of the row with the lowest finite value of `name` (the first such), or None if none has one."""
+    finite = [(value, index) for index, row in enumerate(rows) if _finite(value := getattr(row, name))]
+    return min(finite)[1] if finite else None
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _evenly_spaced(items: list[int], count: int) -> list[int]:
+    """`count` of `items`, evenly spaced, the first and last included; all of them if there are no more."""
+    if count >= len(items):
+        return items
+    if count <= 0:
+        return []
+    if count == 1:
+        return [items[len(items) // 2]]
+    # Floor division: positions at least one apart stay distinct (round() would merge 1.5 and 2.5).
+    return [items[i * (len(items) - 1) // (count - 1)] for i in range(count)]
+
+
+def _series(rows: list[MetricRow], name: str) -> Series:
+    logged = [row for row in rows if getattr(row, name) is not None]
+    return Series(steps=[row.step for row in logged], values=[_rounded(getattr(row, name)) for row in logged])
+
+
+def _rounded(value: float | None) -> float | None:
+    return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if _finite(value) else None
+
+
+def _metrics_summary(rows: list[MetricRow]) -> MetricsSummary:
+    """The run's figures from all its rows. Throughput and MFU are weighted by the time of each log interval
+    (its updates times its step time), which is what the trainer's summary reports at the end."""
+    losses = [row.loss for row in rows if row.loss is not None]
+    best = _argmin(rows, "eval_loss")
+    weights, tokens_per_s, mfu = [], [], []
+    previous = rows[0].step if rows else 0
+    for row in rows:
+        if row.step_time_s is None or row.tokens_per_s is None:
+            continue
+        weights.append((row.step - previous) * row.step_time_s)
+        tokens_per_s.append(row.tokens_per_s)
+        mfu.append(row.mfu)
+        previous = row.step
+    return MetricsSummary(
+        rows=len(rows),
+        last_step=rows[-1].step if rows else None,
+        last_loss=_rounded(losses[-1]) if losses else None,
+        best_eval_loss=_rounded(rows[best].eval_loss) if best is not None else None,
+        best_eval_step=rows[best].step if best is not None else None,
+        mean_tokens_per_s=_rounded(_weighted_mean(tokens_per_s, weights)),
+        mean_mfu=_rounded(_weighted_mean(mfu, weights)),
+    )
+
+
+def _weighted_mean(values: list[float | None], weights: list[float]) -> float | None:
+    pairs = [(value, weight) for value, weight in zip(values, weights, strict=True) if value is not None]
+    total = sum(weight for _, weight in pairs)
+    return sum(value * weight for value, weight in pairs) / total if total > 0 else None

@@ -6,9 +6,13 @@ from pydantic import BaseModel, Field
 
 from tradewind.cluster import JobSpec
 from tradewind.core import NotFoundError, make_id, read_json
+from tradewind.tools.bounds import LINE_CHARS, cut
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.runs import RunRequest
 from tradewind.trainer import SAMPLE_CALLABLE, RunLayout, SampleJob, SampleOptions
+
+# The generated text as JSON: most of a result's 32,000 characters (max_tokens long tokens can decode to more).
+MAX_TEXT_CHARS = 28_000
 
 
 class SampleTextRequest(SampleOptions, RunRequest):
@@ -17,8 +21,11 @@ class SampleTextRequest(SampleOptions, RunRequest):
 
 class SampleTextResult(BaseModel):
     run_id: str
-    prompt: str
-    text: str = Field(description="The generated continuation (without the prompt).")
+    prompt: str = Field(description=f"The prompt, cut to {LINE_CHARS} characters.")
+    text: str = Field(
+        description=f"The generated continuation (without the prompt), cut to {MAX_TEXT_CHARS:,} characters as JSON."
+    )
+    truncated: bool = Field(description="True when `text` was cut; output_file holds all of it.")
     tokens: int = Field(description="Tokens generated.")
     step: int = Field(description="Checkpoint step the text was sampled from.")
     output_file: str = Field(description="JSON file with the result and the token ids.")
@@ -52,10 +59,12 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
         progress=progress,
     )
     output = read_json(out_path)
+    text = cut(output["text"], MAX_TEXT_CHARS)
     return SampleTextResult(
         run_id=request.run_id,
-        prompt=output["prompt"],
-        text=output["text"],
+        prompt=cut(output["prompt"]),
+        text=text,
+        truncated=text != output["text"],
         tokens=len(output["tokens"]),
         step=output["step"],
         output_file=str(out_path),

@@ -135,7 +135,7 @@ class OptimizerConfig(BaseModel):
     type: Literal["adamw", "lion", "adafactor"] = Field(
         "adamw", description="Update rule; 'lion' wants a ~3-10x smaller learning rate."
     )
-    learning_rate: float = Field(3e-3, gt=0, le=10, description="Peak learning rate, reached after warmup.")
+    learning_rate: float = Field(3e-3, gt=0, le=1e10, description="Peak learning rate, reached after warmup.")
     schedule: Literal["cosine", "linear", "constant"] = Field(
         "cosine", description="Decay after warmup, down to learning_rate * min_lr_ratio at the last step."
     )

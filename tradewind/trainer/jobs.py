@@ -41,12 +41,12 @@ class SampleOptions(BaseModel):
     temperature: float = Field(
         default=0.8, ge=0, le=5, description="Softmax temperature; 0 always takes the most likely token."
     )
-    top_k: int = Field(default=0, ge=0, description="Sample only among the k most likely tokens; 0 turns it off.")
+    top_k: int = Field(default=0, ge=0, le=2**20, description="Sample among the k likeliest tokens; 0: off.")
     top_p: float = Field(
         default=1.0, gt=0, le=1, description="Sample from the smallest set of tokens whose probability reaches top_p."
     )
-    seed: int = Field(default=0, ge=0, description="Random seed; the same seed and settings give the same text.")
-    step: int | None = Field(default=None, ge=0, description="Checkpoint step to sample from; null: the newest.")
+    seed: int = Field(default=0, ge=0, lt=2**32, description="Random seed; the same seed gives the same text.")
+    step: int | None = Field(default=None, ge=0, le=10**9, description="Checkpoint step to sample; null: the newest.")
 
 
 class SampleJob(SampleOptions):

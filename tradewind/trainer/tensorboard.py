@@ -12,10 +12,13 @@ Example:
 
 from __future__ import annotations
 
+import math
 import socket
 import struct
 import time
 from pathlib import Path
+
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _crc32c_table() -> list[int]:
@@ -63,6 +66,11 @@ def _field(number: int, wire_type: int, payload: bytes) -> bytes:
     return key + payload
 
 
+def _as_float32(value: float) -> float:
+    """`value` as a float32 holds it: past float32's range (a diverging grad norm, say) it is infinite."""
+    return math.copysign(math.inf, value) if abs(value) > FLOAT32_MAX else value  # NaN stays NaN
+
+
 def encode_event(wall_time: float, step: int, *, scalars: dict[str, float] | None = None, version: str = "") -> bytes:
     """One serialized `Event` with the given scalars (or the file-version header when `version` is set)."""
     event = _field(1, 1, struct.pack("<d", wall_time)) + _field(2, 0, _varint(step))
@@ -70,7 +78,7 @@ def encode_event(wall_time: float, step: int, *, scalars: dict[str, float] | Non
         event += _field(3, 2, version.encode())
     if scalars:
         values = b"".join(
-            _field(1, 2, _field(1, 2, tag.encode()) + _field(2, 5, struct.pack("<f", value)))
+            _field(1, 2, _field(1, 2, tag.encode()) + _field(2, 5, struct.pack("<f", _as_float32(value))))
             for tag, value in scalars.items()
         )
         event += _field(5, 2, values)

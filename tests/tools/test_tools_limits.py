@@ -1,0 +1,61 @@
+"""Launch limits: what one launch_training call may start, set in the workspace's settings.yaml."""
+
+import pytest
+
+from tradewind.core import InvalidInputError
+from tradewind.tools import (
+    LaunchTrainingRequest,
+    RunRequest,
+    ToolContext,
+    WaitForRunRequest,
+    cancel_run,
+    launch_training,
+    wait_for_run,
+)
+
+
+@pytest.fixture
+def limited(tmp_path, ctx, dataset_id) -> tuple[ToolContext, str]:
+    """A fresh workspace whose settings allow one active run, and the suite's dataset as an allowed path."""
+    dataset = ctx.workspace.dataset_dir(dataset_id)
+    limited_ctx = ToolContext.open(tmp_path, allowed_paths=(dataset.parent,))
+    (tmp_path / "settings.yaml").write_text("backend: local\nlimits:\n  max_active_runs: 1\n", encoding="utf-8")
+    return limited_ctx, str(dataset)
+
+
+def run_folders(ctx: ToolContext) -> list[str]:
+    return sorted(path.name for path in ctx.workspace.runs_dir.iterdir())
+
+
+def test_a_second_active_run_is_refused_naming_the_limit_and_where_to_raise_it(limited, tiny_run_settings):
+    ctx, dataset = limited
+    first = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=100_000, **tiny_run_settings))
+    try:
+        with pytest.raises(InvalidInputError) as refused:
+            launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=10, **tiny_run_settings))
+        assert run_folders(ctx) == [first.run_id]
+    finally:
+        cancel_run(ctx, RunRequest(run_id=first.run_id))
+    message = str(refused.value)
+    assert f"1 runs are already pending or running ({first.run_id})" in message
+    assert "limits.max_active_runs (now 1) in" in message and str(ctx.settings_path) in message
+    again = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=1, **tiny_run_settings))  # room again
+    assert wait_for_run(ctx, WaitForRunRequest(run_id=again.run_id, timeout_s=240)).status == "SUCCEEDED"
+
+
+def test_more_steps_than_the_limit_are_refused_before_any_run_folder_exists(limited, tiny_run_settings):
+    ctx, dataset = limited
+    with pytest.raises(InvalidInputError, match=r"argument 'steps': 2000000 is more than the limit of 1000000"):
+        launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=2_000_000, **tiny_run_settings))
+    assert run_folders(ctx) == []
+
+
+def test_a_model_too_big_for_this_machines_memory_is_refused_with_the_estimate(limited, tiny_run_settings):
+    ctx, dataset = limited
+    huge = {"d_model": 16384, "n_layers": 64, "n_heads": 64, "max_seq_len": 64}
+    with pytest.raises(InvalidInputError) as refused:
+        launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=10, **{**tiny_run_settings, "model": huge}))
+    message = str(refused.value)
+    assert "the run needs about" in message and "GiB this machine has available" in message
+    assert "parameters with gradients and adamw state" in message and "limits.memory_fraction (now 0.9)" in message
+    assert run_folders(ctx) == []
