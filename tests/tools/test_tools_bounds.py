@@ -46,7 +46,7 @@ from tradewind.tools import (
     wait_for_run,
 )
 from tradewind.tools.bounds import RESULT_CHARS
-from tradewind.tools.runs import MAX_POINTS, MetricName
+from tradewind.tools.metrics import MAX_POINTS, MetricName
 from tradewind.trainer import MetricRow, RunLayout, RunRecord, TrainConfig, write_record
 
 ALL_SERIES = list(get_args(MetricName))

@@ -30,19 +30,16 @@ from tradewind.tools.datasets import (
     train_tokenizer,
 )
 from tradewind.tools.logs import LogHint, LogPage, TailLogsRequest, tail_logs
+from tradewind.tools.metrics import Metrics, MetricsSummary, ReadMetricsRequest, Series, read_metrics
 from tradewind.tools.profiling import ProfileResult, ProfileRunRequest, profile_run
 from tradewind.tools.reports import ReportInfo, summarize_report
 from tradewind.tools.runs import (
     LaunchTrainingRequest,
     ListRunsRequest,
-    Metrics,
-    MetricsSummary,
-    ReadMetricsRequest,
     RunEntry,
     RunInfo,
     RunList,
     RunRequest,
-    Series,
     UnreadableRun,
     WaitForRunRequest,
     WaitForRunResult,
@@ -50,7 +47,6 @@ from tradewind.tools.runs import (
     get_run,
     launch_training,
     list_runs,
-    read_metrics,
     wait_for_run,
 )
 from tradewind.tools.sampling import SampleTextRequest, SampleTextResult, sample_text
