@@ -53,7 +53,7 @@ def _check_memory(ctx: ToolContext, config: TrainConfig, vocab_size: int, proces
     raise InvalidInputError(
         f"the run needs about {needed / GIB:,.1f} GiB of memory ({processes} x ({estimate.params:,} parameters "
         f"with gradients and {config.optimizer.type} state: {estimate.state_bytes / GIB:,.1f} GiB, and "
-        f"activations for {config.batch_size // (config.grad_accum * processes)} sequences of {config.seq_len} "
+        f"activations for {estimate.sequences} sequences of {config.seq_len} "
         f"tokens: {estimate.activation_bytes / GIB:,.1f} GiB)), more than {limits.memory_fraction:g} of the "
         f"{available / GIB:,.1f} GiB this machine has available; shrink the model, batch_size or seq_len, raise "
         f"grad_accum, or raise {_setting(ctx, 'memory_fraction', limits)}"

@@ -75,6 +75,7 @@ class MemoryEstimate:
     params: int
     state_bytes: int
     activation_bytes: int
+    sequences: int  # in one microbatch of one process, whose activations `activation_bytes` counts
 
     @property
     def total_bytes(self) -> int:
@@ -94,7 +95,7 @@ def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1) ->
     attention = 5 * model.n_heads * config.seq_len / model.d_model
     per_block = 2 * tokens * model.d_model * (34 + attention)
     logits = 3 * 4 * tokens * model.vocab_size  # logits, their softmax and its gradient
-    return MemoryEstimate(params, state_bytes, int(model.n_layers * per_block + logits))
+    return MemoryEstimate(params, state_bytes, int(model.n_layers * per_block + logits), sequences)
 
 
 def peak_flops(device_kind: str, cpu_cores: int) -> tuple[float, str]:
