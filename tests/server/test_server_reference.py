@@ -38,9 +38,9 @@ def test_a_tool_page_shows_its_arguments_defaults_ranges_hints_and_result_fields
     page = pages["launch_training.md"]
     assert page.startswith("# `launch_training`\n")
     assert "**Launch a training run.** Start training a language model" in page
-    assert "| `steps` | integer | `200` | > 0, ≤ 1000000000 |" in page
+    assert "| `steps` | integer | `200` | ≥ 1, ≤ 1000000000 |" in page
     assert '| `backend` | string \\| null | `null` | `"local"`, `"ray"`, `null` |' in page
-    assert "### `model`" in page and "| `model.d_model` | integer | `128` | > 0, ≤ 65536 |" in page
+    assert "### `model`" in page and "| `model.d_model` | integer | `128` | ≥ 1, ≤ 65536 |" in page
     assert "| `openWorldHint` | yes |" in page and "| `readOnlyHint` | no |" in page
     assert "| `run_id` | string |" in page and "## Result" in page
     assert "| `run_id` | string | required |" in pages["get_run.md"]

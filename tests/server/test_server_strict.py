@@ -33,6 +33,18 @@ async def test_a_misspelt_launch_training_argument_is_an_error_naming_steps_and_
     assert sorted(ctx.workspace.runs_dir.iterdir()) == runs_before
 
 
+async def test_launch_training_neither_lists_nor_takes_the_hand_started_gang_section(server, ctx, dataset_id):
+    runs_before = sorted(ctx.workspace.runs_dir.iterdir())
+    async with Client(server) as client:
+        listed = {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
+        arguments = {"dataset": dataset_id, "distributed": {"enabled": True}}
+        message = error_text(await client.call_tool("launch_training", arguments))
+    assert "distributed" not in listed["launch_training"]["properties"]
+    assert "argument 'distributed': not a launch_training argument" in message
+    assert "replicas" in message
+    assert sorted(ctx.workspace.runs_dir.iterdir()) == runs_before
+
+
 @pytest.mark.parametrize(
     ("tool", "arguments", "expected"),
     [
@@ -105,7 +117,7 @@ async def test_the_published_schema_is_still_the_request_models(server):
     async with Client(server) as client:
         listed = {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
     launch = listed["launch_training"]
-    assert launch["properties"]["steps"]["exclusiveMinimum"] == 0
+    assert launch["properties"]["steps"]["minimum"] == 1
     assert launch["properties"]["model"]["$ref"].startswith("#/$defs/")
     assert listed["tokenize_dataset"]["required"] == ["input"]
 

@@ -3,7 +3,7 @@
 The lowest layer: it imports nothing else from Tradewind, and every other layer may import it.
 """
 
-from tradewind.core.config import apply_overrides, describe_validation_error, load_config, parse_config
+from tradewind.core.config import apply_overrides, describe_validation_error, listed_fields, load_config, parse_config
 from tradewind.core.errors import ConfigError, InvalidInputError, NotFoundError, PathEscapeError, TradewindError
 from tradewind.core.logging import configure_logging, get_logger
 from tradewind.core.storage import (
@@ -33,6 +33,7 @@ __all__ = [
     "check_id",
     "configure_logging",
     "describe_validation_error",
+    "listed_fields",
     "get_logger",
     "load_config",
     "make_id",

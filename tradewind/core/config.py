@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pydantic
 import yaml
+from pydantic.json_schema import SkipJsonSchema
 
 from tradewind.core.errors import ConfigError
 
@@ -60,7 +61,16 @@ def _field_names(model: type[pydantic.BaseModel], path: tuple[str | int, ...]) -
         if not models:
             return None
         model = models[0]
-    return list(model.model_fields)
+    return listed_fields(model)
+
+
+def listed_fields(model: type[pydantic.BaseModel]) -> list[str]:
+    """The fields of `model` its JSON schema shows: all but those marked `SkipJsonSchema` (never arguments)."""
+    return [
+        name
+        for name, field in model.model_fields.items()
+        if not any(isinstance(marker, SkipJsonSchema) for marker in field.metadata)
+    ]
 
 
 _WORDING = {

@@ -31,7 +31,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic_core import core_schema
 
-from tradewind.core import TradewindError, describe_validation_error
+from tradewind.core import TradewindError, describe_validation_error, listed_fields
 from tradewind.core.config import cut_echoes
 from tradewind.server.resources import result_links
 from tradewind.tools import ToolContext
@@ -71,6 +71,7 @@ def _signature(request_model: type[pydantic.BaseModel], result_model: type) -> i
             annotation=Annotated[field.annotation, field, _Unchecked(field.is_required())],
         )
         for name, field in request_model.model_fields.items()
+        if name in listed_fields(request_model)
     ]
     parameters.append(inspect.Parameter("mcp_context", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
     return inspect.Signature(parameters, return_annotation=result_model)
@@ -189,8 +190,9 @@ def lean_input_schema(schema: Any, _name: str | None = None) -> Any:
     """`schema` accepting the same values in fewer characters, for agents to read.
 
     Pydantic's automatic titles go (a title a person set stays), `anyOf [T, null]` becomes `type: [T, "null"]`,
-    and `default: null` goes (a field left out of `required` is optional, and null is what it then holds).
-    A model used more than once stays one entry of the schema's `$defs`.
+    an integer's `exclusiveMinimum: n` becomes `minimum: n + 1`, and `default: null` goes (a field left out of
+    `required` is optional, and null is what it then holds). A model used more than once stays one entry of
+    the schema's `$defs`.
     """
     if isinstance(schema, list):
         return [lean_input_schema(item) for item in schema]
@@ -205,6 +207,8 @@ def lean_input_schema(schema: Any, _name: str | None = None) -> Any:
         else:
             lean[key] = lean_input_schema(value)
     lean = _or_null(lean)
+    if lean.get("exclusiveMinimum") is not None and lean.get("type") in ("integer", ["integer", "null"]):
+        lean["minimum"] = lean.pop("exclusiveMinimum") + 1  # the same integers: > 0 is >= 1
     if lean.get("default", 0) is None:
         del lean["default"]
     if _name is None and lean.get("title", "").endswith("Arguments"):

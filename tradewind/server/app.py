@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Literal
+import typing
+from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel
 
 from tradewind import __version__
 from tradewind.prompts import server_instructions
-from tradewind.server.adapter import as_mcp_tool, lean_input_schema, lean_output_schema
+from tradewind.server.adapter import as_mcp_tool, lean_input_schema
 from tradewind.server.http import run_http
 from tradewind.server.resources import register_prompts, register_resources
 from tradewind.server.security import (
@@ -88,20 +90,45 @@ TOOL_HINTS: dict[str, ToolAnnotations] = {
 }
 
 
-def _mcp_tool(tool, ctx: ToolContext) -> Tool:
-    """`tool` as the SDK lists it: its table entry, its docstring dedented, and lean schemas."""
+def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
+    """`tool` as the SDK lists it: its table entry, its docstring's first paragraph, and lean schemas.
+
+    The rest of the docstring, and the result fields' types and meanings, are for the reference page
+    (`tradewind.server.reference`).
+    """
     hints = TOOL_HINTS[tool.__name__]
     listed = Tool.from_function(
         as_mcp_tool(tool, ctx),
         name=tool.__name__,
         title=hints.title,
-        description=inspect.cleandoc(tool.__doc__ or ""),
+        description=" ".join(inspect.cleandoc(tool.__doc__ or "").split("\n\n")[0].split()),
         annotations=hints.model_copy(update={"title": None}),  # the title is the tool's own, once
         structured_output=True,
     )
     listed.parameters = lean_input_schema(listed.parameters)
-    listed.fn_metadata.output_schema = lean_output_schema(listed.fn_metadata.output_schema or {})
+    result_model = typing.get_type_hints(tool)["return"]
+    listed.fn_metadata.output_schema = _output_schema(tool.__name__, result_model, listed_results)
     return listed
+
+
+def _output_schema(name: str, result_model: type[BaseModel], listed_results: dict[type, str]) -> dict[str, Any]:
+    """What tool `name` returns, as listed: the names of its result's fields, each always there.
+
+    A result is named JSON, so its field names are what an agent needs before calling; their types and meanings
+    are on the tool's reference page. A result model an earlier tool in the list returned (or one it extends) is
+    listed once: later tools list only the fields they add, naming the tool whose result has the rest.
+    `listed_results` maps each model listed so far to its tool.
+    """
+    shared = next((model for model in result_model.__mro__ if model in listed_results), None)
+    if shared is None:
+        listed_results[result_model] = name
+        return {"type": "object", "required": list(result_model.model_fields)}
+    added = [field for field in result_model.model_fields if field not in shared.model_fields]
+    schema = {"type": "object", "description": f"The fields of {listed_results[shared]}'s result."}
+    if added:
+        schema["description"] = f"The fields of {listed_results[shared]}'s result, and these."
+        schema["required"] = added
+    return schema
 
 
 READ_ONLY_NOTE = (
@@ -113,11 +140,12 @@ READ_ONLY_NOTE = (
 def build_server(ctx: ToolContext, *, read_only: bool = False) -> MCPServer:
     """An MCP server whose tools act on `ctx`'s workspace; with `read_only`, only the tools that change nothing."""
     tools = [tool for tool in TOOLS if TOOL_HINTS[tool.__name__].read_only_hint or not read_only]
+    listed_results: dict[type, str] = {}
     server = MCPServer(
         name="tradewind",
         version=__version__,
         instructions=server_instructions() + (READ_ONLY_NOTE if read_only else ""),
-        tools=[_mcp_tool(tool, ctx) for tool in tools],
+        tools=[_mcp_tool(tool, ctx, listed_results) for tool in tools],
     )
     register_resources(server, ctx)
     register_prompts(server)

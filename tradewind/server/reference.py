@@ -5,13 +5,15 @@
     python -m tradewind.server.reference --write    # rewrites docs/reference/tools/ (stale pages removed)
 
 Each page is built from what `build_server` publishes to agents (title, description, annotations, the lean
-input and output schemas) plus the descriptions of the result model's fields, so it says exactly what a
-client sees. A test (`tests/server/test_server_reference.py`) checks the committed pages are exactly these.
+input schema) plus the rest of the tool's docstring and its result model's fields (types and descriptions;
+the listed output schema names the fields only), so it says what a client sees and a little more. A test
+(`tests/server/test_server_reference.py`) checks the committed pages are exactly these.
 Imports no JAX.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import tempfile
@@ -22,6 +24,7 @@ from typing import Any
 import anyio
 from mcp.types import Tool
 
+from tradewind.server.adapter import lean_output_schema
 from tradewind.server.app import TOOL_HINTS, build_server
 from tradewind.tools import TOOLS, ToolContext
 
@@ -149,17 +152,32 @@ def _nested_sections(schema: dict[str, Any]) -> list[tuple[str, str]]:
     return nested
 
 
-def _result_descriptions(name: str) -> dict[str, str]:
-    tool = next(tool for tool in TOOLS if tool.__name__ == name)
-    result_model = typing.get_type_hints(tool)["return"]
-    return {field: info.description or "" for field, info in result_model.model_fields.items()}
+def _tool_function(name: str) -> Any:
+    return next(tool for tool in TOOLS if tool.__name__ == name)
+
+
+def _result_fields(name: str) -> list[tuple[str, dict[str, Any], str]]:
+    """(name, lean schema, description) of each field of tool `name`'s result; the list names fields only."""
+    result_model = typing.get_type_hints(_tool_function(name))["return"]
+    schema = lean_output_schema(result_model.model_json_schema(mode="serialization"))
+    return [
+        (field, schema["properties"][field], info.description or "")
+        for field, info in result_model.model_fields.items()
+    ]
 
 
 def tool_page(tool: Tool) -> str:
     """The markdown page of one listed tool."""
     hints = TOOL_HINTS[tool.name]
-    first, _, rest = (tool.description or "").partition("\n")
-    lines = [f"# `{tool.name}`", "", _HEADER, "", f"**{_cell(hints.title or tool.name)}.** {_cell(first)}", ""]
+    _, _, rest = inspect.cleandoc(_tool_function(tool.name).__doc__ or "").partition("\n\n")
+    lines = [
+        f"# `{tool.name}`",
+        "",
+        _HEADER,
+        "",
+        f"**{_cell(hints.title or tool.name)}.** {_cell(tool.description or '')}",
+        "",
+    ]
     if rest.strip():
         lines += [_prose(rest), ""]
     lines += ["| hint | value | meaning of yes |", "|---|---|---|"]
@@ -184,11 +202,9 @@ def tool_page(tool: Tool) -> str:
         lines += _arguments_table(definition, f"{argument}.", links)
         lines.append("")
 
-    output = tool.output_schema or {}
-    descriptions = _result_descriptions(tool.name)
     lines += ["## Result", "", "| field | type | description |", "|---|---|---|"]
-    for name, field in output.get("properties", {}).items():
-        lines.append(f"| `{name}` | {_type(field)} | {_cell(descriptions.get(name, ''))} |")
+    for name, field, description in _result_fields(tool.name):
+        lines.append(f"| `{name}` | {_type(field)} | {_cell(description)} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -208,8 +224,9 @@ def index_page(tools: list[Tool]) -> str:
         "|---|---|---|",
     ]
     for tool in tools:
-        first = (tool.description or "").partition("\n")[0]
-        lines.append(f"| [`{tool.name}`]({tool.name}.md) | {_cell(tool.title or '')} | {_cell(first)} |")
+        lines.append(
+            f"| [`{tool.name}`]({tool.name}.md) | {_cell(tool.title or '')} | {_cell(tool.description or '')} |"
+        )
     lines.append("")
     return "\n".join(lines)
 

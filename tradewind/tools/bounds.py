@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable
 from typing import TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 RESULT_CHARS = 32_000  # about 8k tokens: the most one tool call returns
 LINE_CHARS = 300  # one line of a log, an error or a reason, as shown inside a result
@@ -80,3 +80,17 @@ def fitting(items: Iterable[M], budget: int) -> list[M]:
             break
         kept.append(item)
     return kept
+
+
+class PageRequest(BaseModel):
+    """A listing's page: how many entries, starting after the previous page."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(
+        default=50,
+        ge=1,
+        le=500,
+        description="Most entries per page, newest first (a page also ends before 32,000 characters).",
+    )
+    cursor: str | None = Field(default=None, description="next_cursor of the previous page; null: the first page.")

@@ -28,8 +28,8 @@ class ClusterStatusRequest(BaseModel):
         default=50,
         ge=1,
         le=500,
-        description="Most queued and most running jobs to list per backend; fewer when the lists would "
-        "pass the result's 32,000 characters (the counts say how many there are).",
+        description="Most queued and most running jobs per backend (fewer past 32,000 characters; counts give "
+        "the totals).",
     )
 
 
@@ -65,13 +65,13 @@ class RunPipelineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pipeline: str = Field(
-        description="Path of a Python file defining `steps` (tradewind.cluster.Step objects), in the workspace's "
-        "pipelines/ folder (e.g. 'pipelines/train.py') or under a folder the user allowed with --allow-code."
+        description="A Python file defining `steps` (tradewind.cluster.Step objects) in the workspace's "
+        "pipelines/ folder or under an --allow-code folder."
     )
     dry_run: bool = Field(
         default=True,
-        description="Only show the plan: which steps run, which are cached, where. The file is still imported "
-        "(its top-level code runs) to build the plan.",
+        description="Only plan: which steps would run, which are cached. The file is still imported (its "
+        "top-level code runs).",
     )
     force: bool = Field(default=False, description="Rerun steps that failed in an earlier run.")
 
@@ -135,7 +135,8 @@ def _ray_info(limit: int, budget: int) -> BackendInfo:
 
 
 def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterStatus:
-    """Show the job backends: capacity, resources in use, and the queued and running jobs.
+    """Show the job backends: capacity, resources in use, queued and running jobs. Use it to see why a run
+    waits or what else runs.
 
     The local backend is always there (this machine, with a ledger of CPUs, memory and GPUs); Ray
     appears when RAY_ADDRESS is set. Cheap: reads the job database and, for Ray, asks its head.
@@ -201,7 +202,8 @@ def _pipeline_result(path: Path, steps: list[PlannedStep], **fields: Any) -> Run
 
 
 def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progress = no_progress) -> RunPipelineResult:
-    """Run a pipeline file's Python code to plan (dry run, the default) or run its cached steps.
+    """Run a pipeline file's Python code (even a dry run imports it) to plan or run its cached steps. Use
+    it for multi-step work such as tokenize, train, evaluate.
 
     The file must be in the workspace's pipelines/ folder or under a folder allowed with --allow-code. Even
     a dry run imports the file, so its top-level code runs (in a separate job process, in a fresh temporary

@@ -30,7 +30,7 @@ from tradewind.data import (
 from tradewind.data import (
     train_tokenizer as train_bpe_on_files,
 )
-from tradewind.tools.bounds import PAGE_CHARS, RESULT_CHARS, cut, cut_path, fitting
+from tradewind.tools.bounds import PAGE_CHARS, RESULT_CHARS, PageRequest, cut, cut_path, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress
 
 BUILTIN_PREFIX = "builtin:"
@@ -40,13 +40,12 @@ _MANIFEST = "manifest.json"  # its presence marks a finished token cache
 MAX_FILES_SHOWN = 20  # input files named in one result (a dataset may have thousands)
 _BUILTINS = ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
 _INPUT_HELP = (
-    "A text, JSONL (.jsonl/.ndjson, optionally .gz/.zst) or Parquet file, a folder of them, or a glob such as "
-    f"'data/*.jsonl.gz', inside the workspace or an allowed root; or a built-in corpus: {_BUILTINS}."
+    "A text, JSONL or Parquet file (.gz/.zst too), a folder of them or a glob ('data/*.jsonl.gz'), in the "
+    f"workspace or an allowed root; or {_BUILTINS}."
 )
 DATASET_HELP = (
-    "A dataset id from tokenize_dataset or list_datasets; a token-cache folder, relative to the workspace root "
-    f"or absolute inside the workspace or an allowed root; or a built-in corpus ({_BUILTINS}), tokenized on "
-    "first use with the byte tokenizer."
+    "A dataset id (from tokenize_dataset or list_datasets), a token-cache folder in the workspace or an allowed "
+    f"root, or {_BUILTINS} (tokenized on first use)."
 )
 
 
@@ -78,12 +77,12 @@ class TokenizeDatasetRequest(BaseModel):
     input: str = Field(description=_INPUT_HELP)
     tokenizer: str = Field(
         default="byte",
-        description="'byte' for the built-in byte-level tokenizer, a path to a tokenizer.json (e.g. from "
-        "train_tokenizer), or 'hf:<name>' for a Hugging Face Hub tokenizer when the hub is reachable.",
+        description="'byte' (built in), a tokenizer.json path (e.g. from train_tokenizer), or 'hf:<name>' when "
+        "the Hugging Face Hub is reachable.",
     )
     format: Formats = Field(
         default="auto",
-        description="Input format; 'auto' picks JSONL for .jsonl/.ndjson, Parquet for .parquet/.pq, else plain text.",
+        description="'auto': JSONL for .jsonl/.ndjson, Parquet for .parquet/.pq, else plain text.",
     )
     text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted for nested fields.")
     val_fraction: float = Field(
@@ -186,10 +185,11 @@ def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest) ->
 def tokenize_dataset(
     ctx: ToolContext, request: TokenizeDatasetRequest, progress: Progress = no_progress
 ) -> DatasetInfo:
-    """Tokenize text, JSONL or Parquet files into a token cache for training; returns the dataset id.
+    """Tokenize text, JSONL or Parquet files into a token cache; returns its dataset id. Use it before
+    training on your own files; an unchanged request reuses the finished cache.
 
-    Reuses the finished cache instantly when the input files, tokenizer and options are unchanged, and
-    resumes an interrupted build where it stopped. Runs in parallel worker processes; takes seconds per
+    The cache is reused when the input files, tokenizer and options are unchanged, and an interrupted
+    build resumes where it stopped. Runs in parallel worker processes; takes seconds per
     megabyte of text per worker and reports progress in input bytes. Bad records are skipped and
     reported (set strict to fail instead).
     """
@@ -316,9 +316,10 @@ class TrainedTokenizer(BaseModel):
 def train_tokenizer(
     ctx: ToolContext, request: TrainTokenizerRequest, progress: Progress = no_progress
 ) -> TrainedTokenizer:
-    """Train a byte-level BPE tokenizer of a chosen vocabulary size on text files; returns its path.
+    """Train a byte-level BPE tokenizer on text files; returns its path. Use it when the byte tokenizer
+    makes sequences too long, then pass the path to tokenize_dataset.
 
-    Use it when the byte tokenizer makes sequences too long. EOS is '<|endoftext|>' (id 0) and BOS
+    EOS is '<|endoftext|>' (id 0) and BOS
     '<|begin_of_text|>' (id 1). The same request reuses the tokenizer it trained before. Takes about a
     second per megabyte of text.
     """
@@ -366,8 +367,7 @@ class InspectDatasetRequest(BaseModel):
         default=400,
         ge=1,
         le=10_000,
-        description="Characters to show of each sample; the samples together get what is left of "
-        "the result's 32,000 characters, shared equally.",
+        description="Characters shown of each sample; all samples share what is left of 32,000.",
     )
 
 
@@ -411,9 +411,10 @@ class DatasetReport(BaseModel):
 
 
 def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> DatasetReport:
-    """Describe a token cache: counts, document-length histogram, decoded samples and skipped records.
+    """Describe a token cache: counts, length histogram, decoded samples, skipped records. Use it to check a
+    dataset before training on it.
 
-    Use it to check a dataset before training on it. Fast: reads only the offsets and the sampled documents
+    Fast: reads only the offsets and the sampled documents
     (a built-in corpus is tokenized first, once).
     """
     path = resolve_dataset(ctx, request.dataset_id, argument="dataset_id")
@@ -472,18 +473,8 @@ def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> Dataset
     return report
 
 
-class ListDatasetsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    limit: int = Field(
-        default=50,
-        ge=1,
-        le=500,
-        description="Most datasets to return, newest first; a page also ends before 32,000 characters.",
-    )
-    cursor: str | None = Field(
-        default=None, description="next_cursor of the previous page, to list the datasets after it; null: the newest."
-    )
+class ListDatasetsRequest(PageRequest):
+    """list_datasets's page of the listing."""
 
 
 class DatasetSummary(BaseModel):
@@ -505,9 +496,10 @@ class DatasetList(BaseModel):
 
 
 def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList:
-    """List the token caches in the workspace, newest first, with their tokenizer and sizes, a page at a time.
+    """List the workspace's token caches, newest first, a page at a time. Use it to find a dataset id to
+    train on or inspect.
 
-    Use it to find a dataset id to train on or inspect. Unfinished builds are not listed. Pass next_cursor
+    Unfinished builds are not listed. Pass next_cursor
     on for older datasets.
     """
     found = []

@@ -79,7 +79,8 @@ _KNOWN_FAILURES = (
 
 
 def tail_logs(ctx: ToolContext, request: TailLogsRequest) -> LogPage:
-    """Read a training run's log a page at a time (pass next_cursor on), with hints for common failures.
+    """Read a run's log a page at a time, with hints for common failures. Use it when a run failed or
+    looks stuck.
 
     Hints name what matched (out of memory, non-finite loss, missing data, a dead worker), what it means and
     the next step. `finished` is true once the run has ended and the page reaches the end of its log.

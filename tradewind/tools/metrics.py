@@ -49,9 +49,8 @@ class ReadMetricsRequest(RunRequest):
         default=200,
         ge=4,
         le=MAX_POINTS,
-        description="Most rows to keep of the step range, downsampled when there are more: the "
-        "first, the last, the lowest loss and every eval row are kept, the rest evenly spaced. All series together "
-        f"hold at most {MAX_POINTS:,} points, so asking for many series lowers it (5 series: 200 rows each).",
+        description="Most rows per series; more are downsampled keeping the first, last, lowest-loss and eval "
+        f"rows. At most {MAX_POINTS:,} points in all (5 series: 200 each).",
     )
     start_step: int | None = Field(
         default=None, ge=0, le=MAX_STEP, description="First step to show (inclusive); null: the first row."
@@ -102,11 +101,12 @@ class Metrics(BaseModel):
 
 
 def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
-    """Read a run's metrics as series of (step, value), downsampled to max_points, with a summary of the run.
+    """A run's metrics as (step, value) series, downsampled to max_points, with a summary. Use it to read
+    loss curves; zoom in with start_step/end_step.
 
     The summary gives the last step and loss, the best eval loss and its step, mean tokens/s and MFU. A long
-    run is downsampled keeping the first, last, lowest-loss and eval rows; zoom in with start_step/end_step
-    to see every row of a range.
+    run is downsampled keeping the first, last, lowest-loss and eval rows; a range given with
+    start_step/end_step shows every row of it, up to max_points.
     """
     rows = read_metric_rows(RunLayout(ctx.workspace.run_dir(request.run_id)).metrics)
     low = request.start_step if request.start_step is not None else -1

@@ -21,7 +21,8 @@ class ProfileResult(ProfileSummary):
 
 
 def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress = no_progress) -> ProfileResult:
-    """Trace a few training steps of a run's configuration with the JAX profiler and time them.
+    """Trace a few training steps of a run's configuration with the JAX profiler and time them. Use it to
+    find out why training is slow.
 
     Returns compile time, mean step time and tokens per second, plus the trace folder (open it with
     TensorBoard or Perfetto). Runs in a separate process on fresh weights; takes about as long as

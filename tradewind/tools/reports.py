@@ -105,7 +105,8 @@ def render_report(info: RunInfo, config: TrainConfig, profile: ProfileSummary | 
 
 
 def summarize_report(ctx: ToolContext, request: RunRequest) -> ReportInfo:
-    """Write a markdown report of a run (config, final and best loss, throughput, loss-curve PNG).
+    """Write a markdown report of a run: config, losses, throughput, loss-curve PNG. Use it to hand a
+    run's results to a person.
 
     Works on finished and running runs alike (a running one is reported as it stands). Takes a
     second; returns the headline figures and where the report is: its path, and the resource

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from tradewind.cluster import JobRecord, JobSpec, JobStatus, accelerator_resources
 from tradewind.cluster.process import process_alive
@@ -26,12 +27,13 @@ from tradewind.core import (
     make_id,
     tail_lines,
 )
-from tradewind.tools.bounds import LINE_CHARS, PAGE_CHARS, cut, fitting
+from tradewind.tools.bounds import LINE_CHARS, PAGE_CHARS, PageRequest, cut, fitting
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.limits import check_launch_limits
 from tradewind.trainer import (
     TRAIN_CALLABLE,
+    DistributedConfig,
     RunLayout,
     RunRecord,
     TrainConfig,
@@ -55,12 +57,22 @@ MAX_STEP = 1_000_000_000
 
 
 class LaunchTrainingRequest(TrainConfig):
+    # A launched run's processes find each other through its backend (replicas, slices); `distributed` is for a
+    # gang started by hand, so it is no argument here.
+    distributed: SkipJsonSchema[DistributedConfig] = Field(default_factory=DistributedConfig, exclude=True)
     dataset: str | None = Field(
         default=None,
-        description="The token cache to train on: a dataset id from tokenize_dataset, a path relative to the "
-        "workspace root, an absolute path under an allowed root, or 'builtin:NAME' (e.g. builtin:tinyshakespeare, "
-        "tokenized on first use). Required, except with resume_from (the parent's is used).",
+        description="A dataset id, a token-cache folder in the workspace or an allowed root, or "
+        "builtin:tinyshakespeare (tokenized on first use). Required unless resume_from is given.",
     )
+
+    @field_validator("distributed", mode="before")
+    @classmethod
+    def _not_by_hand(cls, value: Any) -> Any:
+        raise ValueError(
+            "not a launch_training argument: a launched run's processes find each other through its backend "
+            "(ask for more with replicas, or slices on TPU); 'distributed' is for a gang started by hand"
+        )
 
     @model_validator(mode="after")
     def _dataset_or_parent(self) -> LaunchTrainingRequest:
@@ -81,18 +93,8 @@ class WaitForRunRequest(RunRequest):
     )
 
 
-class ListRunsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    limit: int = Field(
-        default=20,
-        ge=1,
-        le=200,
-        description="Most runs to return, newest first; a page also ends before 32,000 characters.",
-    )
-    cursor: str | None = Field(
-        default=None, description="next_cursor of the previous page, to list the runs older than it; null: the newest."
-    )
+class ListRunsRequest(PageRequest):
+    """list_runs's page of the listing."""
 
 
 class RunInfo(BaseModel):
@@ -165,10 +167,11 @@ class RunList(BaseModel):
 
 
 def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> RunInfo:
-    """Start training a language model on a tokenized dataset; returns the run id at once.
+    """Start training a language model on a tokenized dataset; returns the run id at once. Use it after
+    tokenize_dataset (or on builtin:tinyshakespeare), then follow the run with wait_for_run.
 
     The run trains as a job on the backend it names (local processes, or a Ray cluster with GPUs or TPU
-    slices); follow it with wait_for_run or get_run, stop it with cancel_run. A run killed from outside
+    slices); stop it with cancel_run. A run killed from outside
     restarts from its newest checkpoint (max_retries). resume_from continues a run for more steps as a new
     run. A small model on this machine's CPU trains at several thousand tokens per second
     (a 1.3M-parameter model: about 3 steps of 16 x 128 tokens per second on 2 cores).
@@ -300,7 +303,8 @@ def _checkpoint_steps(run_dir: Path) -> list[int]:
 
 
 def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
-    """Look at a training run now: status, latest step and losses, where it runs, and the summary once done."""
+    """A training run's status, step and losses now, and its summary once done. Use it to check on a run
+    without waiting."""
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     record = read_record(layout.record)
     config = read_train_config(layout.config)
@@ -384,10 +388,11 @@ def _alive_here(record: RunRecord) -> bool:
 
 
 def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progress = no_progress) -> WaitForRunResult:
-    """Wait until a training run finishes or the timeout passes, reporting progress in steps.
+    """Wait until a run finishes or timeout_s passes, reporting steps; the run goes on either way. Use it
+    instead of polling get_run.
 
-    Returns the same fields as get_run plus `timed_out`. Waiting costs nothing; the run continues
-    after a timeout or a cancelled call, so call again to keep waiting.
+    Returns the same fields as get_run plus `timed_out`. Waiting costs nothing; after a timeout or a
+    cancelled call, call again to keep waiting.
     """
     deadline = time.monotonic() + request.timeout_s
     record = read_record(RunLayout(ctx.workspace.run_dir(request.run_id)).record)
@@ -409,9 +414,10 @@ def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progres
 
 
 def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
-    """Stop a training run on whatever backend runs it; returns once it has stopped (CANCELLED).
+    """Stop a training run and return once it has stopped; its checkpoints stay. Use it on a run that
+    diverges or is no longer needed.
 
-    The run keeps its checkpoints, so resume_from can continue it later. A run already finished is
+    resume_from can continue it later, from its checkpoints. A run already finished is
     returned as it is. Waits up to a minute for the processes to end; a run still stopping then is
     returned RUNNING with reason 'cancelled on request'.
     """
@@ -429,10 +435,11 @@ def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
 
 
 def list_runs(ctx: ToolContext, request: ListRunsRequest) -> RunList:
-    """List the workspace's training runs, newest first, a page at a time: status, step and latest losses.
+    """List the workspace's training runs, newest first, a page at a time. Use it to find a run id;
+    get_run tells everything about one.
 
     A folder in runs/ that is not a readable run is listed under `unreadable` with the reason. Pass
-    next_cursor on for older runs; get_run tells everything about one.
+    next_cursor on for older runs.
     """
     folders = sorted((p for p in ctx.workspace.runs_dir.iterdir() if p.is_dir()), key=lambda p: p.name, reverse=True)
     if request.cursor is not None:

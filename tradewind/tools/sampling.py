@@ -32,9 +32,10 @@ class SampleTextResult(BaseModel):
 
 
 def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress = no_progress) -> SampleTextResult:
-    """Generate text from a run's checkpoint (temperature, top-k, top-p, max tokens) to see what it learned.
+    """Generate text from a run's checkpoint to see what it learned. Use it once the run has saved a
+    checkpoint.
 
-    Use it after a run has saved a checkpoint (at the end, or as its checkpoint policy says). Runs in a
+    A run saves checkpoints at its end, or as its checkpoint policy says. Sampling runs in a
     separate process with a key/value cache; takes about as long as loading the checkpoint and compiling
     the model, plus a few milliseconds per token on CPU.
     """

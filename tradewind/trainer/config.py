@@ -41,7 +41,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 class ModelConfig(BaseModel):
-    """The shape of a decoder-only language model; `type` picks the architecture from the model registry."""
+    """The shape of a decoder-only language model."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -51,8 +51,7 @@ class ModelConfig(BaseModel):
     )
     type: Literal["llama", "gpt2"] = Field(
         "llama",
-        description="'llama' (RMSNorm, rotary, SwiGLU, grouped-query attention) or 'gpt2' (LayerNorm, learned "
-        "positions, GELU, biases).",
+        description="'llama' (RMSNorm, rotary, SwiGLU, GQA) or 'gpt2' (LayerNorm, learned positions, GELU).",
     )
     vocab_size: int | None = Field(
         None, gt=0, le=2**20, description="Null: the dataset tokenizer's; if set, at least that."
@@ -128,7 +127,7 @@ class ModelConfig(BaseModel):
 
 
 class OptimizerConfig(BaseModel):
-    """The optimizer (AdamW, Lion or Adafactor) with global-norm clipping and a warmup-then-decay schedule."""
+    """AdamW, Lion or Adafactor, with gradient clipping and a warmup-then-decay schedule."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -238,8 +237,8 @@ class TrainConfig(BaseModel):
     )
     backend: Literal["local", "ray"] | None = Field(
         None,
-        description="'local': this machine; 'ray': the cluster at RAY_ADDRESS. Null: the workspace's "
-        "settings.yaml, else 'ray' if RAY_ADDRESS is set, else 'local'.",
+        description="'local' or 'ray' (the cluster at RAY_ADDRESS); null: settings.yaml's, else 'ray' if "
+        "RAY_ADDRESS is set, else 'local'.",
     )
     accelerator: str = Field(
         "cpu",
@@ -262,8 +261,8 @@ class TrainConfig(BaseModel):
     )
     resume_from: str | None = Field(
         None,
-        description="Continue this run (an id) from its newest checkpoint as a new run with its dataset, model, "
-        "seed and batch shape; `steps` is the new total.",
+        description="Continue this run (an id) from its newest checkpoint as a new run on its dataset, model, "
+        "seed and batch shape; steps: the new total.",
     )
 
     @field_validator("accelerator")
