@@ -58,15 +58,16 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from tradewind.cluster.jobs import JobStatus, utc_now  # noqa: E402
 from tradewind.core import atomic_write_json  # noqa: E402
 from tradewind.server import build_server  # noqa: E402
-from tradewind.tools import ToolContext  # noqa: E402
-from tradewind.tools.datasets import TokenizeDatasetRequest, tokenize_dataset  # noqa: E402
-from tradewind.tools.runs import (  # noqa: E402
+from tradewind.tools import (  # noqa: E402
     ListRunsRequest,
     ReadMetricsRequest,
     RunRequest,
+    TokenizeDatasetRequest,
+    ToolContext,
     get_run,
     list_runs,
     read_metrics,
+    tokenize_dataset,
 )
 from tradewind.trainer.config import TrainConfig  # noqa: E402
 from tradewind.trainer.layout import RunLayout  # noqa: E402

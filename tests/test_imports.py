@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:
@@ -27,3 +28,17 @@ def test_cli_help_answers_quickly_without_heavy_imports():
     assert result.returncode == 0, result.stderr
     assert "serve" in result.stdout and "demo" in result.stdout
     assert result.stdout.strip().endswith("LOADED []")
+
+
+def test_every_benchmark_script_still_imports_what_it_uses():
+    # A benchmark is run by hand, so a renamed module would go unnoticed until someone measures; each script's
+    # imports (not its main()) run here, in one interpreter apart from the tests.
+    script = (
+        "import glob, runpy\n"
+        "for path in sorted(glob.glob('benchmarks/*.py')):\n"
+        "    runpy.run_path(path, run_name='imported_by_a_test')\n"
+        "    print(path)\n"
+    )
+    result = run_python(script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == sorted(str(path) for path in Path("benchmarks").glob("*.py")), result.stdout

@@ -7,6 +7,7 @@ started by `launch_training`, `tradewind train` or a Python call of `tradewind.t
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import time
@@ -441,7 +442,9 @@ def list_runs(ctx: ToolContext, request: ListRunsRequest) -> RunList:
     A folder in runs/ that is not a readable run is listed under `unreadable` with the reason. Pass
     next_cursor on for older runs.
     """
-    folders = sorted((p for p in ctx.workspace.runs_dir.iterdir() if p.is_dir()), key=lambda p: p.name, reverse=True)
+    with os.scandir(ctx.workspace.runs_dir) as entries:  # a DirEntry knows whether it is a folder without a stat
+        names = sorted((entry.name for entry in entries if entry.is_dir()), reverse=True)
+    folders = [ctx.workspace.runs_dir / name for name in names]
     if request.cursor is not None:
         cursor = check_id(request.cursor, "cursor")
         folders_left = [p for p in folders if p.name < cursor]  # run ids sort by the time they were made
