@@ -21,28 +21,26 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 from flax import nnx
 
-from tradewind.trainer import CheckpointConfig, Checkpointer, ModelConfig, OptimizerConfig, build_model
+from tradewind.trainer import CheckpointConfig, Checkpointer, ModelConfig, OptimizerConfig, TrainState, build_model
 from tradewind.trainer.optimizer import build_optimizer
 
 REPEATS = 3
 
 
-def make_state() -> dict:
+def make_state() -> TrainState:
     config = ModelConfig(preset="llama-20m", vocab_size=32_000)
     _, params = nnx.split(build_model(config, rngs=nnx.Rngs(0)))
     opt_state = build_optimizer(OptimizerConfig(), 100).init(params)
-    rng = np.zeros(2, np.uint32)
-    return {"params": params, "opt_state": opt_state, "step": 1, "data_step": 1, "rng": rng}
+    return TrainState.start(params, opt_state, seed=0).advanced(params, opt_state)
 
 
-def blocked_seconds(state: dict, folder: Path, async_save: bool) -> tuple[float, float]:
+def blocked_seconds(state: TrainState, folder: Path, async_save: bool) -> tuple[float, float]:
     """(seconds the caller was blocked by save(), seconds until the checkpoint was complete)."""
     checkpointer = Checkpointer(folder, CheckpointConfig(async_save=async_save))
     start = time.perf_counter()
-    checkpointer.save(1, state)
+    checkpointer.save(state)
     blocked = time.perf_counter() - start
     checkpointer.close()
     return blocked, time.perf_counter() - start
@@ -50,7 +48,7 @@ def blocked_seconds(state: dict, folder: Path, async_save: bool) -> tuple[float,
 
 def main() -> None:
     state = make_state()
-    size = sum(x.nbytes for x in jax.tree.leaves(state) if hasattr(x, "nbytes"))
+    size = sum(x.nbytes for x in jax.tree.leaves(state.to_checkpoint()) if hasattr(x, "nbytes"))
     print(f"state: {size / 1e6:,.0f} MB")
     results = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:

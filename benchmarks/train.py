@@ -38,7 +38,7 @@ from flax import nnx
 from tradewind.data import PackedLoader, build_token_cache, builtin_corpus_path, load_tokenizer, open_token_cache
 from tradewind.trainer import TrainConfig, build_model, train
 from tradewind.trainer.flops import flops_per_token, peak_flops
-from tradewind.trainer.step import setup_training
+from tradewind.trainer.setup import setup_training
 
 MODEL = {"d_model": 160, "n_layers": 4, "n_heads": 4, "max_seq_len": 128}
 
@@ -113,7 +113,7 @@ def model_flops(cache: Path, steps: int = 4) -> tuple[float, int]:
     )
     setup = setup_training(config)
     batch = setup.put_batch(setup.train_loader.batch(0))
-    params, opt_state, metrics = setup.train_step(setup.params, setup.opt_state, batch)
+    params, opt_state, metrics = setup.train_step(setup.state.params, setup.state.opt_state, batch)
     jax.block_until_ready(metrics)
     start = time.perf_counter()
     for _ in range(steps):

@@ -30,6 +30,24 @@ TINY_TRAINING = {
 }
 
 
+# Fixtures that train a model: a test asking for one trains (or waits on training), so it must be marked slow.
+TRAINING_FIXTURES = frozenset(
+    {"finished_run", "tiny_run", "tiny_setup", "gqa_run", "single_device_losses", "constant_run", "trained_ctx"}
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Refuse to run a test that uses a training fixture without `@pytest.mark.slow`, so that `-m "not slow"`
+    stays the quick suite."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slow") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError("these tests train a model but are not marked slow: " + ", ".join(unmarked))
+
+
 @pytest.fixture(scope="session")
 def tiny_run_settings() -> dict:
     """`launch_training` arguments (less dataset and steps) for a run that takes seconds."""

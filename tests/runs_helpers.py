@@ -1,18 +1,10 @@
-"""Helpers the run tests share: wait on a condition with a deadline, finish a run, read its losses."""
+"""Helpers the run tests share: finish a run, read its losses, write a run folder with made-up metrics."""
 
-import time
+import math
 
+from tradewind.core import atomic_write_json
 from tradewind.tools import ToolContext, WaitForRunRequest, WaitForRunResult, wait_for_run
-from tradewind.trainer import RunLayout, read_metrics
-
-
-def wait_until(condition, timeout: float, what: str):
-    """Poll `condition` until it is true (returning its value); fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"{what} not within {timeout} s"
-        time.sleep(0.02)
-    return value
+from tradewind.trainer import MetricRow, RunLayout, RunRecord, TrainConfig, read_metrics, write_record
 
 
 def finish(ctx: ToolContext, run_id: str, timeout_s: float = 300) -> WaitForRunResult:
@@ -26,3 +18,45 @@ def losses(ctx: ToolContext, run_id: str) -> list[tuple[int, float]]:
     """`(step, training loss)` of every logged row of the run."""
     rows = read_metrics(RunLayout(ctx.workspace.run_dir(run_id)).metrics)
     return [(row.step, row.loss) for row in rows if row.loss is not None]
+
+
+STEPS = 2_500
+TOKENS_PER_STEP = 4_096
+
+
+def metric_rows(steps: int = STEPS, eval_every: int = 50, every_field: bool = False) -> list[MetricRow]:
+    """A run's rows: a loss that falls with a dip at step 1234, an eval row every `eval_every` steps; with
+    `every_field`, every field of every row set to a long-printing number."""
+    rows = []
+    for step in range(steps + 1):
+        step_time_s = 0.1 + (step % 7) * 0.01
+        loss = 5.0 / (1 + step / 300) + (step % 11) * 1e-3 - (1.0 if step == 1234 else 0.0)
+        fields = {"step": step, "elapsed": step * 0.123456789}
+        if step > 0:
+            fields.update(
+                loss=loss,
+                lr=3e-4 * (1 - step / (steps + 1)) + 1.234567e-11,
+                grad_norm=1.23456789 + step % 5,
+                tokens_per_s=TOKENS_PER_STEP / step_time_s,
+                step_time_s=step_time_s,
+                mfu=0.1234567891 * (1 + step % 3),
+            )
+        if step % eval_every == 0 or step == steps or every_field:
+            eval_loss = loss + 0.1 - (1.5 if step == 2000 else 0.0)
+            fields.update(eval_loss=eval_loss, eval_perplexity=math.exp(eval_loss), eval_bits_per_byte=eval_loss / 5.5)
+        if every_field:
+            fields.update(param_norm=-1.2345678901e-05 * step, skipped_steps=step, loss=-loss * 1.234567e-7)
+        rows.append(MetricRow(**fields))
+    return rows
+
+
+def write_run(ctx: ToolContext, run_id: str, rows: list[MetricRow], record: RunRecord | None = None) -> RunLayout:
+    """A run folder with these metrics rows and, given a record, that record and a config: a run as a Python
+    call of `train` leaves it (backend 'process', no job)."""
+    layout = RunLayout(ctx.workspace.runs_dir / run_id)
+    layout.root.mkdir(parents=True)
+    layout.metrics.write_text("".join(row.model_dump_json(exclude_none=True) + "\n" for row in rows))
+    if record is not None:
+        write_record(layout.record, record)
+        atomic_write_json(layout.config, TrainConfig(dataset="datasets/ds-gone").model_dump(mode="json"))
+    return layout

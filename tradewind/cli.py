@@ -7,7 +7,9 @@
         [--val-fraction 0.1] [--strict] [--prepend-bos] [--no-eos] [--workers N]
     tradewind train-tokenizer INPUT [--vocab-size 32000] [--format auto] [--text-field text]
         [--max-documents N] [--min-frequency 2]
-    tradewind inspect DATASET_ID [--split train] [--samples 3] [--json]
+    tradewind inspect DATASET_ID [--split train] [--samples 3] [--sample-chars 400] [--json]
+    tradewind sample RUN_ID [--prompt TEXT] [--max-tokens 200] [--temperature 0.8] [--top-k 0] [--top-p 1.0]
+        [--seed 0] [--step N] [--timeout-s 300] [--json]
     tradewind train CONFIG.yaml [--set key=value ...] [--detach]
     tradewind runs list [--limit N] [--json] | show RUN [--json] | cancel RUN
     tradewind export RUN --format hf --out DIR
@@ -19,16 +21,24 @@ for folders of pipeline files `run_pipeline` may run besides `<workspace>/pipeli
 commands and inside configs (datasets, runs, inputs) are relative to the workspace root; only a command's
 own CONFIG file is a plain path. Commands import what they need when they run, so `tradewind --help`
 answers at once and nothing loads JAX before it has to.
+
+The options of `tokenize`, `train-tokenizer`, `inspect` and `sample` are generated from their tools'
+request models (`tradewind.core.cli_options`), so a field added to a request is an option at once, with
+its description as help; they are generated only when that command runs (pydantic loads no sooner).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 
 from tradewind.cluster.cli import add_cluster_commands
 from tradewind.trainer.cli import add_export_command
+
+# `--no-eos` was `tokenize`'s spelling before its options came from the request (`--no-append-eos`).
+_TOKENIZE_ALIASES = {"--no-eos": "append_eos"}
 
 
 def _context(args: argparse.Namespace):
@@ -105,20 +115,11 @@ def _print_result(result) -> None:
 
 
 def _tokenize(args: argparse.Namespace) -> int:
+    from tradewind.core.cli_options import model_from_args
     from tradewind.tools import TokenizeDatasetRequest, tokenize_dataset
 
     ctx = _context(args)
-    request = TokenizeDatasetRequest(
-        input=args.input,
-        tokenizer=args.tokenizer,
-        format=args.format,
-        text_field=args.text_field,
-        val_fraction=args.val_fraction,
-        strict=args.strict,
-        prepend_bos=args.prepend_bos,
-        append_eos=not args.no_eos,
-        workers=args.workers,
-    )
+    request = model_from_args(TokenizeDatasetRequest, args)
     info = _with_progress("tokenizing", lambda progress: tokenize_dataset(ctx, request, progress))
     _print_result(info)
     if info.bad_records.skipped:
@@ -129,27 +130,21 @@ def _tokenize(args: argparse.Namespace) -> int:
 
 
 def _train_tokenizer(args: argparse.Namespace) -> int:
+    from tradewind.core.cli_options import model_from_args
     from tradewind.tools import TrainTokenizerRequest, train_tokenizer
 
     ctx = _context(args)
-    request = TrainTokenizerRequest(
-        input=args.input,
-        vocab_size=args.vocab_size,
-        format=args.format,
-        text_field=args.text_field,
-        max_documents=args.max_documents,
-        min_frequency=args.min_frequency,
-    )
+    request = model_from_args(TrainTokenizerRequest, args)
     _print_result(_with_progress("reading", lambda progress: train_tokenizer(ctx, request, progress)))
     return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from tradewind.core.cli_options import model_from_args
     from tradewind.tools import InspectDatasetRequest, inspect_dataset
 
-    report = inspect_dataset(
-        _context(args), InspectDatasetRequest(dataset_id=args.dataset_id, split=args.split, samples=args.samples)
-    )
+    request = model_from_args(InspectDatasetRequest, args)
+    report = inspect_dataset(_context(args), request)
     if args.json:
         _print_result(report)
         return 0
@@ -162,7 +157,7 @@ def _inspect(args: argparse.Namespace) -> int:
         )
     hist = report.histogram
     print(
-        f"document length in tokens ({args.split}): min {hist.min:,}  median {hist.median:,.0f}  "
+        f"document length in tokens ({request.split}): min {hist.min:,}  median {hist.median:,.0f}  "
         f"mean {hist.mean:,.1f}  max {hist.max:,}"
     )
     widest = max(hist.counts) or 1
@@ -178,6 +173,19 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"bad records skipped: {bad.skipped}")
     for example in bad.examples:
         print(f"  {example}")
+    return 0
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from tradewind.core.cli_options import model_from_args
+    from tradewind.tools import SampleTextRequest, sample_text
+
+    result = sample_text(_context(args), model_from_args(SampleTextRequest, args))
+    if args.json:
+        _print_result(result)
+        return 0
+    print(result.prompt + result.text)
+    print(f"{result.tokens} tokens from step {result.step}; saved to {result.output_file}", file=sys.stderr)
     return 0
 
 
@@ -272,7 +280,13 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `tradewind` parser; with `command`, only that command's options generated from a request model.
+
+    Those options need the request models (and so pydantic) imported; `main` passes the command it runs, so
+    `tradewind --help` and the other commands do without. `None` generates them all.
+    """
+    from_model = functools.partial(_add_model_options, command)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workspace", help="workspace root (default: $TRADEWIND_WORKSPACE, else ~/.tradewind)")
     common.add_argument(
@@ -332,36 +346,29 @@ def build_parser() -> argparse.ArgumentParser:
     tokenize = commands.add_parser(
         "tokenize", parents=[common], help="tokenize files into a token cache; prints the dataset id and counts"
     )
-    tokenize.add_argument("input", help="file, folder or glob inside the workspace, or builtin:tinyshakespeare")
-    tokenize.add_argument("--tokenizer", default="byte", help="'byte', a tokenizer.json path, or hf:NAME")
-    tokenize.add_argument("--format", default="auto", choices=["auto", "text", "jsonl", "parquet"])
-    tokenize.add_argument("--text-field", default="text", help="JSONL/Parquet field with the text (dotted)")
-    tokenize.add_argument("--val-fraction", type=float, default=0.1)
-    tokenize.add_argument("--strict", action="store_true", help="fail on the first bad record")
-    tokenize.add_argument("--prepend-bos", action="store_true", help="put BOS before every document")
-    tokenize.add_argument("--no-eos", action="store_true", help="do not put EOS after every document")
-    tokenize.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU)")
+    from_model(tokenize, "TokenizeDatasetRequest", positional=("input",), aliases=_TOKENIZE_ALIASES)
     tokenize.set_defaults(handler=_tokenize)
 
     train = commands.add_parser(
         "train-tokenizer", parents=[common], help="train a byte-level BPE tokenizer; prints its tokenizer.json path"
     )
-    train.add_argument("input", help="file, folder or glob inside the workspace, or builtin:tinyshakespeare")
-    train.add_argument("--vocab-size", type=int, default=32_000)
-    train.add_argument("--format", default="auto", choices=["auto", "text", "jsonl", "parquet"])
-    train.add_argument("--text-field", default="text")
-    train.add_argument("--max-documents", type=int, default=None)
-    train.add_argument("--min-frequency", type=int, default=2)
+    from_model(train, "TrainTokenizerRequest", positional=("input",))
     train.set_defaults(handler=_train_tokenizer)
 
     inspect = commands.add_parser(
         "inspect", parents=[common], help="describe a token cache: counts, length histogram, samples, bad records"
     )
-    inspect.add_argument("dataset_id")
-    inspect.add_argument("--split", default="train", choices=["train", "val"])
-    inspect.add_argument("--samples", type=int, default=3)
+    from_model(inspect, "InspectDatasetRequest", positional=("dataset_id",))
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect.set_defaults(handler=_inspect)
+
+    sample = commands.add_parser(
+        "sample", parents=[common], help="generate text from a run's checkpoint; prints the prompt and the text"
+    )
+    from_model(sample, "SampleTextRequest", positional=("run_id",))
+    sample.add_argument("--json", action="store_true", help="print the result as JSON")
+    sample.set_defaults(handler=_sample)
+
     train = commands.add_parser(
         "train", parents=[common], help="launch a training run from a YAML config and follow it with a progress bar"
     )
@@ -389,8 +396,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_model_options(command: str | None, parser: argparse.ArgumentParser, model_name: str, **how) -> None:
+    """Add the options of the `tradewind.tools` request `model_name` to `parser` if it is the parser of `command`
+    (or `command` is None); `how` as `add_model_options` takes it."""
+    if command not in (None, parser.prog.split()[-1]):
+        return
+    import tradewind.tools
+    from tradewind.core.cli_options import add_model_options
+
+    add_model_options(parser, getattr(tradewind.tools, model_name), **how)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv[0] if argv else "").parse_args(argv)
     from tradewind.core import TradewindError, configure_logging
 
     configure_logging(args.log_level)

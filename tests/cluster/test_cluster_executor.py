@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 
 from tradewind.cluster import (
     Executor,
@@ -41,10 +42,9 @@ def fail_unless_flag(out, config, inputs):
 
 def read_lease_twice(out, config, inputs):
     first = json.loads((out / LEASE_FILE).read_text())["heartbeat"]
-    deadline = time.monotonic() + 10
-    while json.loads((out / LEASE_FILE).read_text())["heartbeat"] == first:
-        assert time.monotonic() < deadline, "the heartbeat never renewed the lease"
-        time.sleep(0.02)
+    wait_until(
+        lambda: json.loads((out / LEASE_FILE).read_text())["heartbeat"] != first, 10, "the heartbeat renewing the lease"
+    )
 
 
 def pipeline(tmp_path, word="b"):
@@ -128,10 +128,7 @@ def test_two_executors_racing_on_one_step_run_it_once(tmp_path):
         subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path), str(i)], stdout=subprocess.PIPE, text=True)
         for i in range(2)
     ]
-    deadline = time.monotonic() + 60
-    while not all((tmp_path / f"ready-{i}").exists() for i in range(2)):
-        assert time.monotonic() < deadline, "the racers did not start"
-        time.sleep(0.02)
+    wait_until(lambda: all((tmp_path / f"ready-{i}").exists() for i in range(2)), 60, "the racers starting")
     (tmp_path / "go").touch()
     actions = sorted(racer.communicate(timeout=60)[0].strip() for racer in racers)
     assert [racer.returncode for racer in racers] == [0, 0]

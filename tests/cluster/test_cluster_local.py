@@ -8,6 +8,7 @@ import time
 from datetime import datetime
 
 import pytest
+from polling import wait_until
 
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend, Resources
 from tradewind.cluster.process import process_alive
@@ -25,14 +26,6 @@ def backend(tmp_path):
 
 def shell_job(tmp_path, script: str, **settings) -> JobSpec:
     return JobSpec(name="test", command=["bash", "-c", script], log_path=str(tmp_path / "job.log"), **settings)
-
-
-def wait_until(condition, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"{what} not met within {timeout} s"
-        time.sleep(0.02)
-    return value
 
 
 def wait_for_file(path, timeout=20.0):
@@ -172,11 +165,12 @@ def test_twenty_concurrent_submissions_never_oversubscribe_the_ledger(backend, t
     for thread in threads:
         thread.join()
     assert len(ids) == 20
-    deadline = time.monotonic() + 120
-    while not all(backend.status(job_id).status.finished for job_id in ids):
-        assert time.monotonic() < deadline, "20 short jobs did not all finish within 120 s"
+
+    def all_finished() -> bool:
         used_seen.append(backend.cluster_status().used["cpus"])
-        time.sleep(0.05)
+        return all(backend.status(job_id).status.finished for job_id in ids)
+
+    wait_until(all_finished, 120, "20 short jobs all finishing", interval=0.05)
     assert all(backend.status(job_id).status is JobStatus.SUCCEEDED for job_id in ids)
     counts = [int(line) for line in seen.read_text().split()]
     assert len(counts) == 20 and max(counts) <= 2
@@ -385,14 +379,6 @@ def test_slices_need_a_tpu():
 
     with pytest.raises(ValueError, match="slices=2 needs a TPU accelerator"):
         accelerator_resources("gpu", slices=2)
-
-
-def test_backends_are_chosen_by_name(tmp_path):
-    from tradewind.cluster import get_backend
-
-    assert isinstance(get_backend("local", tmp_path / "jobs"), LocalBackend)
-    with pytest.raises(InvalidInputError, match="unknown backend 'slurm'"):
-        get_backend("slurm", tmp_path / "jobs")
 
 
 def test_declared_capacity_is_kept_for_later_backends_on_the_same_folder(tmp_path):

@@ -9,9 +9,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
+from polling import wait_until
 
 from tradewind.cluster import JobSpec, JobStatus, LocalTaskRunner, RayTaskRunner, Resources
 from tradewind.cluster.process import process_alive
@@ -29,14 +29,6 @@ def backend(ray_address):
 
 def shell(script: str, **settings) -> JobSpec:
     return JobSpec(name="ray test", command=["bash", "-c", script], **settings)
-
-
-def wait_until(condition, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"{what} not met within {timeout} s"
-        time.sleep(0.05)
-    return value
 
 
 def test_a_job_runs_on_ray_and_its_logs_page_by_offset(backend, tmp_path):

@@ -10,7 +10,15 @@ import pytest
 
 from tradewind.cluster import get_task_runner
 from tradewind.core import InvalidInputError, NotFoundError
-from tradewind.data import ByteTokenizer, PackedLoader, build_token_cache, cache_id, open_token_cache, source_files
+from tradewind.data import (
+    ByteTokenizer,
+    PackedLoader,
+    TokenizeConfig,
+    build_token_cache,
+    cache_id,
+    open_token_cache,
+    source_files,
+)
 
 # More than one tokenizer batch (1,000 documents), so batch boundaries are crossed.
 PARAGRAPHS = [f"Paragraph {i}: {'é' * (i % 4)}{'word ' * (i % 7)}end." for i in range(2_500)]
@@ -195,13 +203,24 @@ def test_progress_rises_to_the_total_input_size(tmp_path, jsonl_corpus):
 
 def test_the_cache_id_changes_with_inputs_tokenizer_and_options_only(tmp_path, corpus):
     sources = source_files([corpus])
-    base = cache_id(sources, ByteTokenizer(), {"val_fraction": 0.1})
+    base = cache_id(sources, ByteTokenizer(), TokenizeConfig())
 
-    assert cache_id(source_files([corpus.parent]), ByteTokenizer(), {"val_fraction": 0.1}) == base
-    assert cache_id(sources, WideTokenizer(), {"val_fraction": 0.1}) != base
-    assert cache_id(sources, ByteTokenizer(), {"val_fraction": 0.2}) != base
+    assert cache_id(source_files([corpus.parent]), ByteTokenizer(), TokenizeConfig(val_fraction=0.1)) == base
+    assert cache_id(sources, WideTokenizer(), TokenizeConfig()) != base
+    assert cache_id(sources, ByteTokenizer(), TokenizeConfig(val_fraction=0.2)) != base
     corpus.write_text("changed\n\nagain")
-    assert cache_id(source_files([corpus]), ByteTokenizer(), {"val_fraction": 0.1}) != base
+    assert cache_id(source_files([corpus]), ByteTokenizer(), TokenizeConfig()) != base
+
+
+def test_a_config_and_its_fields_as_keywords_build_the_same_cache(tmp_path, corpus):
+    config = TokenizeConfig(val_fraction=0.3, prepend_bos=True)
+    by_config = build_token_cache([corpus], tmp_path / "one", ByteTokenizer(), config)
+    by_keywords = build_token_cache([corpus], tmp_path / "two", ByteTokenizer(), val_fraction=0.3, prepend_bos=True)
+
+    assert cache_files(tmp_path / "one") == cache_files(tmp_path / "two")
+    assert by_config.model_dump(exclude={"created"}) == by_keywords.model_dump(exclude={"created"})
+    with pytest.raises(TypeError, match="not both"):
+        build_token_cache([corpus], tmp_path / "three", ByteTokenizer(), config, strict=True)
 
 
 def test_exist_ok_returns_the_finished_cache_without_rebuilding(tmp_path, corpus):
@@ -243,6 +262,9 @@ def test_a_build_killed_part_way_resumes_only_missing_shards_and_matches_an_unin
     assert sorted(p.name for p in (partial / "shards").iterdir()) == [f"shard-0000{i}.json" for i in range(3)]
     assert list(partial.glob("*/shard-00003.bin.tmp-*"))  # the shard it died in, never marked complete
     finished = {p.name: p.stat().st_ino for p in (partial / "train").glob("*.bin")}
+    # The partial build is keyed by the cache id (what tokenize_dataset names the dataset by) and the shard size.
+    key = {"key": cache_id(source_files([inputs]), ByteTokenizer(), TokenizeConfig()), "shard_bytes": 64 * 2**20}
+    assert json.loads((partial / "build.json").read_text()) == key
 
     # The marked paragraph is still in the input, so the resumed run must give the same cache as a clean one.
     build_token_cache([inputs], tmp_path / "cache", ByteTokenizer())

@@ -311,6 +311,7 @@ def test_the_fuzz_covers_every_listed_tool(schemas):
 
 
 @pytest.mark.parametrize("tool", TOOL_NAMES)
+@pytest.mark.slow
 def test_every_generated_call_gets_a_result_or_a_readable_error_and_the_server_keeps_answering(
     tool, session, schemas, real_names, ctx, finished_run
 ):

@@ -63,6 +63,7 @@ def session(url: str, token: str):
     return http, Client(streamable_http_client(url, http_client=http))
 
 
+@pytest.mark.slow
 async def test_sixteen_concurrent_clients_make_fifty_read_only_calls_each_with_no_error_and_right_answers(
     workspace, dataset_id, finished_run
 ):

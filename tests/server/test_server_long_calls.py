@@ -8,17 +8,16 @@ import anyio
 import pytest
 from mcp import Client
 from mcp_helpers import call
+from polling import wait_until
 
 from tradewind.data import builtin_corpus_path, read_documents
 
 pytestmark = pytest.mark.anyio
 
 
-async def wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await anyio.sleep(0.05)
+async def wait_in_thread(condition, timeout_s: float, what: str) -> None:
+    """`wait_until` in a worker thread, so the event loop (and the in-memory server on it) keeps running."""
+    await anyio.to_thread.run_sync(lambda: wait_until(condition, timeout_s, what))
 
 
 def threads_inside(function_name: str) -> bool:
@@ -75,7 +74,7 @@ async def test_a_cancelled_wait_for_run_returns_at_once_and_stops_waiting_but_no
             )
             assert seen and waited < 1.0
             # The server stops waiting soon after (at its next look, within half a second)...
-            await wait_until(lambda: not threads_inside("wait_for_run"), 10, "the server to stop wait_for_run")
+            await wait_in_thread(lambda: not threads_inside("wait_for_run"), 10, "the server to stop wait_for_run")
             # ...but the run goes on, and the connection still answers.
             info = await call(client, "get_run", {"run_id": run["run_id"]})
             assert info["status"] in ("PENDING", "RUNNING"), info
@@ -136,7 +135,7 @@ async def test_a_cancelled_tokenize_dataset_leaves_no_partial_cache_and_can_run_
     async with Client(server) as client:
         seen, waited = await call_then_cancel_after_first_report(client, "tokenize_dataset", arguments)
         assert seen and waited < 1.0
-        await wait_until(lambda: not threads_inside("tokenize_dataset"), 30, "the server to stop tokenize_dataset")
+        await wait_in_thread(lambda: not threads_inside("tokenize_dataset"), 30, "the server to stop tokenize_dataset")
         assert partials() == []
         assert {p.name for p in datasets.iterdir()} == before
         info = await call(client, "tokenize_dataset", arguments)

@@ -88,6 +88,7 @@ async def test_tool_results_link_the_resources_that_hold_more_and_each_link_read
     assert plot.mime_type == "image/png" and base64.b64decode(plot.blob).startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 async def test_a_result_is_sent_as_compact_json_text_equal_to_its_structured_content(server, finished_run):
     async with Client(server) as client:
         result = await client.call_tool("get_run", {"run_id": finished_run.run_id})

@@ -21,6 +21,7 @@ async def still_serving(client, run_id) -> None:
     assert not result.is_error and result.structured_content["status"] == "SUCCEEDED"
 
 
+@pytest.mark.slow
 async def test_a_misspelt_launch_training_argument_is_an_error_naming_steps_and_starts_no_run(
     server, ctx, dataset_id, finished_run
 ):
@@ -57,6 +58,7 @@ async def test_launch_training_neither_lists_nor_takes_the_hand_started_gang_sec
         ("launch_training", {"dataset": "DATASET", "model": {"d_modle": 64}}, "argument 'model.d_modle'"),
     ],
 )
+@pytest.mark.slow
 async def test_a_misspelt_argument_of_any_tool_names_the_nearest_valid_one(
     server, ctx, dataset_id, finished_run, tool, arguments, expected
 ):
@@ -81,6 +83,7 @@ async def test_a_misspelt_argument_of_any_tool_names_the_nearest_valid_one(
         ({"backend": "slurm"}, "argument 'backend': 'slurm' is not one of 'local' or 'ray'"),
     ],
 )
+@pytest.mark.slow
 async def test_type_and_range_errors_are_in_tradewinds_wording(server, dataset_id, finished_run, arguments, expected):
     async with Client(server) as client:
         message = error_text(await client.call_tool("launch_training", {"dataset": dataset_id, **arguments}))
@@ -88,6 +91,7 @@ async def test_type_and_range_errors_are_in_tradewinds_wording(server, dataset_i
     assert expected in message
 
 
+@pytest.mark.slow
 async def test_a_missing_required_argument_is_named(server, finished_run):
     async with Client(server) as client:
         message = error_text(await client.call_tool("tokenize_dataset", {}))
@@ -96,6 +100,7 @@ async def test_a_missing_required_argument_is_named(server, finished_run):
 
 
 @pytest.mark.parametrize("tool", ["get_run", "read_metrics", "summarize_report"])
+@pytest.mark.slow
 async def test_a_megabyte_id_is_refused_showing_at_most_200_characters_of_it(server, finished_run, tool):
     huge = "r" * 1_000_000
     async with Client(server) as client:
@@ -106,6 +111,7 @@ async def test_a_megabyte_id_is_refused_showing_at_most_200_characters_of_it(ser
     assert "(1,000,000 characters)" in message
 
 
+@pytest.mark.slow
 async def test_a_megabyte_value_of_the_wrong_type_is_cut_too(server, finished_run):
     async with Client(server) as client:
         message = error_text(await client.call_tool("list_runs", {"limit": "9" * 1_000_000}))
@@ -185,6 +191,7 @@ async def test_every_numeric_argument_of_every_tool_has_a_documented_range(serve
         ),
     ],
 )
+@pytest.mark.slow
 async def test_values_are_not_coerced_from_another_json_type(server, finished_run, tool, arguments, expected):
     arguments = {key: finished_run.run_id if value == "RUN" else value for key, value in arguments.items()}
     async with Client(server) as client:

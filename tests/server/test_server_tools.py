@@ -4,11 +4,13 @@ import itertools
 import json
 import struct
 
+import anyio
 import pytest
 from mcp import Client
 from mcp_helpers import call
+from polling import wait_until
 
-from tradewind.tools import TOOLS
+from tradewind.tools import TOOLS, RunRequest, get_run
 
 pytestmark = pytest.mark.anyio
 
@@ -119,6 +121,7 @@ async def test_list_datasets_includes_a_tokenized_dataset(server, dataset_id):
     assert all(d["tokens"] > d["documents"] > 0 for d in listed["datasets"])
 
 
+@pytest.mark.slow
 async def test_launch_then_wait_reports_progress_and_success(server, dataset_id, tiny_run_settings):
     seen = []
 
@@ -146,6 +149,7 @@ async def test_launch_then_wait_reports_progress_and_success(server, dataset_id,
     assert [p for p, _ in seen] == sorted(p for p, _ in seen)
 
 
+@pytest.mark.slow
 async def test_a_call_that_continues_a_run_inherits_every_field_it_leaves_out(server, finished_run):
     # The SDK fills in every default; the run must still take seed, model, batch shape... from its parent.
     async with Client(server) as client:
@@ -156,12 +160,30 @@ async def test_a_call_that_continues_a_run_inherits_every_field_it_leaves_out(se
     assert done["summary"]["parameters"] == finished_run.summary.parameters and done["step"] == 33
 
 
-async def test_wait_for_run_times_out_without_stopping_the_run(server, finished_run, ctx):
+@pytest.mark.slow
+async def test_wait_for_run_times_out_without_stopping_the_run(server, ctx, dataset_id, tiny_run_settings):
     async with Client(server) as client:
-        done = await call(client, "wait_for_run", {"run_id": finished_run.run_id, "timeout_s": 0.1})
-    assert done["timed_out"] is False and done["status"] == "SUCCEEDED"
+        run = await call(client, "launch_training", {"dataset": dataset_id, "steps": 100_000, **tiny_run_settings})
+        run_id = run["run_id"]
+        try:
+            waited = await call(client, "wait_for_run", {"run_id": run_id, "timeout_s": 1})
+            # The run goes on after the wait gave up: it logs steps past those the wait saw.
+            trained_on = await anyio.to_thread.run_sync(
+                lambda: wait_until(
+                    lambda: (info := get_run(ctx, RunRequest(run_id=run_id))).step > waited["step"] and info,
+                    240,
+                    "the run logging a step after the wait timed out",
+                )
+            )
+        finally:
+            cancelled = await call(client, "cancel_run", {"run_id": run_id})
+    assert waited["timed_out"] is True and waited["status"] in ("PENDING", "RUNNING")
+    assert waited["run_id"] == run_id and waited["total_steps"] == 100_000 and waited["step"] < 100_000
+    assert trained_on.status == "RUNNING"
+    assert cancelled["status"] == "CANCELLED" and cancelled["reason"] == "cancelled on request"
 
 
+@pytest.mark.slow
 async def test_get_run_reports_the_final_state(server, finished_run):
     async with Client(server) as client:
         run = await call(client, "get_run", {"run_id": finished_run.run_id})
@@ -172,6 +194,7 @@ async def test_get_run_reports_the_final_state(server, finished_run):
     assert run["log_tail"] == []
 
 
+@pytest.mark.slow
 async def test_list_runs_is_newest_first_and_bounded(server, finished_run, ctx):
     async with Client(server) as client:
         everything = await call(client, "list_runs", {"limit": 200})
@@ -182,6 +205,7 @@ async def test_list_runs_is_newest_first_and_bounded(server, finished_run, ctx):
     assert [run["run_id"] for run in one["runs"]] == ids[:1]
 
 
+@pytest.mark.slow
 async def test_read_metrics_returns_every_row_of_a_short_run_as_series_and_a_summary(server, finished_run):
     async with Client(server) as client:
         metrics = await call(client, "read_metrics", {"run_id": finished_run.run_id})
@@ -197,6 +221,7 @@ async def test_read_metrics_returns_every_row_of_a_short_run_as_series_and_a_sum
     assert list(zoomed["series"]) == ["lr"] and zoomed["series"]["lr"]["steps"] == [10, 15, 20]
 
 
+@pytest.mark.slow
 async def test_profile_run_times_steps_and_writes_a_trace(server, finished_run, tiny_run_settings):
     async with Client(server) as client:
         profile = await call(client, "profile_run", {"run_id": finished_run.run_id, "steps": 3})
@@ -208,6 +233,7 @@ async def test_profile_run_times_steps_and_writes_a_trace(server, finished_run, 
     assert any(p.is_file() for p in Path(profile["trace_dir"]).rglob("*"))
 
 
+@pytest.mark.slow
 async def test_summarize_report_writes_markdown_and_a_png(server, finished_run):
     async with Client(server) as client:
         report = await call(client, "summarize_report", {"run_id": finished_run.run_id})
@@ -229,6 +255,7 @@ async def test_summarize_report_writes_markdown_and_a_png(server, finished_run):
     assert Path(plot).parent == path.parent and Path(plot).name in markdown
 
 
+@pytest.mark.slow
 async def test_sample_text_continues_a_prompt_from_the_runs_checkpoint(server, finished_run):
     arguments = {"run_id": finished_run.run_id, "prompt": "ROMEO:", "max_tokens": 24, "seed": 3}
     async with Client(server) as client:
@@ -291,6 +318,7 @@ BAD_CALLS = [
 
 
 @pytest.mark.parametrize(("tool", "arguments", "expected"), BAD_CALLS)
+@pytest.mark.slow
 async def test_bad_input_is_an_error_result_and_the_server_keeps_serving(
     server, finished_run, dataset_id, tool, arguments, expected
 ):

@@ -1,5 +1,5 @@
-"""Every tool's result fits 32,000 characters of compact JSON, however large what it describes; and
-read_metrics' downsampling keeps what matters and says what it left out.
+"""Every tool's result fits 32,000 characters of compact JSON, however large what it describes
+(read_metrics' downsampling itself is tested in test_tools_metrics.py).
 
 The big cases are written as files in fresh workspaces: a 2,500-step metrics file with every field set,
 a hundred run folders with long ids and reasons, a log of control characters, inputs with long names and
@@ -9,16 +9,14 @@ paths; sample_text's text is cut like any string here, but the tiny test model c
 text to need it.
 """
 
-import itertools
 import json
-import math
 import shutil
 from typing import get_args
 
 import pytest
+from runs_helpers import STEPS, metric_rows, write_run
 
 from tradewind.cluster import JobSpec, JobStatus, Resources
-from tradewind.core import atomic_write_json
 from tradewind.tools import (
     ClusterStatusRequest,
     InspectDatasetRequest,
@@ -47,54 +45,14 @@ from tradewind.tools import (
 )
 from tradewind.tools.bounds import RESULT_CHARS
 from tradewind.tools.metrics import MAX_POINTS, MetricName
-from tradewind.trainer import MetricRow, RunLayout, RunRecord, TrainConfig, write_record
+from tradewind.trainer import RunRecord
 
 ALL_SERIES = list(get_args(MetricName))
-STEPS = 2_500
-TOKENS_PER_STEP = 4_096
 
 
 def size(result) -> int:
     """What the MCP server sends of a result: its compact JSON."""
     return len(result.model_dump_json())
-
-
-def metric_rows(steps: int = STEPS, eval_every: int = 50, every_field: bool = False) -> list[MetricRow]:
-    """A run's rows: a loss that falls with a dip at step 1234, an eval row every `eval_every` steps; with
-    `every_field`, every field of every row set to a long-printing number."""
-    rows = []
-    for step in range(steps + 1):
-        step_time_s = 0.1 + (step % 7) * 0.01
-        loss = 5.0 / (1 + step / 300) + (step % 11) * 1e-3 - (1.0 if step == 1234 else 0.0)
-        fields = {"step": step, "elapsed": step * 0.123456789}
-        if step > 0:
-            fields.update(
-                loss=loss,
-                lr=3e-4 * (1 - step / (steps + 1)) + 1.234567e-11,
-                grad_norm=1.23456789 + step % 5,
-                tokens_per_s=TOKENS_PER_STEP / step_time_s,
-                step_time_s=step_time_s,
-                mfu=0.1234567891 * (1 + step % 3),
-            )
-        if step % eval_every == 0 or step == steps or every_field:
-            eval_loss = loss + 0.1 - (1.5 if step == 2000 else 0.0)
-            fields.update(eval_loss=eval_loss, eval_perplexity=math.exp(eval_loss), eval_bits_per_byte=eval_loss / 5.5)
-        if every_field:
-            fields.update(param_norm=-1.2345678901e-05 * step, skipped_steps=step, loss=-loss * 1.234567e-7)
-        rows.append(MetricRow(**fields))
-    return rows
-
-
-def write_run(ctx: ToolContext, run_id: str, rows: list[MetricRow], record: RunRecord | None = None) -> RunLayout:
-    """A run folder with these metrics rows and, given a record, that record and a config: a run as a Python
-    call of `train` leaves it (backend 'process', no job)."""
-    layout = RunLayout(ctx.workspace.runs_dir / run_id)
-    layout.root.mkdir(parents=True)
-    layout.metrics.write_text("".join(row.model_dump_json(exclude_none=True) + "\n" for row in rows))
-    if record is not None:
-        write_record(layout.record, record)
-        atomic_write_json(layout.config, TrainConfig(dataset="datasets/ds-gone").model_dump(mode="json"))
-    return layout
 
 
 @pytest.fixture
@@ -113,71 +71,6 @@ def test_read_metrics_of_2500_steps_with_every_field_set_fits_at_the_largest_max
         points = sum(len(s.steps) for s in result.series.values())
         assert points <= MAX_POINTS and result.truncated and result.rows_in_range == STEPS + 1
         assert "start_step" in result.hint and "tradewind://runs/run-big/metrics" in result.hint
-
-
-def test_read_metrics_keeps_the_first_last_lowest_loss_and_every_eval_row_and_is_deterministic(fresh):
-    rows = metric_rows()
-    write_run(fresh, "run-curve", rows)
-    request = ReadMetricsRequest(run_id="run-curve", series=["loss", "eval_loss"], max_points=200)
-    result = read_metrics(fresh, request)
-    assert result == read_metrics(fresh, request)
-    loss_steps = result.series["loss"].steps
-    assert len(loss_steps) <= 200 and result.rows_kept == 200 and result.truncated
-    assert result.start_step == 0 and result.end_step == STEPS
-    assert loss_steps[0] == 1 and loss_steps[-1] == STEPS and 1234 in loss_steps  # first logged, last, lowest
-    eval_steps = [row.step for row in rows if row.eval_loss is not None]
-    assert result.series["eval_loss"].steps == eval_steps  # every eval row
-    assert result.series["loss"].values[loss_steps.index(1234)] == pytest.approx(rows[1234].loss, rel=1e-5)
-    # The rest are spread over the whole run, not bunched at its start.
-    assert max(b - a for a, b in itertools.pairwise(loss_steps)) <= 2 * STEPS // 200
-
-
-def test_read_metrics_with_more_eval_rows_than_max_points_keeps_evenly_spaced_ones_and_the_best(fresh):
-    rows = metric_rows(eval_every=1)
-    write_run(fresh, "run-evals", rows)
-    result = read_metrics(fresh, ReadMetricsRequest(run_id="run-evals", series=["eval_loss"], max_points=50))
-    steps = result.series["eval_loss"].steps
-    assert len(steps) == 50 and {0, 1234, 2000, STEPS} <= set(steps)  # first, lowest loss, best eval, last
-
-
-def test_read_metrics_zoomed_into_a_step_range_returns_every_row_there(fresh):
-    rows = metric_rows()
-    write_run(fresh, "run-zoom", rows)
-    result = read_metrics(
-        fresh, ReadMetricsRequest(run_id="run-zoom", series=ALL_SERIES[:5], start_step=1000, end_step=1150)
-    )
-    assert not result.truncated and result.hint is None and result.rows_in_range == result.rows_kept == 151
-    assert result.series["loss"].steps == list(range(1000, 1151))
-    assert result.series["lr"].values == [float(f"{row.lr:.6g}") for row in rows[1000:1151]]
-
-
-def test_read_metrics_summary_is_what_the_raw_rows_say(fresh):
-    rows = metric_rows()
-    write_run(fresh, "run-summary", rows)
-    summary = read_metrics(fresh, ReadMetricsRequest(run_id="run-summary", start_step=10, end_step=20)).summary
-    best = min((row for row in rows if row.eval_loss is not None), key=lambda row: row.eval_loss)
-    logged = [row for row in rows if row.step_time_s is not None]  # one update per row here
-    seconds = sum(row.step_time_s for row in logged)
-    assert summary.rows == len(rows) and summary.last_step == STEPS
-    assert summary.last_loss == pytest.approx(rows[-1].loss, rel=1e-5)
-    assert summary.best_eval_step == best.step == 2000
-    assert summary.best_eval_loss == pytest.approx(best.eval_loss, rel=1e-5)
-    assert summary.mean_tokens_per_s == pytest.approx(len(logged) * TOKENS_PER_STEP / seconds, rel=1e-5)
-    assert summary.mean_mfu == pytest.approx(sum(r.mfu * r.step_time_s for r in logged) / seconds, rel=1e-5)
-
-
-@pytest.mark.slow
-def test_read_metrics_summary_agrees_with_the_trainers_summary_of_a_finished_run(ctx, finished_run):
-    summary = read_metrics(ctx, ReadMetricsRequest(run_id=finished_run.run_id)).summary
-    assert summary.mean_tokens_per_s == pytest.approx(finished_run.summary.mean_tokens_per_s, rel=1e-5)
-    assert summary.mean_mfu == pytest.approx(finished_run.summary.mfu, rel=1e-5)
-    assert summary.best_eval_loss == pytest.approx(finished_run.summary.best_eval_loss, rel=1e-5)
-    assert summary.last_step == finished_run.total_steps
-
-
-def test_read_metrics_refuses_a_step_range_that_ends_before_it_starts():
-    with pytest.raises(ValueError, match="start_step 9 is after end_step 3"):
-        ReadMetricsRequest(run_id="run-x", start_step=9, end_step=3)
 
 
 # Runs: get_run, wait_for_run, list_runs, tail_logs

@@ -1,12 +1,19 @@
 """cluster_status and run_pipeline, through the Python API and through a real MCP client in memory."""
 
-import time
+import inspect
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import get_type_hints
 
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
+from polling import wait_until
 
-from tradewind.cluster import JobSpec, JobStatus, Resources
+from tradewind.cluster import Backend, JobSpec, JobStatus, Resources
 from tradewind.cluster.entry import load_callable
 from tradewind.cluster.pipeline import PIPELINE_CALLABLE, PipelineJob, pipeline_job
 from tradewind.core import ConfigError, InvalidInputError, PathEscapeError
@@ -40,14 +47,6 @@ def tool_ctx(tmp_path):
     return context
 
 
-def wait_until(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-    return value
-
-
 def test_cluster_status_shows_capacity_use_and_running_and_queued_jobs(tool_ctx, tmp_path):
     release = tmp_path / "release"
     cpus = tool_ctx.backend.capacity.cpus
@@ -72,6 +71,38 @@ def test_cluster_status_reports_ray_unavailable_without_an_address(tool_ctx, mon
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     ray = cluster_status(tool_ctx, ClusterStatusRequest(backend="ray")).backends[0]
     assert (ray.name, ray.available) == ("ray", False) and "RAY_ADDRESS" in ray.detail
+
+
+def test_cluster_status_reports_ray_unavailable_when_ray_is_not_installed(tmp_path):
+    # A separate interpreter where `import ray` fails, as it does without the `ray` extra.
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "from tradewind.tools import ToolContext\n"
+        "from tradewind.tools.cluster import ClusterStatusRequest, cluster_status\n"
+        f"ctx = ToolContext.open({str(tmp_path / 'workspace')!r})\n"
+        "print(cluster_status(ctx, ClusterStatusRequest(backend='ray')).backends[0].model_dump_json())\n"
+    )
+    env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:1"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    ray = json.loads(result.stdout)
+    assert (ray["name"], ray["available"]) == ("ray", False)
+    assert "Ray is not installed (pip install 'tradewind[ray]')" in ray["detail"]
+
+
+def protocol_only(backend) -> SimpleNamespace:
+    """`backend` seen through the `Backend` protocol alone: a tool that used anything else would fail."""
+    methods = [name for name, _ in inspect.getmembers(Backend, inspect.isfunction) if not name.startswith("_")]
+    return SimpleNamespace(name=backend.name, **{name: getattr(backend, name) for name in methods})
+
+
+def test_the_tools_run_on_any_backend_that_offers_the_protocol(tool_ctx):
+    assert get_type_hints(ToolContext)["backend"] is Backend
+    ctx = ToolContext(workspace=tool_ctx.workspace, backend=protocol_only(tool_ctx.backend))
+    plan = run_pipeline(ctx, RunPipelineRequest(pipeline="pipelines/pipe.py"))
+    assert [(s.name, s.action) for s in plan.steps] == [("first", "run"), ("second", "run")]
+    [local] = cluster_status(ctx, ClusterStatusRequest(backend="local")).backends
+    assert (local.name, local.capacity) == ("local", tool_ctx.backend.capacity.model_dump())
 
 
 def test_run_pipeline_plans_by_default_then_runs_as_a_job_then_finds_everything_cached(tool_ctx):

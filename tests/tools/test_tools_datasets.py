@@ -5,9 +5,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
 
+from tradewind.cli import main
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
-from tradewind.data import open_token_cache
+from tradewind.data import TokenizeConfig, cache_id, load_tokenizer, open_token_cache, source_files
+from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import (
     InspectDatasetRequest,
     ListDatasetsRequest,
@@ -118,9 +122,42 @@ def test_list_datasets_lists_finished_caches_newest_first_and_skips_unfinished_o
     assert len(list_datasets(workspace, ListDatasetsRequest(limit=1)).datasets) == 1
 
 
-def test_cli_train_tokenizer_tokenize_and_inspect_run_end_to_end(workspace, capsys):
-    from tradewind.cli import main
+def test_the_dataset_id_is_the_cache_id_of_the_files_the_tokenizer_and_the_tokenize_config(workspace):
+    request = TokenizeDatasetRequest(input="corpus.txt", val_fraction=0.2, prepend_bos=True, workers=1)
+    info = tokenize_dataset(workspace, request)
 
+    sources = source_files([workspace.workspace.root / "corpus.txt"])
+    config = TokenizeConfig(val_fraction=0.2, prepend_bos=True)
+    assert info.dataset_id == cache_id(sources, load_tokenizer("byte"), config)
+
+
+@pytest.mark.anyio
+async def test_every_tokenize_config_field_is_a_tool_argument_and_a_cli_option(workspace, capsys):
+    server = MCPServer(name="dataset-tools")
+    server.add_tool(as_mcp_tool(tokenize_dataset, workspace), name="tokenize_dataset", structured_output=True)
+    async with Client(server) as client:
+        (tool,) = (await client.list_tools()).tools
+    with pytest.raises(SystemExit):
+        main(["tokenize", "--help"])
+    shown = capsys.readouterr().out
+
+    assert set(TokenizeConfig.model_fields) <= set(tool.input_schema["properties"])
+    for name in TokenizeConfig.model_fields:
+        option = "--" + name.replace("_", "-")
+        assert option in shown or "--no-" + option[2:] in shown, name
+
+
+def test_cli_tokenize_options_make_the_dataset_the_tool_makes_and_keep_the_old_no_eos(workspace, capsys):
+    common = ["--workspace", str(workspace.workspace.root), "--log-level", "WARNING"]
+    assert main(["tokenize", "corpus.txt", "--no-eos", "--val-fraction", "0.2", "--workers", "1", *common]) == 0
+    by_cli = json.loads(capsys.readouterr().out)
+
+    again = TokenizeDatasetRequest(input="corpus.txt", append_eos=False, val_fraction=0.2)
+    assert tokenize_dataset(workspace, again).model_dump() == {**by_cli, "reused": True}
+    assert open_token_cache(by_cli["path"]).manifest.append_eos is False
+
+
+def test_cli_train_tokenizer_tokenize_and_inspect_run_end_to_end(workspace, capsys):
     common = ["--workspace", str(workspace.workspace.root), "--log-level", "WARNING"]
     assert main(["train-tokenizer", "corpus.txt", "--vocab-size", "300", *common]) == 0
     tokenizer = json.loads(capsys.readouterr().out)["tokenizer"]

@@ -27,6 +27,7 @@ def run_folders(ctx: ToolContext) -> list[str]:
     return sorted(path.name for path in ctx.workspace.runs_dir.iterdir())
 
 
+@pytest.mark.slow
 def test_a_second_active_run_is_refused_naming_the_limit_and_where_to_raise_it(limited, tiny_run_settings):
     ctx, dataset = limited
     first = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=100_000, **tiny_run_settings))

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mcp import Client
-from runs_helpers import finish, losses, wait_until
+from polling import wait_until
+from runs_helpers import finish, losses
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, read_json

@@ -11,7 +11,8 @@ import anyio
 import numpy as np
 import pytest
 from mcp import Client
-from runs_helpers import finish, losses, wait_until
+from polling import wait_until
+from runs_helpers import finish, losses
 
 from tradewind.cluster import JobStatus
 from tradewind.cluster.ray_entry import ray_bundles

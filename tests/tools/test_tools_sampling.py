@@ -8,6 +8,7 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
+from tradewind.cli import main
 from tradewind.cluster import JobStatus
 from tradewind.core import NotFoundError, TradewindError
 from tradewind.data import build_token_cache, load_tokenizer
@@ -15,7 +16,7 @@ from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import ToolContext
 from tradewind.tools.sampling import SampleTextRequest, sample_text
 from tradewind.trainer import TrainConfig, train
-from tradewind.trainer.jobs import SAMPLE_CALLABLE, SampleJob
+from tradewind.trainer.jobs import SAMPLE_CALLABLE, SampleJob, SampleOptions
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +98,27 @@ def test_sample_text_on_a_run_without_checkpoints_says_so(tmp_path):
     with pytest.raises(NotFoundError, match="no checkpoints yet"):
         sample_text(ctx, SampleTextRequest(run_id="empty"))
     shutil.rmtree(ctx.workspace.run_dir("empty"))
+
+
+def test_every_sampling_option_is_a_cli_option_of_tradewind_sample(capsys):
+    with pytest.raises(SystemExit):
+        main(["sample", "--help"])
+    shown = capsys.readouterr().out
+
+    assert "run_id" in shown
+    for name in [*SampleOptions.model_fields, "timeout_s"]:
+        assert "--" + name.replace("_", "-") in shown, name
+
+
+@pytest.mark.slow
+def test_tradewind_sample_prints_what_sample_text_returns_for_the_same_options(trained_ctx, capsys):
+    options = ["--prompt", "KING:", "--max-tokens", "6", "--temperature", "0.7", "--top-k", "20", "--seed", "5"]
+    common = ["--workspace", str(trained_ctx.workspace.root), "--log-level", "WARNING"]
+    assert main(["sample", "r1", *options, "--json", *common]) == 0
+    by_cli = json.loads(capsys.readouterr().out)
+
+    request = SampleTextRequest(run_id="r1", prompt="KING:", max_tokens=6, temperature=0.7, top_k=20, seed=5)
+    by_tool = sample_text(trained_ctx, request)
+    assert (by_cli["text"], by_cli["tokens"], by_cli["step"]) == (by_tool.text, 6, 10)
+    assert main(["sample", "r1", "--top-p", "0", *common]) == 2
+    assert "top_p" in capsys.readouterr().err

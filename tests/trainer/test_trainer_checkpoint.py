@@ -1,5 +1,6 @@
 """Checkpoints: policies, retention, in-progress and corrupt checkpoints, and exact resume after SIGKILL."""
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -9,21 +10,30 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from polling import wait_until
 
 from tradewind.core import NotFoundError, read_json
 from tradewind.trainer import RunLayout, read_metrics
-from tradewind.trainer.checkpoint import Checkpointer
+from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
 from tradewind.trainer.config import CheckpointConfig
+from tradewind.trainer.state import TrainState
 
 
-def state(step: int) -> dict:
-    return {"params": {"w": np.full((4, 4), float(step), np.float32)}, "step": step}
+def state(step: int) -> TrainState:
+    """A small state whose every field says which step it is."""
+    return TrainState(
+        params={"w": np.full((4, 4), float(step), np.float32)},
+        opt_state={"mu": np.full((4,), -float(step), np.float32)},
+        step=step,
+        data_step=step + 1000,
+        rng=np.array([step, 7 * step], np.uint32),
+    )
 
 
 def test_keep_last_n_plus_every_k_decides_which_checkpoints_stay(tmp_path):
     checkpointer = Checkpointer(tmp_path / "ckpt", CheckpointConfig(keep_last=2, keep_every=4, async_save=False))
     for step in range(1, 11):
-        checkpointer.save(step, state(step))
+        checkpointer.save(state(step))
     checkpointer.close()
     assert Checkpointer(tmp_path / "ckpt").steps() == [4, 8, 9, 10]
 
@@ -46,16 +56,16 @@ def test_time_policy_saves_once_the_interval_has_passed_since_the_last_save():
 
 def test_async_save_returns_and_the_checkpoint_reads_back_after_close(tmp_path):
     checkpointer = Checkpointer(tmp_path / "ckpt", CheckpointConfig(async_save=True))
-    checkpointer.save(3, state(3))
+    checkpointer.save(state(3))
     checkpointer.close()
-    restored, step = Checkpointer(tmp_path / "ckpt").restore(state(0))
-    assert step == 3
-    np.testing.assert_array_equal(restored["params"]["w"], state(3)["params"]["w"])
+    restored = Checkpointer(tmp_path / "ckpt").restore(state(0))
+    assert restored.step == 3
+    np.testing.assert_array_equal(restored.params["w"], state(3).params["w"])
 
 
 def test_a_checkpoint_still_being_written_is_never_chosen_for_restore(tmp_path):
     checkpointer = Checkpointer(tmp_path / "ckpt", CheckpointConfig(async_save=False))
-    checkpointer.save(2, state(2))
+    checkpointer.save(state(2))
     checkpointer.close()
     # What orbax leaves while step 5 is being written (or after a crash mid-write).
     partial = tmp_path / "ckpt" / "5.orbax-checkpoint-tmp-1700000000"
@@ -63,24 +73,37 @@ def test_a_checkpoint_still_being_written_is_never_chosen_for_restore(tmp_path):
     (partial / "garbage").write_bytes(b"\0" * 10)
     reopened = Checkpointer(tmp_path / "ckpt")
     assert reopened.steps() == [2]
-    assert reopened.restore(state(0))[1] == 2
+    assert reopened.restore(state(0)).step == 2
 
 
 def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one_with_a_warning(tmp_path, capsys):
     checkpointer = Checkpointer(tmp_path / "ckpt", CheckpointConfig(async_save=False))
-    checkpointer.save(2, state(2))
-    checkpointer.save(4, state(4))
+    checkpointer.save(state(2))
+    checkpointer.save(state(4))
     checkpointer.close()
     for path in (tmp_path / "ckpt" / "4").rglob("*"):
         if path.is_file():
             path.write_bytes(b"corrupt")
     reopened = Checkpointer(tmp_path / "ckpt")
-    restored, step = reopened.restore(state(0))
-    assert step == 2
-    np.testing.assert_array_equal(restored["params"]["w"], state(2)["params"]["w"])
+    restored = reopened.restore(state(0))
+    assert restored.step == 2
+    np.testing.assert_array_equal(restored.params["w"], state(2).params["w"])
     assert len(reopened.warnings) == 1 and "checkpoint 4" in reopened.warnings[0]
     with pytest.raises(Exception):  # noqa: B017 (an explicit step is not silently replaced)
         reopened.restore(state(0), step=4)
+
+
+def test_every_field_of_the_training_state_comes_back_from_a_checkpoint(tmp_path):
+    saved = state(6)
+    checkpointer = Checkpointer(tmp_path / "ckpt", CheckpointConfig(async_save=False))
+    checkpointer.save(saved)
+    checkpointer.close()
+    restored = read_checkpoint(tmp_path / "ckpt", state(0))
+    assert (restored.step, restored.data_step) == (6, 1006)
+    np.testing.assert_array_equal(restored.rng, saved.rng)
+    np.testing.assert_array_equal(restored.params["w"], saved.params["w"])
+    np.testing.assert_array_equal(restored.opt_state["mu"], saved.opt_state["mu"])
+    assert set(saved.to_checkpoint()) == {field.name for field in dataclasses.fields(TrainState)}
 
 
 def test_restoring_from_an_empty_folder_is_not_found(tmp_path):
@@ -116,12 +139,13 @@ def test_a_run_killed_mid_training_resumes_to_bitwise_the_same_parameters(tiny_c
 
     straight = start_run(runs["straight"].root)  # the uninterrupted reference, alongside
     process = start_run(runs["killed"].root)
-    deadline = time.monotonic() + 120
-    # Wait until a checkpoint has been completed (listed under its step number), then kill at once.
-    while not any(p.name.isdigit() and int(p.name) >= 40 for p in runs["killed"].checkpoints.glob("*")):
+
+    def checkpointed() -> bool:
         assert process.poll() is None, process.stderr.read()
-        assert time.monotonic() < deadline, "no checkpoint within 120 s"
-        time.sleep(0.01)
+        return any(p.name.isdigit() and int(p.name) >= 40 for p in runs["killed"].checkpoints.glob("*"))
+
+    # Wait until a checkpoint has been completed (listed under its step number), then kill at once.
+    wait_until(checkpointed, 120, "a checkpoint at step 40 or later", interval=0.01)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert not runs["killed"].summary.exists(), "the run finished before it could be killed; lengthen it"

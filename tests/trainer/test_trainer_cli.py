@@ -32,6 +32,7 @@ def test_export_writes_an_hf_directory_for_a_run_named_by_id_or_by_workspace_pat
     assert (ctx.workspace.root / "exports" / "tiny" / "tokenizer.json").is_file()  # --out starts at the workspace
 
 
+@pytest.mark.slow
 def test_export_of_an_unknown_run_names_the_recent_ones_without_a_traceback(ctx, finished_run, tmp_path):
     exported = cli("export", "run-nope", "--workspace", str(ctx.workspace.root), "--out", str(tmp_path / "x"))
     assert exported.returncode == 2

@@ -25,9 +25,9 @@ from tradewind.trainer.hf import (
     write_hf_model,
     write_safetensors,
 )
-from tradewind.trainer.model import build_model
+from tradewind.trainer.models import build_model
 from tradewind.trainer.restore import load_run_model
-from tradewind.trainer.step import replace_params, setup_training
+from tradewind.trainer.setup import replace_params, setup_training
 
 HF_CHECK = """
 import json, sys
@@ -233,7 +233,7 @@ def test_imported_weights_start_training_with_the_exported_parameters(gqa_run, t
     loaded = load_run_model(gqa_run)
     config = tiny_config(init_from=str(out), model={"n_heads": 4, "n_kv_heads": 2, "tie_embeddings": False})
     setup = setup_training(config, initial_params=pure)
-    ours, theirs = nnx.to_pure_dict(setup.params), nnx.to_pure_dict(loaded.params)
+    ours, theirs = nnx.to_pure_dict(setup.state.params), nnx.to_pure_dict(loaded.params)
     assert jax.tree.structure(ours) == jax.tree.structure(theirs)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -9,7 +9,7 @@ from flax import nnx
 from tradewind.core import ConfigError
 from tradewind.trainer import MODELS, ModelConfig, build_model, count_params
 from tradewind.trainer.flops import count_model_params, cpu_peak_flops, flops_per_token, peak_flops
-from tradewind.trainer.model import RMSNorm, apply_rotary, causal_attention, masked_attention, rotary_angles
+from tradewind.trainer.models.layers import RMSNorm, apply_rotary, causal_attention, masked_attention, rotary_angles
 
 TINY = {"vocab_size": 61, "d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 16}
 

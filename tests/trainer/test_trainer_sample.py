@@ -10,7 +10,7 @@ from tradewind.cluster.entry import load_callable
 from tradewind.core import ConfigError, InvalidInputError
 from tradewind.trainer import ModelConfig, build_model
 from tradewind.trainer.jobs import SAMPLE_CALLABLE
-from tradewind.trainer.model import init_cache
+from tradewind.trainer.models import init_cache
 from tradewind.trainer.sample import filter_logits, sample_job, sample_tokens
 
 

@@ -7,9 +7,10 @@ import pytest
 from flax import nnx
 
 from tradewind.trainer import ModelConfig, OptimizerConfig
-from tradewind.trainer.model import build_model
+from tradewind.trainer.models import build_model
 from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, decay_mask
-from tradewind.trainer.step import compute_dtype, loss_and_grads, make_train_step, next_token_loss
+from tradewind.trainer.setup import compute_dtype
+from tradewind.trainer.step import loss_and_grads, make_train_step, next_token_loss
 
 CONFIG = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32)
 
@@ -64,6 +65,7 @@ def test_z_loss_adds_the_mean_squared_log_normaliser_to_the_objective():
     assert next_token_loss(graphdef, params, tokens)[0] == cross_entropy
 
 
+@pytest.mark.slow  # trains each optimizer for 30 steps
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_every_optimizer_lowers_the_loss_keeps_float32_and_compiles_once(name):
     graphdef, params = split_model()

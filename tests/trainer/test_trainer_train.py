@@ -17,10 +17,10 @@ from tradewind.trainer import (
     RunRecord,
     TrainSummary,
     evaluate,
+    read_checkpoint,
     read_metrics,
     read_record,
     read_summary,
-    restore_checkpoint,
     setup_training,
     train,
     write_record,
@@ -80,12 +80,12 @@ def test_metrics_rows_carry_train_fields_at_log_steps_and_eval_loss_at_eval_step
 def test_checkpoint_restores_the_final_parameters_and_step(tiny_run, tiny_setup):
     _, run_dir, summary = tiny_run
     setup = tiny_setup
-    params, opt_state, step = restore_checkpoint(RunLayout(run_dir).checkpoints, setup.params, setup.opt_state)
-    assert step == 20
+    state = read_checkpoint(RunLayout(run_dir).checkpoints, setup.state)
+    assert (state.step, state.data_step) == (20, 20)
     # The restored parameters reproduce the final eval loss; fresh ones do not.
-    assert evaluate(setup, params) == pytest.approx(summary.final_eval_loss, abs=1e-6)
-    assert evaluate(setup, setup.params) == pytest.approx(summary.first_eval_loss, abs=1e-6)
-    assert jax.tree.structure(opt_state) == jax.tree.structure(setup.opt_state)
+    assert evaluate(setup, state.params) == pytest.approx(summary.final_eval_loss, abs=1e-6)
+    assert evaluate(setup, setup.state.params) == pytest.approx(summary.first_eval_loss, abs=1e-6)
+    assert jax.tree.structure(state.opt_state) == jax.tree.structure(setup.state.opt_state)
     assert RunLayout(run_dir).config.exists()
 
 
@@ -189,9 +189,9 @@ def test_restoring_a_step_that_was_not_saved_names_the_saved_steps(tiny_run, tin
     _, run_dir, _ = tiny_run
     setup = tiny_setup
     with pytest.raises(NotFoundError, match=r"step 7 .* saved steps: \[20\]"):
-        restore_checkpoint(RunLayout(run_dir).checkpoints, setup.params, setup.opt_state, step=7)
+        read_checkpoint(RunLayout(run_dir).checkpoints, setup.state, step=7)
     with pytest.raises(NotFoundError, match="no checkpoints"):
-        restore_checkpoint(tmp_path / "empty", setup.params, setup.opt_state)
+        read_checkpoint(tmp_path / "empty", setup.state)
 
 
 @pytest.mark.slow

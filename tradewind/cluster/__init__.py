@@ -4,14 +4,17 @@ Owns the job model (`JobSpec`, `Resources`, `JobRecord`, `JobStatus`), the local
 on this machine admitted by a resource ledger, state in SQLite under the workspace), the Ray backend
 (`RayBackend`, the `ray` extra), the task runners that run many small tasks (data shards) in
 parallel, and the step executor that caches pipeline steps under content-addressed paths. May import
-only `tradewind.core`. Names load on first use (PEP 562), so `tradewind --help` can register the
-cluster commands without loading pydantic, and Ray loads only when a Ray backend or runner is used.
+only `tradewind.core`. Names load on first use (PEP 562, through `tradewind.core.lazy_getattr`), so
+`tradewind --help` can register the cluster commands without loading pydantic, and Ray loads only when
+a Ray backend or runner is used. Code outside this layer gets a backend from `get_backend` and uses it
+through the `Backend` protocol.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tradewind.core import lazy_getattr
 
 if TYPE_CHECKING:
     from tradewind.cluster.backends import Backend, get_backend
@@ -26,10 +29,12 @@ if TYPE_CHECKING:
     from tradewind.cluster.jobs import (
         TPU_TYPES,
         Accelerator,
+        BackendStatus,
         DistributedEnv,
         JobRecord,
         JobSpec,
         JobStatus,
+        LogChunk,
         Resources,
         accelerator_resources,
         distributed_env,
@@ -37,53 +42,47 @@ if TYPE_CHECKING:
         tpu_topology,
     )
     from tradewind.cluster.ledger import Capacity
-    from tradewind.cluster.local import BackendStatus, LocalBackend, LogChunk
+    from tradewind.cluster.local import LocalBackend
     from tradewind.cluster.pipeline import PIPELINE_CALLABLE, PipelineJob, execute_pipeline
     from tradewind.cluster.ray_backend import RayBackend
     from tradewind.cluster.tasks import LocalTaskRunner, RayTaskRunner, TaskRunner, get_task_runner
 
-_LAZY = {
-    "PIPELINE_CALLABLE": "tradewind.cluster.pipeline",
-    "PipelineJob": "tradewind.cluster.pipeline",
-    "execute_pipeline": "tradewind.cluster.pipeline",
-    "Accelerator": "tradewind.cluster.jobs",
-    "TPU_TYPES": "tradewind.cluster.jobs",
-    "parse_accelerator": "tradewind.cluster.jobs",
-    "Backend": "tradewind.cluster.backends",
-    "accelerator_resources": "tradewind.cluster.jobs",
-    "get_backend": "tradewind.cluster.backends",
-    "BackendStatus": "tradewind.cluster.local",
-    "Capacity": "tradewind.cluster.ledger",
-    "DistributedEnv": "tradewind.cluster.jobs",
-    "Executor": "tradewind.cluster.executor",
-    "JobRecord": "tradewind.cluster.jobs",
-    "JobSpec": "tradewind.cluster.jobs",
-    "JobStatus": "tradewind.cluster.jobs",
-    "LocalBackend": "tradewind.cluster.local",
-    "LocalTaskRunner": "tradewind.cluster.tasks",
-    "LogChunk": "tradewind.cluster.local",
-    "PlannedStep": "tradewind.cluster.executor",
-    "RayBackend": "tradewind.cluster.ray_backend",
-    "RayTaskRunner": "tradewind.cluster.tasks",
-    "Resources": "tradewind.cluster.jobs",
-    "Step": "tradewind.cluster.executor",
-    "StepBusyError": "tradewind.cluster.executor",
-    "StepFailedError": "tradewind.cluster.executor",
-    "TaskRunner": "tradewind.cluster.tasks",
-    "distributed_env": "tradewind.cluster.jobs",
-    "get_task_runner": "tradewind.cluster.tasks",
-    "load_pipeline": "tradewind.cluster.executor",
-    "tpu_topology": "tradewind.cluster.jobs",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "PIPELINE_CALLABLE": "tradewind.cluster.pipeline",
+        "PipelineJob": "tradewind.cluster.pipeline",
+        "execute_pipeline": "tradewind.cluster.pipeline",
+        "Accelerator": "tradewind.cluster.jobs",
+        "TPU_TYPES": "tradewind.cluster.jobs",
+        "parse_accelerator": "tradewind.cluster.jobs",
+        "Backend": "tradewind.cluster.backends",
+        "accelerator_resources": "tradewind.cluster.jobs",
+        "get_backend": "tradewind.cluster.backends",
+        "BackendStatus": "tradewind.cluster.jobs",
+        "Capacity": "tradewind.cluster.ledger",
+        "DistributedEnv": "tradewind.cluster.jobs",
+        "Executor": "tradewind.cluster.executor",
+        "JobRecord": "tradewind.cluster.jobs",
+        "JobSpec": "tradewind.cluster.jobs",
+        "JobStatus": "tradewind.cluster.jobs",
+        "LocalBackend": "tradewind.cluster.local",
+        "LocalTaskRunner": "tradewind.cluster.tasks",
+        "LogChunk": "tradewind.cluster.jobs",
+        "PlannedStep": "tradewind.cluster.executor",
+        "RayBackend": "tradewind.cluster.ray_backend",
+        "RayTaskRunner": "tradewind.cluster.tasks",
+        "Resources": "tradewind.cluster.jobs",
+        "Step": "tradewind.cluster.executor",
+        "StepBusyError": "tradewind.cluster.executor",
+        "StepFailedError": "tradewind.cluster.executor",
+        "TaskRunner": "tradewind.cluster.tasks",
+        "distributed_env": "tradewind.cluster.jobs",
+        "get_task_runner": "tradewind.cluster.tasks",
+        "load_pipeline": "tradewind.cluster.executor",
+        "tpu_topology": "tradewind.cluster.jobs",
+    },
+)
 
 __all__ = [
     "PIPELINE_CALLABLE",

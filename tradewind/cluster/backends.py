@@ -5,22 +5,23 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from tradewind.cluster.jobs import JobRecord, JobSpec
-from tradewind.cluster.local import BackendStatus, LocalBackend, LogChunk
+from tradewind.cluster.jobs import LOG_PAGE_BYTES, BackendStatus, JobRecord, JobSpec, LogChunk
+from tradewind.cluster.local import LocalBackend
+from tradewind.cluster.ray_backend import RayBackend
 from tradewind.core import InvalidInputError
 
 BACKENDS = ("local", "ray")
 
 
 class Backend(Protocol):
-    """What every backend offers (`LocalBackend`, `RayBackend`)."""
+    """What every backend offers (`LocalBackend`, `RayBackend`); code above `cluster` sees only this."""
 
     name: str
 
     def submit(self, spec: JobSpec, job_id: str | None = None) -> JobRecord: ...
     def status(self, job_id: str) -> JobRecord: ...
     def wait(self, job_id: str, timeout: float) -> JobRecord: ...
-    def logs(self, job_id: str, offset: int = 0, limit: int = ..., replica: int = 0) -> LogChunk: ...
+    def logs(self, job_id: str, offset: int = 0, limit: int = LOG_PAGE_BYTES, replica: int = 0) -> LogChunk: ...
     def cancel(self, job_id: str) -> JobRecord: ...
     def list(self) -> list[JobRecord]: ...
     def cluster_status(self) -> BackendStatus: ...
@@ -45,10 +46,9 @@ def get_backend(name: str, jobs_dir: str | os.PathLike[str], address: str | None
                 "(host:6379 or http://host:8265), or start one with `ray start --head`"
             )
         try:
-            from tradewind.cluster.ray_backend import RayBackend
-        except ImportError as error:
+            return RayBackend(address)
+        except ImportError as error:  # RayBackend imports Ray when it is made, not when its module is
             raise InvalidInputError(
                 "argument 'backend': Ray is not installed (pip install 'tradewind[ray]')"
             ) from error
-        return RayBackend(address)
     raise InvalidInputError(f"argument 'backend': unknown backend {name!r}; known: {', '.join(BACKENDS)}")

@@ -22,31 +22,28 @@ def _jobs_dir(args: argparse.Namespace):
     return Workspace.from_env(args.workspace).jobs_dir
 
 
-def _backend(args: argparse.Namespace, job_id: str | None = None):
+def _backend(args: argparse.Namespace, job_id: str):
     """The local backend, or the Ray one when the job id is unknown locally and Ray is configured."""
-    from tradewind.cluster import LocalBackend
+    from tradewind.cluster import get_backend
     from tradewind.core import NotFoundError
 
-    local = LocalBackend(_jobs_dir(args))
-    if job_id is None or not os.environ.get("RAY_ADDRESS"):
+    jobs_dir = _jobs_dir(args)
+    local = get_backend("local", jobs_dir)
+    if not os.environ.get("RAY_ADDRESS"):
         return local
     try:
         local.status(job_id)
         return local
     except NotFoundError:
-        from tradewind.cluster import RayBackend
-
-        return RayBackend()
+        return get_backend("ray", jobs_dir)
 
 
 def _status(args: argparse.Namespace) -> int:
-    from tradewind.cluster import LocalBackend
+    from tradewind.cluster import get_backend
 
-    statuses = [LocalBackend(_jobs_dir(args)).cluster_status()]
-    if os.environ.get("RAY_ADDRESS"):
-        from tradewind.cluster import RayBackend
-
-        statuses.append(RayBackend().cluster_status())
+    jobs_dir = _jobs_dir(args)
+    names = ["local", "ray"] if os.environ.get("RAY_ADDRESS") else ["local"]
+    statuses = [get_backend(name, jobs_dir).cluster_status() for name in names]
     if args.json:
         for status in statuses:
             print(status.model_dump_json())

@@ -1,4 +1,8 @@
-"""What a job is: a typed spec of what to run and on what, and the record of how it went."""
+"""What a job is: a typed spec of what to run and on what, and the record of how it went.
+
+Also what every backend hands back besides records (`LogChunk`, `BackendStatus`) and the two helpers
+both backends use for it: `decode_log_page` and `wait_for_finish`.
+"""
 
 from __future__ import annotations
 
@@ -252,8 +256,60 @@ def accelerator_resources(
     return resources, parsed.hosts * slices
 
 
+LOG_PAGE_BYTES = 64 * 1024  # what one `logs` call returns unless told otherwise
+
+
+class LogChunk(BaseModel):
+    """A page of a job's log: `text` starts at byte `offset`; pass `next_offset` to read on."""
+
+    job_id: str
+    text: str
+    offset: int
+    next_offset: int
+    size: int = Field(description="Bytes in the log so far.")
+    finished: bool = Field(description="True when the job has ended, so the log will not grow.")
+
+
+class BackendStatus(BaseModel):
+    """Capacity and use of one backend, with its queued and running jobs."""
+
+    name: str
+    available: bool = True
+    detail: str | None = None
+    capacity: dict[str, float] = Field(default_factory=dict)
+    used: dict[str, float] = Field(default_factory=dict)
+    queued: list[JobRecord] = Field(default_factory=list)
+    running: list[JobRecord] = Field(default_factory=list)
+
+
+def decode_log_page(job_id: str, page: bytes, *, offset: int, size: int, finished: bool) -> LogChunk:
+    """The `LogChunk` of `page`, the bytes read from `offset` of a log of `size` bytes, cut back to a whole
+    UTF-8 character.
+
+    A character may straddle the page's end (a page is a byte count): up to three bytes are left for the
+    page from `next_offset`. A page that no such cut makes valid UTF-8 is decoded whole, with replacement
+    characters.
+    """
+    for cut in range(4):
+        kept = page[: len(page) - cut]
+        try:
+            text = kept.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        page = kept
+        break
+    else:
+        text = page.decode("utf-8", errors="replace")
+    return LogChunk(
+        job_id=job_id, text=text, offset=offset, next_offset=offset + len(page), size=size, finished=finished
+    )
+
+
 def wait_for_finish(status: Callable[[], JobRecord], timeout: float, poll_interval: float) -> JobRecord:
-    """Poll `status()` until the job finishes or `timeout` seconds pass; the last record either way."""
+    """Poll `status()` until the job finishes or `timeout` seconds pass; the last record either way.
+
+    Every backend's `wait` is this over its own `status`.
+    """
     deadline = time.monotonic() + timeout
     record = status()
     while not record.status.finished and time.monotonic() < deadline:

@@ -22,9 +22,17 @@ import subprocess
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
-from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, utc_now, wait_for_finish
+from tradewind.cluster.jobs import (
+    LOG_PAGE_BYTES,
+    BackendStatus,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+    LogChunk,
+    decode_log_page,
+    utc_now,
+    wait_for_finish,
+)
 from tradewind.cluster.ledger import CAPACITY_KEY, check_fits_at_all, detect_capacity, usage
 from tradewind.cluster.process import process_alive
 from tradewind.cluster.store import ACTIVE, JobRow, JobStore
@@ -32,55 +40,7 @@ from tradewind.cluster.supervisor import replica_log, schedule, signal_groups, s
 from tradewind.core import InvalidInputError, check_id, make_id, read_json
 
 DB_NAME = "cluster.sqlite"
-LOG_PAGE_BYTES = 64 * 1024
 SPAWN_GRACE_S = 30.0  # an admitted job whose supervisor has not reported by then is started again
-
-
-class LogChunk(BaseModel):
-    """A page of a job's log: `text` starts at byte `offset`; pass `next_offset` to read on."""
-
-    job_id: str
-    text: str
-    offset: int
-    next_offset: int
-    size: int = Field(description="Bytes in the log so far.")
-    finished: bool = Field(description="True when the job has ended, so the log will not grow.")
-
-
-class BackendStatus(BaseModel):
-    """Capacity and use of one backend, with its queued and running jobs."""
-
-    name: str
-    available: bool = True
-    detail: str | None = None
-    capacity: dict[str, float] = Field(default_factory=dict)
-    used: dict[str, float] = Field(default_factory=dict)
-    queued: list[JobRecord] = Field(default_factory=list)
-    running: list[JobRecord] = Field(default_factory=list)
-
-
-def read_log(path: Path, job_id: str, offset: int, limit: int, finished: bool) -> LogChunk:
-    """`limit` bytes of `path` from `offset`, cut back to a whole UTF-8 character."""
-    size = path.stat().st_size if path.exists() else 0
-    data = b""
-    if offset < size:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(limit)
-        for cut in range(4):  # a character may straddle the page end: leave it for the next page
-            try:
-                text = data[: len(data) - cut].decode("utf-8")
-                data = data[: len(data) - cut]
-                break
-            except UnicodeDecodeError:
-                continue
-        else:
-            text = data.decode("utf-8", errors="replace")
-    else:
-        text = ""
-    return LogChunk(
-        job_id=job_id, text=text, offset=offset, next_offset=offset + len(data), size=size, finished=finished
-    )
 
 
 class LocalBackend:
@@ -214,7 +174,13 @@ class LocalBackend:
         if not 0 <= replica < record.spec.replicas:
             raise InvalidInputError(f"argument 'replica': job {job_id!r} has replicas 0..{record.spec.replicas - 1}")
         path = replica_log(self.jobs_dir, record, replica)
-        return read_log(path, job_id, offset, limit, record.status.finished)
+        size = path.stat().st_size if path.exists() else 0
+        page = b""
+        if offset < size:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                page = f.read(limit)
+        return decode_log_page(job_id, page, offset=offset, size=size, finished=record.status.finished)
 
     def cancel(self, job_id: str) -> JobRecord:
         """Stop the job: a queued one ends at once; a running one's process groups get SIGTERM, then SIGKILL."""

@@ -31,8 +31,16 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, wait_for_finish
-from tradewind.cluster.local import LOG_PAGE_BYTES, BackendStatus, LogChunk
+from tradewind.cluster.jobs import (
+    LOG_PAGE_BYTES,
+    BackendStatus,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+    LogChunk,
+    decode_log_page,
+    wait_for_finish,
+)
 from tradewind.cluster.ray_entry import (
     RESULT_PREFIX,
     STARTED_LINE,
@@ -268,23 +276,7 @@ class RayBackend:
         record = self.status(job_id)
         data = self._text(job_id).encode()
         page = data[offset : offset + limit]
-        for cut in range(4):
-            try:
-                text = page[: len(page) - cut].decode()
-                page = page[: len(page) - cut]
-                break
-            except UnicodeDecodeError:
-                continue
-        else:
-            text = page.decode(errors="replace")
-        return LogChunk(
-            job_id=job_id,
-            text=text,
-            offset=offset,
-            next_offset=offset + len(page),
-            size=len(data),
-            finished=record.status.finished,
-        )
+        return decode_log_page(job_id, page, offset=offset, size=len(data), finished=record.status.finished)
 
     def cancel(self, job_id: str) -> JobRecord:
         """Stop the Ray job; its driver cancels the replicas, whose process groups get SIGTERM."""

@@ -13,23 +13,22 @@ machines without an accelerator. See `docs/data.md`.
 from tradewind.data.bad_records import BadRecords
 from tradewind.data.cache import (
     CacheManifest,
-    SourceFile,
     SplitStats,
     TokenCache,
     TokenizerInfo,
     build_token_cache,
     cache_id,
     open_token_cache,
-    source_files,
 )
 from tradewind.data.corpora import BUILTIN_CORPORA, builtin_corpus_path
 from tradewind.data.dataset import Dataset, WriteResult
 from tradewind.data.loader import PackedLoader, StepLoader
 from tradewind.data.mixture import MixtureLoader
 from tradewind.data.permutation import FeistelPermutation
-from tradewind.data.readers import GLOB_CHARS, Document, list_input_files, read_documents
+from tradewind.data.readers import GLOB_CHARS, Document, Format, list_input_files, read_documents
 from tradewind.data.shards import ShardStats
 from tradewind.data.stream import ShardedTokens
+from tradewind.data.tokenize_config import SourceFile, TokenizeConfig, source_files
 from tradewind.data.tokenizers import (
     ByteTokenizer,
     HFTokenizer,
@@ -48,6 +47,7 @@ __all__ = [
     "Dataset",
     "Document",
     "FeistelPermutation",
+    "Format",
     "HFTokenizer",
     "MixtureLoader",
     "PackedLoader",
@@ -57,6 +57,7 @@ __all__ = [
     "SplitStats",
     "StepLoader",
     "TokenCache",
+    "TokenizeConfig",
     "Tokenizer",
     "TokenizerInfo",
     "WriteResult",

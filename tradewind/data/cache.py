@@ -18,8 +18,12 @@ written. Shards run through a `tradewind.cluster` `TaskRunner`; each writes its 
 names, renames them, then writes its completion record. Rerunning an interrupted build (even one killed
 with SIGKILL) redoes only the shards without a record, and gives the same bytes as an uninterrupted run.
 
+The options are a `TokenizeConfig` (`tokenize_config.py`); `cache_id` names the cache they make with the
+input files and the tokenizer, and keys an interrupted build, so that only the same build resumes it.
+
 Example:
-    manifest = build_token_cache(["corpus/"], "datasets/corpus", ByteTokenizer(), runner=get_task_runner(workers=2))
+    manifest = build_token_cache(["corpus/"], "datasets/corpus", ByteTokenizer(), TokenizeConfig(val_fraction=0.05),
+                                 runner=get_task_runner(workers=2))
     cache = open_token_cache("datasets/corpus")
     train = cache.tokens("train")          # read-only, memory-mapped, 1-D
 """
@@ -38,7 +42,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import numpy as np
 import pydantic
 
@@ -53,7 +56,6 @@ from tradewind.core import (
     read_json,
 )
 from tradewind.data.bad_records import BadRecords
-from tradewind.data.readers import FORMATS, Format, list_input_files
 from tradewind.data.shards import (
     RECORDS_DIR,
     SPLITS,
@@ -64,6 +66,7 @@ from tradewind.data.shards import (
     tokenize_shard,
 )
 from tradewind.data.stream import ShardedTokens
+from tradewind.data.tokenize_config import SourceFile, TokenizeConfig, source_files
 from tradewind.data.tokenizers import Tokenizer
 
 log = get_logger(__name__)
@@ -104,14 +107,6 @@ class SplitStats(pydantic.BaseModel):
     shards: list[ShardStats]
 
 
-class SourceFile(pydantic.BaseModel):
-    """An input file as it was when the cache was built."""
-
-    path: str
-    size: int
-    mtime: float
-
-
 class CacheManifest(pydantic.BaseModel):
     """Everything needed to use, check or rebuild a token cache; stored as `manifest.json`."""
 
@@ -134,73 +129,50 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
 
 
-def source_files(inputs: Sequence[str | Path]) -> list[SourceFile]:
-    """Every file the inputs stand for (see `list_input_files`), with its size and modification time.
+def cache_id(sources: Sequence[SourceFile], tokenizer: Tokenizer, config: TokenizeConfig) -> str:
+    """The dataset id of the cache that `sources`, `tokenizer` and `config` make: `ds-` and 16 hex digits.
 
-    Raises:
-        NotFoundError: an input matches nothing.
-    """
-    if not inputs:
-        raise InvalidInputError("no inputs given; pass at least one file, folder or glob")
-    sources = []
-    for item in inputs:
-        for url in list_input_files(item):
-            fs, path = fsspec.core.url_to_fs(url)
-            info = fs.info(path)
-            mtime = info.get("mtime") or info.get("updated") or info.get("LastModified") or 0.0
-            if not isinstance(mtime, int | float):
-                mtime = datetime.fromisoformat(str(mtime)).timestamp() if isinstance(mtime, str) else mtime.timestamp()
-            sources.append(SourceFile(path=url, size=int(info.get("size") or 0), mtime=float(mtime)))
-    return sources
-
-
-def cache_id(sources: Sequence[SourceFile], tokenizer: Tokenizer, options: dict[str, Any]) -> str:
-    """A dataset id that changes whenever the input files, the tokenizer or the options do.
+    It changes whenever an input file (path, size, modification time), the tokenizer's fingerprint, an
+    option of `config` or `FORMAT_VERSION` does; not with how the build runs (workers, shard size).
 
     Args:
-        sources: the inputs, as `source_files` gives them (path, size, modification time).
+        sources: the inputs, as `source_files` gives them.
         tokenizer: the tokenizer (only its fingerprint counts).
-        options: the build options that change the cache's contents (not, say, the worker count).
+        config: the options; only `TokenizeConfig`'s fields count, so a request that inherits it may be passed.
     """
     key = {
         "format_version": FORMAT_VERSION,
         "sources": [source.model_dump() for source in sources],
         "tokenizer": tokenizer.fingerprint,
-        "options": options,
+        "options": config.model_dump(include=set(TokenizeConfig.model_fields)),
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     return f"ds-{digest[:16]}"
 
 
 def build_token_cache(
-    inputs: Sequence[str | Path],
+    inputs: Sequence[str | Path | SourceFile],
     out_dir: str | Path,
     tokenizer: Tokenizer,
+    config: TokenizeConfig | None = None,
     *,
-    format: Format = "auto",
-    text_field: str = "text",
-    val_fraction: float = 0.1,
-    strict: bool = False,
-    prepend_bos: bool = False,
-    append_eos: bool = True,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
     runner: TaskRunner | None = None,
     exist_ok: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> CacheManifest:
     """Tokenize the documents of `inputs` into a token cache at `out_dir`, resuming an interrupted build.
 
     Args:
-        inputs: files, folders, globs or fsspec URLs, read as by `read_documents`.
+        inputs: files, folders, globs or fsspec URLs, read as by `read_documents`; or the `SourceFile`s that
+            `source_files` listed for them (then the cache holds exactly the files its `cache_id` was taken of).
         out_dir: the cache folder to create.
         tokenizer: the tokenizer.
-        format: `"auto"`, `"text"`, `"jsonl"` or `"parquet"`, as in `read_documents`.
-        text_field: the JSONL or Parquet field holding the text (may be dotted).
-        val_fraction: the share of documents, chosen by a hash of their text, that go to `val`.
-        strict: fail on the first bad record (`file:line: reason`) instead of skipping and counting it.
-        prepend_bos: put the tokenizer's BOS before every document.
-        append_eos: put the tokenizer's EOS after every document (the loader relies on it to mark
-            document boundaries).
+        config: how to read and tokenize the documents (format, text field, validation share, BOS/EOS,
+            strictness). `append_eos` must stay on for training: the loader finds document boundaries by EOS.
+        options: instead of `config`, its fields as keywords: `val_fraction=0.2` stands for
+            `TokenizeConfig(val_fraction=0.2)`.
         shard_bytes: uncompressed JSONL files larger than this are cut into shards of about this size;
             other files are one shard each.
         runner: runs the shards (`tradewind.cluster.get_task_runner`); defaults to this process.
@@ -214,29 +186,20 @@ def build_token_cache(
         The manifest, as written to `out_dir/manifest.json`.
 
     Raises:
-        InvalidInputError: `out_dir` exists (and not `exist_ok`), a bad option, a bad record under
-            `strict`, or a split that would be empty.
+        InvalidInputError: `out_dir` exists (and not `exist_ok`), a bad option (`ConfigError` names it), a bad
+            record under `strict`, or a split that would be empty.
         NotFoundError: an input does not exist.
     """
-    if not 0 < val_fraction < 1:
-        raise InvalidInputError(f"val_fraction must be between 0 and 1, exclusive (got {val_fraction})")
-    if format not in FORMATS:
-        raise InvalidInputError(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
-    if prepend_bos and tokenizer.bos_id is None:
+    if config is not None and options:
+        raise TypeError(f"pass either config or its fields as keywords, not both (got {', '.join(options)})")
+    if config is None:
+        config = parse_config(TokenizeConfig, options, source="build_token_cache")
+    if config.prepend_bos and tokenizer.bos_id is None:
         raise InvalidInputError(f"prepend_bos: tokenizer {tokenizer.name!r} has no BOS token")
     out_dir = Path(out_dir)
     if out_dir.exists() and not exist_ok:
         raise InvalidInputError(f"{out_dir} already exists; choose a new folder or delete the old cache first")
     sources = source_files(inputs)
-    options = {
-        "format": format,
-        "text_field": text_field,
-        "val_fraction": val_fraction,
-        "strict": strict,
-        "prepend_bos": prepend_bos,
-        "append_eos": append_eos,
-        "shard_bytes": shard_bytes,
-    }
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     partial = out_dir.parent / f".{out_dir.name}.partial"
     with _build_lock(partial):
@@ -244,9 +207,11 @@ def build_token_cache(
             return open_token_cache(out_dir).manifest
         if out_dir.exists():
             raise InvalidInputError(f"{out_dir} already exists; choose a new folder or delete the old cache first")
-        _start_or_resume(partial, cache_id(sources, tokenizer, options))
+        # The shard size is no part of the id (it does not change the token streams), but a partial build
+        # cut into other shards cannot be resumed.
+        _start_or_resume(partial, {"key": cache_id(sources, tokenizer, config), "shard_bytes": shard_bytes})
         dtype = token_dtype(tokenizer.vocab_size)
-        plan = plan_shards([(s.path, s.size) for s in sources], format, shard_bytes)
+        plan = plan_shards([(s.path, s.size) for s in sources], config.format, shard_bytes)
         tasks = [
             ShardTask(
                 index=index,
@@ -256,19 +221,14 @@ def build_token_cache(
                 input_bytes=(end if end is not None else _size(sources, url)) - start,
                 folder=str(partial),
                 tokenizer=tokenizer,
-                format=format,
-                text_field=text_field,
-                val_fraction=val_fraction,
-                strict=strict,
-                prepend_bos=prepend_bos,
-                append_eos=append_eos,
                 dtype=dtype.name,
+                **config.model_dump(include=set(TokenizeConfig.model_fields)),
             )
             for index, (url, start, end) in enumerate(plan)
         ]
         try:
             records = _run_shards(tasks, runner or LocalTaskRunner(workers=1), partial, progress)
-            splits = _split_stats(records, val_fraction)
+            splits = _split_stats(records, config.val_fraction)
         except TradewindError:
             shutil.rmtree(partial, ignore_errors=True)  # bad input: nothing worth resuming
             raise
@@ -285,11 +245,11 @@ def build_token_cache(
                 eos_id=tokenizer.eos_id,
             ),
             dtype=dtype.name,
-            append_eos=append_eos,
-            prepend_bos=prepend_bos,
-            val_fraction=val_fraction,
-            text_field=text_field,
-            format=format,
+            append_eos=config.append_eos,
+            prepend_bos=config.prepend_bos,
+            val_fraction=config.val_fraction,
+            text_field=config.text_field,
+            format=config.format,
             sources=sources,
             splits=splits,
             bad_records=bad,
@@ -328,11 +288,11 @@ class _build_lock:
         os.close(self.fd)
 
 
-def _start_or_resume(partial: Path, key: str) -> None:
+def _start_or_resume(partial: Path, key: dict[str, Any]) -> None:
     """Keep a partial build with the same key (a resume); start afresh otherwise."""
     key_path = partial / BUILD_KEY
     if partial.exists():
-        if key_path.exists() and read_json(key_path).get("key") == key:
+        if key_path.exists() and read_json(key_path) == key:
             done = len(list((partial / RECORDS_DIR).glob("*.json"))) if (partial / RECORDS_DIR).exists() else 0
             log.info("resuming the build in %s: %d shard(s) already finished", partial, done)
             for leftover in partial.glob("*/*.tmp-*"):  # a killed shard's files, never renamed into place
@@ -340,7 +300,7 @@ def _start_or_resume(partial: Path, key: str) -> None:
             return
         shutil.rmtree(partial)
     partial.mkdir()
-    atomic_write_json(key_path, {"key": key})
+    atomic_write_json(key_path, key)
 
 
 def _size(sources: Sequence[SourceFile], url: str) -> int:

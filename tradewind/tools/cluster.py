@@ -8,7 +8,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.cluster import PIPELINE_CALLABLE, JobRecord, JobSpec, JobStatus, PipelineJob, PlannedStep, Resources
+from tradewind.cluster import (
+    PIPELINE_CALLABLE,
+    BackendStatus,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+    PipelineJob,
+    PlannedStep,
+    Resources,
+)
 from tradewind.core import ConfigError, InvalidInputError, TradewindError, make_id, read_json
 from tradewind.tools.bounds import LINE_CHARS, RESULT_CHARS, cut, cut_path, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
@@ -104,7 +113,7 @@ def _summary(record: JobRecord) -> JobSummary:
     )
 
 
-def _info(status, limit: int, budget: int) -> BackendInfo:
+def _info(status: BackendStatus, limit: int, budget: int) -> BackendInfo:
     """A backend's state, its two job lists cut to `limit` jobs and together `budget` characters of JSON."""
     running = fitting((_summary(r) for r in status.running[:limit]), budget // 2)
     queued = fitting((_summary(r) for r in status.queued[:limit]), budget // 2)
@@ -121,16 +130,12 @@ def _info(status, limit: int, budget: int) -> BackendInfo:
     )
 
 
-def _ray_info(limit: int, budget: int) -> BackendInfo:
+def _ray_info(ctx: ToolContext, limit: int, budget: int) -> BackendInfo:
     if not os.environ.get("RAY_ADDRESS"):
         return BackendInfo(name="ray", available=False, detail="RAY_ADDRESS is unset; set it to a Ray head's address")
     try:
-        from tradewind.cluster import RayBackend
-
-        return _info(RayBackend().cluster_status(), limit, budget)
-    except ImportError:
-        return BackendInfo(name="ray", available=False, detail="Ray is not installed (pip install 'tradewind[ray]')")
-    except Exception as error:  # an unreachable cluster is a fact to report, not a tool failure
+        return _info(ctx.job_backend("ray").cluster_status(), limit, budget)
+    except Exception as error:  # Ray missing or a cluster unreachable is a fact to report, not a tool failure
         return BackendInfo(name="ray", available=False, detail=cut(f"{type(error).__name__}: {error}"))
 
 
@@ -147,7 +152,7 @@ def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterSt
     if request.backend in ("all", "local"):
         backends.append(_info(ctx.backend.cluster_status(), request.limit, budget))
     if request.backend == "ray" or (request.backend == "all" and os.environ.get("RAY_ADDRESS")):
-        backends.append(_ray_info(request.limit, budget))
+        backends.append(_ray_info(ctx, request.limit, budget))
     return ClusterStatus(backends=backends)
 
 

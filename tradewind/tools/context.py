@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.cluster import Backend, JobSpec, JobStatus, LocalBackend, get_backend
+from tradewind.cluster import Backend, JobSpec, JobStatus, get_backend
 from tradewind.core import TradewindError, Workspace, load_config, tail_lines
 
 LOG_TAIL_LINES = 20
@@ -66,11 +66,11 @@ class ToolContext:
     """The workspace the tools read and write, and the backends that run their jobs.
 
     `backend` is the local one, where short jobs (sampling, profiling, pipelines) run; a training run
-    goes to the backend it names (`job_backend`).
+    goes to the backend it names (`job_backend`). Tools use every backend through the `Backend` protocol.
     """
 
     workspace: Workspace
-    backend: LocalBackend
+    backend: Backend
     _connected: dict[str, Backend] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -86,7 +86,7 @@ class ToolContext:
         Python files `run_pipeline` may run, besides `<workspace>/pipelines/`.
         """
         workspace = Workspace.from_env(root, allowed_paths, allowed_code)
-        return cls(workspace=workspace, backend=LocalBackend(workspace.jobs_dir))
+        return cls(workspace=workspace, backend=get_backend("local", workspace.jobs_dir))
 
     def job_backend(self, name: str, address: str | None = None) -> Backend:
         """The backend called `name`: `backend` for "local"; "ray" connects on first use to `address`, else

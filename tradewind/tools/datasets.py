@@ -1,4 +1,9 @@
-"""Tools that turn text into token caches and tokenizers, and describe the caches there are."""
+"""Tools that turn text into token caches and tokenizers, and describe the caches there are.
+
+`TokenizeDatasetRequest` is the data layer's `TokenizeConfig` plus what only a call has (the input as the
+user wrote it, the tokenizer's name, the worker count): its options are declared once, in
+`tradewind/data/tokenize_config.py`, and the dataset id is the data layer's `cache_id`.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +24,12 @@ from tradewind.data import (
     GLOB_CHARS,
     BadRecords,
     CacheManifest,
+    Format,
+    SourceFile,
+    TokenizeConfig,
     build_token_cache,
     builtin_corpus_path,
     cache_id,
-    list_input_files,
     load_tokenizer,
     open_token_cache,
     source_files,
@@ -35,7 +42,6 @@ from tradewind.tools.context import Progress, ToolContext, no_progress
 
 BUILTIN_PREFIX = "builtin:"
 TOKENIZERS_DIR = "tokenizers"
-Formats = Literal["auto", "text", "jsonl", "parquet"]
 _MANIFEST = "manifest.json"  # its presence marks a finished token cache
 MAX_FILES_SHOWN = 20  # input files named in one result (a dataset may have thousands)
 _BUILTINS = ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
@@ -71,7 +77,9 @@ class BadRecordReport(BaseModel):
         )
 
 
-class TokenizeDatasetRequest(BaseModel):
+class _TokenizeSource(BaseModel):
+    """What to tokenize, as the user names it; the first fields of `TokenizeDatasetRequest`."""
+
     model_config = ConfigDict(extra="forbid")
 
     input: str = Field(description=_INPUT_HELP)
@@ -80,19 +88,10 @@ class TokenizeDatasetRequest(BaseModel):
         description="'byte' (built in), a tokenizer.json path (e.g. from train_tokenizer), or 'hf:<name>' when "
         "the Hugging Face Hub is reachable.",
     )
-    format: Formats = Field(
-        default="auto",
-        description="'auto': JSONL for .jsonl/.ndjson, Parquet for .parquet/.pq, else plain text.",
-    )
-    text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted for nested fields.")
-    val_fraction: float = Field(
-        default=0.1, gt=0, lt=1, description="Share of documents held out for validation (chosen by content hash)."
-    )
-    strict: bool = Field(
-        default=False, description="Fail on the first bad record instead of skipping and counting bad records."
-    )
-    prepend_bos: bool = Field(default=False, description="Put the tokenizer's BOS token before every document.")
-    append_eos: bool = Field(default=True, description="Put the tokenizer's EOS token after every document.")
+
+
+class TokenizeDatasetRequest(TokenizeConfig, _TokenizeSource):
+    # The bases' fields come in reverse order of the bases: input and tokenizer first, then the options.
     workers: int | None = Field(
         default=None, ge=1, le=256, description="Worker processes for tokenization; default: one per CPU."
     )
@@ -134,19 +133,20 @@ def _resolve_input(ctx: ToolContext, value: str) -> str:
     return str(ctx.workspace.resolve_path(folder or "/", argument="input") / pattern)
 
 
-def _resolve_input_files(ctx: ToolContext, value: str) -> str:
-    """As `_resolve_input`, also refusing a folder or glob that reaches a file through an escaping symlink, or
-    that would read workspace internals (the job database and logs in `jobs/`, token-cache files in `datasets/`)."""
-    source = _resolve_input(ctx, value)
+def _input_sources(ctx: ToolContext, value: str) -> list[SourceFile]:
+    """The files `value` stands for (see `_resolve_input`), listed once: what the cache or tokenizer id is taken
+    of and what is read. Refuses a folder or glob that reaches a file through an escaping symlink, or that would
+    read workspace internals (the job database and logs in `jobs/`, token-cache files in `datasets/`)."""
+    sources = source_files([_resolve_input(ctx, value)])
     if not value.startswith(BUILTIN_PREFIX):
-        for file in list_input_files(source):
-            internal = ctx.workspace.internal_input(ctx.workspace.resolve_path(file, argument="input"))
+        for source in sources:
+            internal = ctx.workspace.internal_input(ctx.workspace.resolve_path(source.path, argument="input"))
             if internal is not None:
                 raise InvalidInputError(
                     f"argument 'input': {value!r} is refused because it would read workspace internals: {internal}; "
                     "workspace internals are never an input: name your text files, or a folder or glob of only them"
                 )
-    return source
+    return sources
 
 
 def _resolve_tokenizer(ctx: ToolContext, value: str) -> str:
@@ -193,23 +193,17 @@ def tokenize_dataset(
     megabyte of text per worker and reports progress in input bytes. Bad records are skipped and
     reported (set strict to fail instead).
     """
-    source = _resolve_input_files(ctx, request.input)
+    sources = _input_sources(ctx, request.input)
     tokenizer = load_tokenizer(_resolve_tokenizer(ctx, request.tokenizer))
-    options = request.model_dump(exclude={"input", "tokenizer", "workers"})
-    dataset_id = cache_id(source_files([source]), tokenizer, options)
+    dataset_id = cache_id(sources, tokenizer, request)
     out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
     if (out_dir / _MANIFEST).exists():
         return _info(dataset_id, out_dir, True, open_token_cache(out_dir).manifest)
     manifest = build_token_cache(
-        [source],
+        sources,
         out_dir,
         tokenizer,
-        format=request.format,
-        text_field=request.text_field,
-        val_fraction=request.val_fraction,
-        strict=request.strict,
-        prepend_bos=request.prepend_bos,
-        append_eos=request.append_eos,
+        request,
         runner=get_task_runner("local", workers=request.workers or os.cpu_count() or 1),
         exist_ok=True,  # another call may finish the same cache first; then it is reused
         progress=lambda done, total: progress(done, total, "input bytes tokenized"),
@@ -287,7 +281,7 @@ class TrainTokenizerRequest(BaseModel):
     vocab_size: int = Field(
         default=32_000, ge=258, le=1_000_000, description="Vocabulary size, including the EOS and BOS tokens."
     )
-    format: Formats = Field(default="auto", description="Input format, as in tokenize_dataset.")
+    format: Format = Field(default="auto", description="Input format, as in tokenize_dataset.")
     text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted for nested fields.")
     max_documents: int | None = Field(
         default=None,
@@ -323,9 +317,9 @@ def train_tokenizer(
     '<|begin_of_text|>' (id 1). The same request reuses the tokenizer it trained before. Takes about a
     second per megabyte of text.
     """
-    source = _resolve_input_files(ctx, request.input)
+    sources = _input_sources(ctx, request.input)
     key = {
-        "sources": [s.model_dump() for s in source_files([source])],
+        "sources": [source.model_dump() for source in sources],
         "options": request.model_dump(exclude={"input"}),
     }
     tokenizer_id = "tok-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -336,7 +330,7 @@ def train_tokenizer(
         tokenizer = load_tokenizer(str(path))
     else:
         tokenizer = train_bpe_on_files(
-            [source],
+            [source.path for source in sources],
             path,
             request.vocab_size,
             format=request.format,

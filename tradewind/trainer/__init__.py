@@ -13,12 +13,13 @@ is `tradewind export`.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tradewind.core import lazy_getattr
 
 if TYPE_CHECKING:
     from tradewind.trainer.batches import RunData, open_run_data
-    from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint, restore_checkpoint, save_checkpoint
+    from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
     from tradewind.trainer.config import (
         PRESETS,
         CheckpointConfig,
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
         read_train_config,
     )
     from tradewind.trainer.flops import MemoryEstimate, count_model_params, flops_per_token, peak_flops, training_memory
-    from tradewind.trainer.gpt2 import GPT2
     from tradewind.trainer.hf import check_matches_hf, export_hf, load_hf_params, model_for_init_from
     from tradewind.trainer.jobs import (
         PROFILE_CALLABLE,
@@ -43,16 +43,17 @@ if TYPE_CHECKING:
         TrainJob,
     )
     from tradewind.trainer.layout import RunLayout
-    from tradewind.trainer.loop import train
+    from tradewind.trainer.loop import run_steps, train
     from tradewind.trainer.metrics import MetricRow, ProfileSummary, TrainSummary, read_metrics, read_summary
-    from tradewind.trainer.model import MODELS, Llama, build_model, count_params, register_model
+    from tradewind.trainer.models import GPT2, MODELS, Llama, build_model, count_params, register_model
     from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, register_optimizer
     from tradewind.trainer.profile import profile_training
     from tradewind.trainer.record import RunRecord, read_record, write_record
     from tradewind.trainer.restore import load_run_model
     from tradewind.trainer.sample import sample_run, sample_tokens
+    from tradewind.trainer.setup import TrainSetup, evaluate, setup_training
     from tradewind.trainer.sharding import build_mesh
-    from tradewind.trainer.step import TrainSetup, evaluate, setup_training
+    from tradewind.trainer.state import TrainState
 
 # Every name loads on first use (PEP 562): the CLI and MCP server import this package without JAX, and
 # `tradewind --help` (which imports `tradewind.trainer.cli`) without numpy or pydantic models.
@@ -90,12 +91,12 @@ _LAZY = {
     "TrainSummary": "tradewind.trainer.metrics",
     "read_metrics": "tradewind.trainer.metrics",
     "read_summary": "tradewind.trainer.metrics",
-    "MODELS": "tradewind.trainer.model",
-    "Llama": "tradewind.trainer.model",
-    "build_model": "tradewind.trainer.model",
-    "count_params": "tradewind.trainer.model",
-    "register_model": "tradewind.trainer.model",
-    "GPT2": "tradewind.trainer.gpt2",
+    "MODELS": "tradewind.trainer.models",
+    "Llama": "tradewind.trainer.models",
+    "build_model": "tradewind.trainer.models",
+    "count_params": "tradewind.trainer.models",
+    "register_model": "tradewind.trainer.models",
+    "GPT2": "tradewind.trainer.models",
     "OPTIMIZERS": "tradewind.trainer.optimizer",
     "register_optimizer": "tradewind.trainer.optimizer",
     "Checkpointer": "tradewind.trainer.checkpoint",
@@ -109,23 +110,17 @@ _LAZY = {
     "build_mesh": "tradewind.trainer.sharding",
     "build_optimizer": "tradewind.trainer.optimizer",
     "build_schedule": "tradewind.trainer.optimizer",
-    "TrainSetup": "tradewind.trainer.step",
-    "evaluate": "tradewind.trainer.step",
-    "setup_training": "tradewind.trainer.step",
+    "TrainSetup": "tradewind.trainer.setup",
+    "evaluate": "tradewind.trainer.setup",
+    "setup_training": "tradewind.trainer.setup",
+    "TrainState": "tradewind.trainer.state",
     "train": "tradewind.trainer.loop",
-    "save_checkpoint": "tradewind.trainer.checkpoint",
-    "restore_checkpoint": "tradewind.trainer.checkpoint",
+    "run_steps": "tradewind.trainer.loop",
     "profile_training": "tradewind.trainer.profile",
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "PROFILE_CALLABLE",
@@ -183,8 +178,8 @@ __all__ = [
     "read_summary",
     "read_train_config",
     "register_model",
-    "restore_checkpoint",
-    "save_checkpoint",
+    "run_steps",
     "setup_training",
     "train",
+    "TrainState",
 ]

@@ -1,8 +1,7 @@
 """Saving and restoring a run's training state with orbax, in the background, by policy.
 
-A checkpoint holds `{"params", "opt_state", "step", "data_step", "rng"}` under `<run>/checkpoints/<step>/`.
-`data_step` is the loader's position (its whole state, see `PackedLoader`) and `rng` the run's key data,
-so a restored run continues exactly where the saved one was.
+A checkpoint holds one `TrainState` (its layout is `TrainState.to_checkpoint`) under
+`<run>/checkpoints/<step>/`, so a restored run continues exactly where the saved one was.
 
 Semantics:
 - Saves are asynchronous (`CheckpointConfig.async_save`): `Checkpointer.save` copies the arrays off the
@@ -17,8 +16,8 @@ Semantics:
 
 Example:
     checkpointer = Checkpointer(layout.checkpoints, config.checkpoints)
-    if checkpointer.should_save(step, final=step == config.steps):
-        checkpointer.save(step, state)
+    if checkpointer.should_save(state.step, final=state.step == config.steps):
+        checkpointer.save(state)
     checkpointer.close()  # waits for the last write
 """
 
@@ -27,14 +26,13 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 
 from tradewind.core import NotFoundError
 from tradewind.trainer.config import CheckpointConfig
+from tradewind.trainer.state import TrainState
 
 
 class Checkpointer:
@@ -68,19 +66,20 @@ class Checkpointer:
         minutes = self.policy.every_minutes
         return bool(minutes) and time.monotonic() - self.last_save_time >= 60 * minutes
 
-    def save(self, step: int, state: dict[str, Any]) -> None:
-        """Start writing `state` as checkpoint `step`; returns once the arrays are safe to donate."""
-        self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+    def save(self, state: TrainState) -> None:
+        """Start writing `state` as checkpoint `state.step`; returns once the arrays are safe to donate."""
+        self.manager.save(state.step, args=ocp.args.StandardSave(state.to_checkpoint()), force=True)
         self.last_save_time = time.monotonic()
 
     def steps(self) -> list[int]:
         """Steps of the complete checkpoints, oldest first."""
         return sorted(self.manager.all_steps())
 
-    def restore(self, like: dict[str, Any], step: int | None = None) -> tuple[dict[str, Any], int]:
+    def restore(self, like: TrainState, step: int | None = None) -> TrainState:
         """Read checkpoint `step` (default: the newest that reads back) into the structure of `like`.
 
-        `like` holds arrays or `jax.ShapeDtypeStruct`s (with shardings, to restore onto a mesh).
+        `like`'s params and optimizer state hold arrays or `jax.ShapeDtypeStruct`s (with shardings, to restore
+        onto a mesh).
 
         Raises:
             NotFoundError: no checkpoint, not that step, or none of them reads back.
@@ -90,10 +89,11 @@ class Checkpointer:
             raise NotFoundError(f"no checkpoints in {self.directory}")
         if step is not None and step not in steps:
             raise NotFoundError(f"no checkpoint for step {step} in {self.directory}; saved steps: {steps}")
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like.to_checkpoint())
         for candidate in [step] if step is not None else reversed(steps):
             try:
-                return self.manager.restore(candidate, args=ocp.args.StandardRestore(abstract)), candidate
+                saved = self.manager.restore(candidate, args=ocp.args.StandardRestore(abstract))
+                return TrainState.from_checkpoint(saved)
             except Exception as error:  # orbax raises many kinds for damaged files
                 if step is not None:
                     raise
@@ -116,32 +116,9 @@ class Checkpointer:
         self.manager.close()
 
 
-def save_checkpoint(
-    directory: Path, step: int, params: Any, opt_state: Any, *, data_step: int | None = None, rng: Any = None
-) -> Path:
-    """Write params, optimizer state and step to `directory/<step>/` and wait until it is on disk.
-
-    `data_step` defaults to `step`; `rng` (uint32 key data [2]) to the key of seed 0.
-
-    Returns:
-        The step's folder.
-    """
-    checkpointer = Checkpointer(directory, CheckpointConfig(async_save=False, keep_last=1_000_000))
-    state = {
-        "params": params,
-        "opt_state": opt_state,
-        "step": step,
-        "data_step": step if data_step is None else data_step,
-        "rng": np.zeros(2, np.uint32) if rng is None else np.asarray(rng, np.uint32),
-    }
-    checkpointer.save(step, state)
-    checkpointer.close()
-    return checkpointer.directory / str(step)
-
-
-def read_checkpoint(directory: Path, like: dict[str, Any], step: int | None = None) -> tuple[dict[str, Any], int]:
+def read_checkpoint(directory: Path, like: TrainState, step: int | None = None) -> TrainState:
     """Read checkpoint `step` (default: the newest that reads back) of the run whose checkpoints are in
-    `directory`, read-only, into the structure of `like`; returns `(state, step)`.
+    `directory`, read-only, into the structure of `like`.
 
     Raises:
         NotFoundError: the folder does not exist, has no checkpoint, not that step, or none reads back.
@@ -154,23 +131,3 @@ def read_checkpoint(directory: Path, like: dict[str, Any], step: int | None = No
         return checkpointer.restore(like, step)
     finally:
         checkpointer.close()
-
-
-def restore_checkpoint(directory: Path, params: Any, opt_state: Any, step: int | None = None) -> tuple[Any, Any, int]:
-    """Read a checkpoint back into the structure of `params` and `opt_state`.
-
-    Args:
-        directory: the folder `save_checkpoint` or the training loop wrote into.
-        params: parameters (arrays or `jax.ShapeDtypeStruct`s) of the same structure as the saved ones.
-        opt_state: likewise, the optimizer state.
-        step: the step to restore; the newest readable one if None.
-
-    Returns:
-        `(params, opt_state, step)` as saved.
-
-    Raises:
-        NotFoundError: no checkpoint (or not that step) in `directory`.
-    """
-    like = {"params": params, "opt_state": opt_state, "step": 0, "data_step": 0, "rng": np.zeros(2, np.uint32)}
-    state, _ = read_checkpoint(directory, like, step)
-    return state["params"], state["opt_state"], int(state["step"])

@@ -9,13 +9,14 @@ checkpoint, so every checkpoint has the rows up to its step on disk.
 
 A run folder that holds checkpoints but no summary (a run killed mid-way, or killed after its last
 checkpoint) is resumed from its newest readable checkpoint: parameters, optimizer state, step, data
-position and RNG come back, metrics rows past that step are dropped, and the run ends with the same
+position and RNG come back (a `TrainState`), metrics rows past that step are dropped, and the run ends with the same
 parameters as one that was never stopped. The summary is computed from the metrics rows, so a run that
 resumes at its last step (nothing left to train) writes the same summary as one that was never stopped.
 With `resume_from`, a new run starts from another run's newest checkpoint and copies its rows up to it.
 
-The loop waits for the device only when it writes a row; in between, it reads the next batch from the
-token cache while the device runs the step it has just dispatched.
+The loop (`run_steps`) waits for the device only when a hook (`tradewind.trainer.hooks`: metrics rows and
+evaluation, checkpoints, profiler traces) wants the step; in between, it reads the next batch from the token
+cache while the device runs the step it has just dispatched.
 
 As a job, the backends run `train_job(run_dir=..., config=...)` (a `TrainJob`); by hand,
 `python -m tradewind.trainer RUN_DIR` trains the config.json in RUN_DIR.
@@ -25,19 +26,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 
 from tradewind.cluster.jobs import JobStatus, distributed_env
 from tradewind.core import (
     ConfigError,
     InvalidInputError,
     TradewindError,
-    append_jsonl,
     atomic_write_json,
     atomic_write_text,
     parse_config,
@@ -45,49 +44,22 @@ from tradewind.core import (
 from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.distributed import check_devices, initialize_distributed, is_main_process
+from tradewind.trainer.hooks import (
+    CheckpointHook,
+    Hook,
+    Interval,
+    MetricsHook,
+    RunWriters,
+    TrainProgress,
+    agree,
+    bits_per_byte,
+)
 from tradewind.trainer.jobs import TrainJob
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import MetricRow, TrainSummary, read_metrics
 from tradewind.trainer.record import read_record, record_end, record_start
-from tradewind.trainer.step import TrainSetup, evaluate, setup_training
-from tradewind.trainer.tensorboard import EventWriter
-
-# progress(step, total_steps, row or None): called after every update and with each metrics row.
-TrainProgress = Callable[[int, int, MetricRow | None], None]
-
-
-class RunWriters:
-    """Where a metrics row goes: metrics.jsonl, stdout, TensorBoard and W&B (process 0 only).
-
-    Keeps every row of the run (`rows`, starting with those restored), from which the summary is made.
-    """
-
-    def __init__(self, layout: RunLayout, config: TrainConfig, progress: TrainProgress | None, rows: list[MetricRow]):
-        self.layout, self.config, self.progress = layout, config, progress
-        self.rows = list(rows)
-        self.main = is_main_process()
-        self.events = EventWriter(layout.tensorboard) if self.main and config.tensorboard else None
-        self.wandb = _start_wandb(config, layout) if self.main and config.wandb_project else None
-
-    def write(self, row: MetricRow) -> None:
-        row = _finite(row)
-        self.rows.append(row)
-        if self.main:
-            append_jsonl(self.layout.metrics, row.model_dump(exclude_none=True))
-            scalars = {k: float(v) for k, v in row.model_dump(exclude_none=True).items() if k != "step"}
-            if self.events is not None:
-                self.events.scalars(row.step, scalars)
-            if self.wandb is not None:
-                self.wandb.log(scalars, step=row.step)
-        _print_row(row, self.config)
-        if self.progress is not None:
-            self.progress(row.step, self.config.steps, row)
-
-    def close(self) -> None:
-        if self.events is not None:
-            self.events.close()
-        if self.wandb is not None:
-            self.wandb.finish()
+from tradewind.trainer.setup import TrainSetup, setup_training
+from tradewind.trainer.state import TrainState
 
 
 def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = None) -> TrainSummary:
@@ -144,6 +116,41 @@ def train_job(**job: Any) -> None:
     train(request.config, Path(request.run_dir))
 
 
+def run_steps(
+    setup: TrainSetup,
+    state: TrainState,
+    hooks: Sequence[Hook],
+    progress: TrainProgress | None = None,
+    last_step: int | None = None,
+) -> TrainState:
+    """Update from `state` to step `last_step` (default: the run's last), calling `hooks` at the steps they want.
+
+    The next batch is read while the device computes the update just dispatched; the loop waits for the device
+    only at a step some hook wants, and hook time is left out of the interval it hands them.
+    """
+    last_step = setup.config.steps if last_step is None else last_step
+    interval = Interval()
+    batch = setup.put_batch(setup.train_loader.batch(state.data_step))
+    timer = time.perf_counter()
+    while state.step < last_step:
+        params, opt_state, metrics = setup.train_step(state.params, state.opt_state, batch)
+        state = state.advanced(params, opt_state)
+        interval.metrics.append(metrics)
+        if state.step < last_step:
+            batch = setup.put_batch(setup.train_loader.batch(state.data_step))
+        if progress is not None:
+            progress(state.step, setup.config.steps, None)
+        due = [hook for hook in hooks if hook.wants(state.step)]
+        if not due:
+            continue
+        jax.block_until_ready(metrics)
+        interval.seconds += time.perf_counter() - timer
+        for hook in due:
+            hook(state, interval)
+        timer = time.perf_counter()
+    return state
+
+
 def _train(config: TrainConfig, layout: RunLayout, progress: TrainProgress | None, start: float) -> TrainSummary:
     initial = None
     if config.init_from:
@@ -161,72 +168,23 @@ def _train(config: TrainConfig, layout: RunLayout, progress: TrainProgress | Non
     )
 
     checkpointer = Checkpointer(layout.checkpoints, config.checkpoints) if config.checkpoint else None
-    params, opt_state, first_step, rows = _initial_state(setup, checkpointer, layout)
+    state, rows = _initial_state(setup, checkpointer, layout)
+    first_step = state.step
     writers = RunWriters(layout, config, progress, rows)
+    metrics = MetricsHook(setup, writers, start)
+    hooks: list[Hook] = [metrics]
+    if checkpointer is not None:
+        hooks.append(CheckpointHook(checkpointer, config.steps))
     if first_step == 0:
-        writers.write(_eval_row(setup, 0, evaluate(setup, params), time.perf_counter() - start))
+        metrics.evaluate(state)
     else:
-        print(f"resumed from checkpoint {first_step}", flush=True)
-
-    total_devices = len(jax.devices())
-    losses: list[jax.Array] = []  # per-step metrics since the last log row, still on the device
-    interval_s = 0.0
-    batch = setup.put_batch(setup.train_loader.batch(first_step))
-    timer = time.perf_counter()
+        print(f"resumed from checkpoint {state.step}", flush=True)
     try:
-        for step in range(first_step + 1, config.steps + 1):
-            params, opt_state, metrics = setup.train_step(params, opt_state, batch)
-            losses.append(metrics)
-            if step < config.steps:
-                batch = setup.put_batch(setup.train_loader.batch(step))  # read while the device computes
-            if progress is not None:
-                progress(step, config.steps, None)
-            is_log = step % config.log_every == 0 or step == config.steps
-            is_eval = step % config.eval_every == 0 or step == config.steps
-            is_save = checkpointer is not None and checkpointer.should_save(step, final=step == config.steps)
-            if checkpointer is not None and config.checkpoints.every_minutes:
-                is_save = _agree(is_save)
-            if not (is_log or is_eval or is_save):
-                continue
-
-            jax.block_until_ready(metrics)
-            interval_s += time.perf_counter() - timer
-            fields: dict[str, Any] = {}
-            if is_log or is_eval:
-                host = [{k: _to_host(v) for k, v in m.items()} for m in losses]
-                step_losses = np.asarray([m["loss"] for m in host], dtype=np.float64)
-                if config.on_nonfinite == "stop":
-                    _check_finite(step_losses, first_step=step - len(losses) + 1)
-                if is_log:
-                    finite = step_losses[np.isfinite(step_losses)]
-                    tokens_per_s = len(losses) * config.tokens_per_step / interval_s
-                    fields.update(
-                        loss=float(finite.mean()) if finite.size else None,
-                        lr=float(setup.schedule(step - 1)),
-                        grad_norm=float(host[-1]["grad_norm"]),
-                        param_norm=float(host[-1]["param_norm"]),
-                        tokens_per_s=tokens_per_s,
-                        step_time_s=interval_s / len(losses),
-                        mfu=tokens_per_s * setup.flops_per_token / (setup.peak_flops * total_devices),
-                        skipped_steps=int(sum(float(m["skipped"]) for m in host)) or None,
-                    )
-                    losses, interval_s = [], 0.0
-            if is_eval:
-                writers.write(_eval_row(setup, step, evaluate(setup, params), time.perf_counter() - start, **fields))
-            elif is_log:
-                writers.write(MetricRow(step=step, elapsed=time.perf_counter() - start, **fields))
-            if is_save:
-                # After the row, so that a checkpoint never exists without the rows up to its step. The save
-                # copies the arrays before the next step donates them; writing goes on behind.
-                rng = np.asarray(jax.random.key_data(jax.random.fold_in(jax.random.key(config.seed), step)))
-                checkpointer.save(
-                    step, {"params": params, "opt_state": opt_state, "step": step, "data_step": step, "rng": rng}
-                )
-            timer = time.perf_counter()  # evaluation, saving and writing stay out of the step timing
+        state = run_steps(setup, state, hooks, progress)
         # Rows are written before checkpoints, so this happens only when metrics.jsonl lost rows (or was
         # removed) after the last checkpoint. Process 0 decides: evaluating is a collective on every process.
-        if _agree(not any(row.step == config.steps and row.eval_loss is not None for row in writers.rows)):
-            writers.write(_eval_row(setup, config.steps, evaluate(setup, params), time.perf_counter() - start))
+        if agree(not any(row.step == config.steps and row.eval_loss is not None for row in writers.rows)):
+            metrics.evaluate(state)
     finally:
         if checkpointer is not None:
             checkpointer.close()
@@ -244,38 +202,36 @@ def _train(config: TrainConfig, layout: RunLayout, progress: TrainProgress | Non
 
 def _initial_state(
     setup: TrainSetup, checkpointer: Checkpointer | None, layout: RunLayout
-) -> tuple[Any, Any, int, list[MetricRow]]:
+) -> tuple[TrainState, list[MetricRow]]:
     """The state to start from: this run's newest readable checkpoint, else its parent's (`resume_from`),
-    else a fresh one. Returns `(params, opt_state, step, metrics rows up to that step)`.
+    else a fresh one; and the metrics rows up to its step.
 
     The rows on disk are cut (or, from a parent, copied) to those up to the step, so that the file holds
     exactly the history of the state training continues from.
     """
     config = setup.config
-    rng = np.asarray(jax.random.key_data(jax.random.key(config.seed)))
-    like = {"params": setup.params, "opt_state": setup.opt_state, "step": 0, "data_step": 0, "rng": rng}
     if checkpointer is not None and config.resume and checkpointer.steps():
-        state, step = checkpointer.restore(like)
+        state = checkpointer.restore(setup.state)
         history = layout.metrics
     elif config.resume_from is not None:
         # The launcher chose the parent's checkpoint; a parent still training may have saved newer ones since.
         chosen = read_record(layout.record).parent_step if layout.record.exists() else None
         parent = RunLayout(Path(config.resume_from))
-        state, step = read_checkpoint(parent.checkpoints, like, chosen)
-        if step >= config.steps:
+        state = read_checkpoint(parent.checkpoints, setup.state, chosen)
+        if state.step >= config.steps:
             raise InvalidInputError(
                 f"steps: {config.steps} is the run's total and must exceed the step of the checkpoint of "
-                f"{parent.root.name} it continues from ({step})"
+                f"{parent.root.name} it continues from ({state.step})"
             )
         history = parent.metrics
     else:
         if layout.metrics.exists() and is_main_process():
             layout.metrics.unlink()  # rows of an attempt that never reached a checkpoint
-        return setup.params, setup.opt_state, 0, []
-    rows = [row for row in read_metrics(history) if row.step <= step]
+        return setup.state, []
+    rows = [row for row in read_metrics(history) if row.step <= state.step]
     if is_main_process():  # atomically: the other processes of a gang may be reading it
         atomic_write_text(layout.metrics, "".join(row.model_dump_json(exclude_none=True) + "\n" for row in rows))
-    return state["params"], state["opt_state"], int(state["data_step"]), rows
+    return state, rows
 
 
 def _check_gang(config: TrainConfig) -> None:
@@ -289,44 +245,6 @@ def _check_gang(config: TrainConfig) -> None:
 
 def _figure(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
-
-
-def _finite(row: MetricRow) -> MetricRow:
-    """`row` without NaN or infinite figures (JSON has no such numbers; `skipped_steps` tells of them)."""
-    values = row.model_dump()
-    return MetricRow(**{k: v for k, v in values.items() if not (isinstance(v, float) and not math.isfinite(v))})
-
-
-def _agree(decision: bool) -> bool:
-    """Process 0's decision on every process (a wall-clock save policy could differ between hosts)."""
-    if jax.process_count() == 1:
-        return decision
-    from jax.experimental import multihost_utils
-
-    return bool(multihost_utils.broadcast_one_to_all(np.asarray(decision)))
-
-
-def _to_host(x: jax.Array) -> np.ndarray:
-    """A replicated array's value, also when other processes hold parts of the mesh."""
-    return np.asarray(x if x.is_fully_addressable else x.addressable_data(0))
-
-
-def _eval_row(setup: TrainSetup, step: int, eval_loss: float, elapsed: float, **fields: Any) -> MetricRow:
-    return MetricRow(
-        step=step,
-        eval_loss=eval_loss,
-        eval_perplexity=math.exp(min(eval_loss, 700.0)),
-        eval_bits_per_byte=_bits_per_byte(setup, eval_loss),
-        elapsed=elapsed,
-        **fields,
-    )
-
-
-def _bits_per_byte(setup: TrainSetup, loss: float) -> float | None:
-    """Nats per token -> bits per UTF-8 byte, using the val split's bytes-per-token ratio."""
-    if setup.val_bytes_per_token is None:
-        return None
-    return loss / math.log(2) / setup.val_bytes_per_token
 
 
 def _claim_run_dir(layout: RunLayout, config: TrainConfig) -> None:
@@ -343,41 +261,6 @@ def _claim_run_dir(layout: RunLayout, config: TrainConfig) -> None:
         layout.root.mkdir(parents=True, exist_ok=True)
         if not layout.config.exists():
             atomic_write_json(layout.config, config.model_dump(mode="json"))
-
-
-def _check_finite(step_losses: np.ndarray, first_step: int) -> None:
-    """Raise if a loss is NaN or infinite, naming the first step where it happened."""
-    bad = np.flatnonzero(~np.isfinite(step_losses))
-    if bad.size:
-        step = first_step + int(bad[0])
-        raise TradewindError(
-            f"training loss became {step_losses[bad[0]]} at step {step}; lower optimizer.learning_rate, "
-            "add warmup, check the data, or set on_nonfinite: skip"
-        )
-
-
-def _print_row(row: MetricRow, config: TrainConfig) -> None:
-    """One log line per row, of the figures it has (a skipped step has no grad norm, say)."""
-    shown = (
-        ("loss", row.loss, "{:.4f}"),
-        ("lr", row.lr, "{:.2e}"),
-        ("grad_norm", row.grad_norm, "{:.3f}"),
-        ("tok/s", row.tokens_per_s, "{:,.0f}"),
-        ("MFU", row.mfu, "{:.1%}"),
-        ("eval_loss", row.eval_loss, "{:.4f}"),
-    )
-    parts = [f"step {row.step}/{config.steps}"]
-    parts += [f"{name} {form.format(value)}" for name, value, form in shown if value is not None]
-    print(" | ".join([*parts, f"{row.elapsed:.1f}s"]), flush=True)
-
-
-def _start_wandb(config: TrainConfig, layout: RunLayout) -> Any:
-    try:
-        import wandb
-    except ImportError:
-        print("wandb_project is set but wandb is not installed (pip install 'tradewind[wandb]'); skipping W&B")
-        return None
-    return wandb.init(project=config.wandb_project, name=layout.root.name, config=config.model_dump(mode="json"))
 
 
 def _summarise(setup: TrainSetup, rows: list[MetricRow], wall_s: float, first_step: int) -> TrainSummary:
@@ -409,7 +292,7 @@ def _summarise(setup: TrainSetup, rows: list[MetricRow], wall_s: float, first_st
         peak_flops=peak,
         peak_flops_source=setup.peak_flops_source,
         final_eval_perplexity=math.exp(min(final_eval, 700.0)) if final_eval is not None else None,
-        final_eval_bits_per_byte=_bits_per_byte(setup, final_eval) if final_eval is not None else None,
+        final_eval_bits_per_byte=bits_per_byte(setup, final_eval) if final_eval is not None else None,
         resumed_from_step=first_step or None,
         skipped_steps=skipped or None,
     )

@@ -6,13 +6,13 @@ As a job (what the `profile_run` tool submits; the keyword arguments are a `Prof
 
 reads `RUN_DIR/config.json` and writes `RUN_DIR/profile/summary.json` (a `ProfileSummary`) and the trace
 under `RUN_DIR/profile/trace/`, which TensorBoard's profile plugin or Perfetto opens. It builds the run
-exactly as `train` does (`setup_training`), trains a few steps and throws them away: the run's own
-files are left alone. From Python, `profile_training(config, out_dir, steps)` does the same for any config.
+exactly as `train` does (`setup_training`), trains a few steps in the training loop (`run_steps`, with a
+`ProfileHook`) and throws them away: the run's own files are left alone. From Python,
+`profile_training(config, out_dir, steps)` does the same for any config.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,12 @@ import jax
 
 from tradewind.core import InvalidInputError, atomic_write_json, parse_config
 from tradewind.trainer.config import TrainConfig, read_train_config
+from tradewind.trainer.hooks import ProfileHook
 from tradewind.trainer.jobs import ProfileJob
 from tradewind.trainer.layout import RunLayout
+from tradewind.trainer.loop import run_steps
 from tradewind.trainer.metrics import ProfileSummary
-from tradewind.trainer.step import setup_training
+from tradewind.trainer.setup import setup_training
 
 
 def profile_training(config: TrainConfig, out_dir: Path, steps: int = 5) -> ProfileSummary:
@@ -48,18 +50,9 @@ def profile_training(config: TrainConfig, out_dir: Path, steps: int = 5) -> Prof
     out_dir = Path(out_dir)
     trace_dir = out_dir / "trace"
     setup = setup_training(config)
-    batches = [setup.train_loader.batch(i) for i in range(steps + 1)]
-
-    params, opt_state, metrics = setup.train_step(setup.params, setup.opt_state, batches[0])
-    jax.block_until_ready((params, opt_state, metrics))
-    step_s = []
-    with jax.profiler.trace(trace_dir):
-        for batch in batches[1:]:
-            start = time.perf_counter()
-            params, opt_state, metrics = setup.train_step(params, opt_state, batch)
-            jax.block_until_ready((params, opt_state, metrics))
-            step_s.append(time.perf_counter() - start)
-
+    profiler = ProfileHook(trace_dir, first=2, last=steps + 1)  # step 1 runs first, untimed and untraced
+    run_steps(setup, setup.state, [profiler], last_step=steps + 1)
+    step_s = profiler.step_s
     mean_step_s = sum(step_s) / len(step_s)
     summary = ProfileSummary(
         steps=steps,

@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 from flax import nnx
 
 from tradewind.data import CacheManifest, open_token_cache
 from tradewind.trainer.checkpoint import read_checkpoint
 from tradewind.trainer.config import ModelConfig, TrainConfig, read_train_config
 from tradewind.trainer.layout import RunLayout
-from tradewind.trainer.model import build_model
+from tradewind.trainer.models import build_model
 from tradewind.trainer.optimizer import build_optimizer
-from tradewind.trainer.step import resolve_model_config
+from tradewind.trainer.setup import resolve_model_config
+from tradewind.trainer.state import TrainState
 
 
 @dataclass
@@ -50,12 +50,5 @@ def load_run_model(run_dir: Path, step: int | None = None) -> LoadedRun:
     model_config = resolve_model_config(config.model, manifest)
     graphdef, abstract_params = nnx.split(nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(config.seed))))
     abstract_opt = jax.eval_shape(build_optimizer(config.optimizer, config.steps).init, abstract_params)
-    like = {
-        "params": abstract_params,
-        "opt_state": abstract_opt,
-        "step": 0,
-        "data_step": 0,
-        "rng": np.zeros(2, np.uint32),
-    }
-    state, found = read_checkpoint(layout.checkpoints, like, step)
-    return LoadedRun(config, model_config, manifest, graphdef, state["params"], found)
+    state = read_checkpoint(layout.checkpoints, TrainState.start(abstract_params, abstract_opt, config.seed), step)
+    return LoadedRun(config, model_config, manifest, graphdef, state.params, state.step)

@@ -1,7 +1,6 @@
 """The GPT-2-style decoder: LayerNorm, learned position embeddings, a GELU MLP and biases.
 
-Registered as model type "gpt2"; it shares `causal_attention` and the key/value cache with the Llama
-model in `tradewind.trainer.model` and, like it, maps tokens [batch, seq] to float32 logits.
+Registered as model type "gpt2"; same call contract as `Llama` (see `layers.decode`).
 
 Example:
     model = build_model(ModelConfig(type="gpt2", vocab_size=258), rngs=nnx.Rngs(0))
@@ -9,7 +8,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
@@ -17,14 +15,16 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tradewind.trainer.config import ModelConfig
-from tradewind.trainer.model import (
+from tradewind.trainer.models.layers import (
     KVCache,
-    causal_attention,
+    attend,
+    decode,
+    output_head,
     over_token_rows,
-    register_model,
     require_vocab,
-    update_cache,
+    scaled_init,
 )
+from tradewind.trainer.models.registry import register_model
 
 
 class GPT2Attention(nnx.Module):
@@ -33,20 +33,15 @@ class GPT2Attention(nnx.Module):
     def __init__(self, config: ModelConfig, *, dtype: Any, rngs: nnx.Rngs):
         d_model, self.n_heads, self.head_dim = config.d_model, config.n_heads, config.head_dim
         init = nnx.initializers.normal(config.init_std)
-        out_init = nnx.initializers.normal(config.init_std / math.sqrt(2 * config.n_layers))
         self.qkv = nnx.Linear(d_model, 3 * d_model, kernel_init=init, dtype=dtype, rngs=rngs)
-        self.proj = nnx.Linear(d_model, d_model, kernel_init=out_init, dtype=dtype, rngs=rngs)
+        self.proj = nnx.Linear(d_model, d_model, kernel_init=scaled_init(config), dtype=dtype, rngs=rngs)
 
     def __call__(self, x, positions, layer_cache=None):
         batch, seq, _ = x.shape  # [batch, seq, d_model]
         heads = (batch, seq, self.n_heads, self.head_dim)
         q, k, v = (part.reshape(heads) for part in jnp.split(self.qkv(x), 3, axis=-1))
-        k_positions = positions
-        if layer_cache is not None:
-            layer_cache = update_cache(layer_cache, k, v, positions[0])
-            k, v = layer_cache
-            k_positions = jnp.arange(k.shape[1])
-        return self.proj(causal_attention(q, k, v, positions, k_positions)), layer_cache
+        out, layer_cache = attend(q, k, v, positions, layer_cache)  # [batch, seq, d_model]
+        return self.proj(out), layer_cache
 
 
 class GPT2Block(nnx.Module):
@@ -55,12 +50,11 @@ class GPT2Block(nnx.Module):
     def __init__(self, config: ModelConfig, *, dtype: Any, rngs: nnx.Rngs):
         d_model, d_ff = config.d_model, config.ff_dim
         init = nnx.initializers.normal(config.init_std)
-        out_init = nnx.initializers.normal(config.init_std / math.sqrt(2 * config.n_layers))
         self.ln_1 = nnx.LayerNorm(d_model, epsilon=config.norm_eps, rngs=rngs)
         self.attn = GPT2Attention(config, dtype=dtype, rngs=rngs)
         self.ln_2 = nnx.LayerNorm(d_model, epsilon=config.norm_eps, rngs=rngs)
         self.fc = nnx.Linear(d_model, d_ff, kernel_init=init, dtype=dtype, rngs=rngs)
-        self.fc_out = nnx.Linear(d_ff, d_model, kernel_init=out_init, dtype=dtype, rngs=rngs)
+        self.fc_out = nnx.Linear(d_ff, d_model, kernel_init=scaled_init(config), dtype=dtype, rngs=rngs)
 
     def __call__(self, x, positions, layer_cache=None):
         attended, layer_cache = self.attn(self.ln_1(x), positions, layer_cache)
@@ -80,26 +74,14 @@ class GPT2(nnx.Module):
         self.wpe = nnx.Embed(config.max_seq_len, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
         self.blocks = nnx.List([GPT2Block(config, dtype=dtype, rngs=rngs) for _ in range(config.n_layers)])
         self.ln_f = nnx.LayerNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
-        self.lm_head = (
-            None
-            if config.tie_embeddings
-            else nnx.Linear(config.d_model, vocab, use_bias=False, kernel_init=init, dtype=dtype, rngs=rngs)
-        )
+        self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 
     def __call__(self, tokens: jax.Array, cache: KVCache | None = None):
-        """Map tokens [batch, seq] to logits [batch, seq, vocab]; with a cache, also return it updated."""
-        seq = tokens.shape[1]
-        if seq > self.max_seq_len:
-            raise ValueError(f"sequence of {seq} tokens is longer than max_seq_len ({self.max_seq_len})")
-        start = 0 if cache is None else cache["index"]
-        positions = start + jnp.arange(seq)  # [seq]
-        x = self.wte(tokens) + self.wpe(positions)[None]  # [batch, seq, d_model]
-        layers = []
-        for i, block in enumerate(self.blocks):
-            x, layer_cache = block(x, positions, None if cache is None else cache["layers"][i])
-            layers.append(layer_cache)
-        x = self.ln_f(x)
-        logits = (self.wte.attend(x) if self.lm_head is None else self.lm_head(x)).astype(jnp.float32)
-        if cache is None:
-            return logits
-        return logits, {"layers": layers, "index": cache["index"] + seq}
+        """Logits [batch, seq, vocab] of tokens [batch, seq]; with a cache, also the cache updated (`decode`)."""
+
+        def head(x: jax.Array) -> jax.Array:
+            x = self.ln_f(x)
+            return self.wte.attend(x) if self.lm_head is None else self.lm_head(x)
+
+        embed = lambda tokens, positions: self.wte(tokens) + self.wpe(positions)[None]  # noqa: E731
+        return decode(tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, head=head)

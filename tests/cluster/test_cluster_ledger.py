@@ -1,0 +1,133 @@
+"""The local backend's resource ledger: what a job holds, what can never fit, and who is admitted when."""
+
+import os
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, Resources
+from tradewind.cluster.ledger import (
+    Capacity,
+    admit_queued,
+    check_fits_at_all,
+    demand,
+    detect_capacity,
+    usage,
+)
+from tradewind.cluster.store import JobStore
+from tradewind.core import InvalidInputError
+
+
+def spec(name: str = "job", replicas: int = 1, **resources) -> JobSpec:
+    return JobSpec(name=name, command=["true"], resources=Resources(**resources), replicas=replicas)
+
+
+def queue(store: JobStore, *specs: JobSpec, submitted_at: str | None = None) -> list[str]:
+    """Insert the jobs as queued (PENDING, not admitted), in order; return their ids."""
+    ids = []
+    with store.transaction() as conn:
+        for i, one in enumerate(specs):
+            job_id = f"job-{len(store.rows(conn=conn)) + i:03d}-{one.name}"
+            fields = {"submitted_at": submitted_at} if submitted_at else {}
+            store.insert(JobRecord(id=job_id, spec=one, **fields), conn)
+            ids.append(job_id)
+    return ids
+
+
+def test_an_amount_is_described_with_its_unit_singular_or_plural():
+    assert Capacity(cpus=1, memory_gb=1, gpus=1).describe() == "1 CPU, 1 GiB memory, 1 GPU"
+    assert Capacity(cpus=1.5, memory_gb=0, gpus=0).describe() == "1.5 CPUs, 0 GiB memory, 0 GPUs"
+
+
+def test_within_compares_every_resource_and_tolerates_float_rounding():
+    limit = Capacity(cpus=0.3, memory_gb=4, gpus=1)
+    assert Capacity(cpus=0.1, memory_gb=0, gpus=0).plus(Capacity(cpus=0.2, memory_gb=4, gpus=1)).within(limit)
+    assert not Capacity(cpus=0.31, memory_gb=0, gpus=0).within(limit)
+    assert not Capacity(cpus=0, memory_gb=4.5, gpus=0).within(limit)
+    assert not Capacity(cpus=0, memory_gb=0, gpus=2).within(limit)
+
+
+def test_a_job_holds_its_per_replica_resources_times_its_replicas():
+    assert demand(spec(replicas=3, cpus=2, memory_gb=1.5, gpus=1)) == Capacity(cpus=6, memory_gb=4.5, gpus=3)
+
+
+def test_the_detected_capacity_is_this_machines_cpu_count_and_memory():
+    capacity = detect_capacity()
+    assert capacity.cpus == os.cpu_count()
+    assert capacity.memory_gb > 0 and capacity.gpus >= 0
+
+
+def test_a_job_that_fits_the_capacity_passes_the_submission_check():
+    check_fits_at_all(spec(replicas=2, cpus=1, memory_gb=2), Capacity(cpus=2, memory_gb=4, gpus=0))
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        (
+            spec("wide", replicas=3, cpus=2),
+            r"job 'wide' needs 2 CPUs per replica x 3 replicas = 6 CPUs but this backend has 4 CPUs "
+            r"\(capacity: 4 CPUs, 8 GiB memory, 0 GPUs\); ask for less per replica or fewer replicas",
+        ),
+        (
+            spec("gpu", gpus=1),
+            r"job 'gpu' needs 1 GPU per replica but this backend has 0 GPUs .*use accelerator 'cpu'",
+        ),
+        (
+            spec("tpu", tpu_type="v5litepod-8"),
+            r"job 'tpu' asks for TPU 'v5litepod-8', but TPUs run on the Ray backend only; set backend 'ray'",
+        ),
+        (
+            spec("big", cpus=1, memory_gb=9),
+            r"needs 9 GiB memory per replica but this backend has 8 GiB memory",
+        ),
+    ],
+    ids=["too-many-cpus", "gpu-without-gpus", "tpu", "too-much-memory"],
+)
+def test_a_job_that_could_never_be_admitted_is_refused_saying_what_it_asks_and_what_to_change(job, expected):
+    with pytest.raises(InvalidInputError, match=expected):
+        check_fits_at_all(job, Capacity(cpus=4, memory_gb=8, gpus=0))
+
+
+def test_queued_jobs_are_admitted_oldest_first_while_they_fit_and_a_smaller_later_one_backfills(tmp_path):
+    store = JobStore(tmp_path / "cluster.sqlite")
+    first, big, small = queue(store, spec("first", cpus=2), spec("big", cpus=3), spec("small", cpus=1))
+    assert admit_queued(store, Capacity(cpus=4, memory_gb=0, gpus=0)) == [first, small]
+    assert usage(store) == Capacity(cpus=3, memory_gb=0, gpus=0)
+    assert not store.get(big).admitted
+    assert admit_queued(store, Capacity(cpus=4, memory_gb=0, gpus=0)) == []  # still no room for `big`
+
+    def finish(row):
+        row.record.status = JobStatus.SUCCEEDED
+        return row.record
+
+    store.update(first, finish)  # a finished job holds nothing
+    assert usage(store) == Capacity(cpus=1, memory_gb=0, gpus=0)
+    assert admit_queued(store, Capacity(cpus=4, memory_gb=0, gpus=0)) == [big]
+
+
+def test_a_job_someone_asked_to_cancel_is_never_admitted(tmp_path):
+    store = JobStore(tmp_path / "cluster.sqlite")
+    (job,) = queue(store, spec("cancelled"))
+    with store.transaction() as conn:
+        store.set_flag(job, "cancel_requested", conn)
+    assert admit_queued(store, Capacity(cpus=4, memory_gb=0, gpus=0)) == []
+
+
+def test_a_queued_job_past_its_pending_timeout_fails_naming_what_it_needs_and_what_holds_the_rest(tmp_path):
+    store = JobStore(tmp_path / "cluster.sqlite")
+    (holder,) = queue(store, spec("holder", cpus=2))
+    admit_queued(store, Capacity(cpus=2, memory_gb=0, gpus=0))
+    long_ago = (datetime.now(UTC) - timedelta(seconds=60)).isoformat()
+    impatient = spec("impatient", cpus=1).model_copy(update={"pending_timeout_s": 5.0})
+    patient = spec("patient", cpus=1)
+    expired, waiting = queue(store, impatient, patient, submitted_at=long_ago)
+    # It fails even where it would fit now: its outcome must not depend on when someone looked.
+    assert admit_queued(store, Capacity(cpus=4, memory_gb=0, gpus=0)) == [waiting]  # no timeout: it starts
+    failed = store.get(expired).record
+    assert failed.status is JobStatus.FAILED and failed.ended_at is not None and not store.get(expired).admitted
+    assert failed.reason == (
+        "not started within pending_timeout_s=5 s: it needs 1 CPU, 0 GiB memory, 0 GPUs and this backend has "
+        f"4 CPUs, 0 GiB memory, 0 GPUs, with 2 CPUs, 0 GiB memory, 0 GPUs in use by {holder}"
+    )
+    assert usage(store) == Capacity(cpus=3, memory_gb=0, gpus=0)  # the failed job never held anything

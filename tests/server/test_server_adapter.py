@@ -1,0 +1,176 @@
+"""The adapter from a Tradewind tool function to an MCP tool, on small tools of its own through a real client:
+schemas from the models, strict validation, progress that only increases, errors as error results."""
+
+import json
+from enum import StrEnum
+from typing import Literal
+
+import jsonschema
+import pytest
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel, ConfigDict, Field
+
+from tradewind.core import NotFoundError
+from tradewind.server.adapter import as_mcp_tool, lean_input_schema, lean_output_schema
+from tradewind.tools import ToolContext
+from tradewind.tools.context import Progress
+
+pytestmark = pytest.mark.anyio
+
+
+class Colour(StrEnum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Inner(BaseModel):
+    depth: int = Field(default=1, ge=0)
+
+
+class EchoRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # as every Tradewind request model
+
+    steps: int = Field(gt=0, description="How many.")
+    note: str | None = Field(default=None, title="A person's title", description="Optional words.")
+    mode: Literal["fast", "slow"] | None = None
+    colour: Literal["red", "blue"] = "red"
+    inner: Inner = Field(default_factory=Inner)
+
+
+class EchoResult(BaseModel):
+    steps: int
+    note: str | None
+    colour: Colour
+    inner: Inner
+    sent: list[str] = Field(description="The fields the call set.")
+
+
+def echo(ctx: ToolContext, request: EchoRequest, progress: Progress) -> EchoResult:
+    """Echo the request back, reporting progress out of order."""
+    for done in (1, 1, 0.5, 2, 3):
+        progress(done, 3, f"at {done}")
+    if request.steps == 404:
+        raise NotFoundError(f"argument 'steps': nothing at {request.steps}")
+    return EchoResult(**request.model_dump(), sent=sorted(request.model_fields_set))
+
+
+def test_the_lean_input_schema_drops_automatic_titles_and_null_defaults_and_keeps_a_persons_title():
+    lean = lean_input_schema(EchoRequest.model_json_schema())
+    steps, note, mode = (lean["properties"][name] for name in ("steps", "note", "mode"))
+    assert steps == {"type": "integer", "minimum": 1, "description": "How many."}
+    assert note == {"type": ["string", "null"], "title": "A person's title", "description": "Optional words."}
+    assert mode == {"type": ["string", "null"], "enum": ["fast", "slow", None]}
+    assert "title" not in lean["$defs"]["Inner"]["properties"]["depth"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"steps": 1},
+        {"steps": 0},
+        {"steps": 1.5},
+        {"steps": 2, "note": None, "mode": None},
+        {"steps": 2, "mode": "medium"},
+        {"steps": 2, "colour": "green"},
+        {"steps": 2, "colour": "blue", "extra": 1},
+        {"steps": 2, "inner": {"depth": -1}},
+        {"steps": 2, "note": 3},
+        {},
+    ],
+)
+def test_the_lean_input_schema_accepts_exactly_what_the_models_own_schema_accepts(value):
+    full = EchoRequest.model_json_schema()
+    lean = lean_input_schema(full)
+    assert jsonschema.Draft202012Validator(lean).is_valid(value) == jsonschema.Draft202012Validator(full).is_valid(
+        value
+    )
+
+
+def test_the_lean_output_schema_names_each_field_with_its_type_and_a_real_result_validates():
+    lean = lean_output_schema(EchoResult.model_json_schema())
+    assert lean["properties"]["inner"] == {"type": "object"}
+    assert lean["properties"]["colour"] == {"type": "string", "enum": ["red", "blue"]}
+    assert lean["properties"]["note"] == {"type": ["string", "null"]}
+    assert "description" not in json.dumps(lean)
+    result = EchoResult(steps=1, note=None, colour=Colour.BLUE, inner=Inner(depth=3), sent=["steps"])
+    jsonschema.validate(result.model_dump(mode="json"), lean)
+
+
+@pytest.fixture
+def server(tmp_path) -> MCPServer:
+    server = MCPServer(name="adapter-test")
+    server.add_tool(as_mcp_tool(echo, ToolContext.open(tmp_path / "ws")), name="echo", structured_output=True)
+    return server
+
+
+async def test_a_tool_is_listed_with_flat_arguments_from_its_request_model_and_its_docstring(server):
+    async with Client(server) as client:
+        (tool,) = (await client.list_tools()).tools
+    assert tool.name == "echo" and tool.description.startswith("Echo the request back")
+    assert tool.input_schema["required"] == ["steps"]
+    assert set(tool.input_schema["properties"]) == {"steps", "note", "mode", "colour", "inner"}
+    assert "mcp_context" not in json.dumps(tool.input_schema)
+
+
+async def test_a_call_gets_compact_json_text_equal_to_its_structured_result_and_only_increasing_progress(server):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total, message))
+
+    async with Client(server) as client:
+        result = await client.call_tool("echo", {"steps": 2, "colour": "blue"}, progress_callback=on_progress)
+    assert not result.is_error
+    assert result.structured_content == {
+        "steps": 2,
+        "note": None,
+        "colour": "blue",
+        "inner": {"depth": 1},
+        "sent": ["colour", "steps"],  # what the client sent, not the defaults the SDK filled in
+    }
+    assert result.content[0].text == json.dumps(result.structured_content, separators=(",", ":"))
+    assert seen == [(1, 3, "at 1"), (2, 3, "at 2"), (3, 3, "at 3")]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"steps": "5"}, "argument 'steps': '5' is not an integer"),
+        ({"steps": 0}, "argument 'steps': must be greater than 0"),
+        ({"steps": 1, "stpes": 2}, "did you mean 'steps'?"),
+        ({}, "steps"),
+        ({"steps": 404}, "argument 'steps': nothing at 404"),
+    ],
+    ids=["string-for-integer", "out-of-range", "misspelt", "missing", "tool-raises"],
+)
+async def test_bad_arguments_and_tradewind_errors_become_error_results_naming_the_argument(server, arguments, expected):
+    async with Client(server) as client:
+        result = await client.call_tool("echo", arguments)
+        still = await client.call_tool("echo", {"steps": 1})
+    assert result.is_error and expected in result.content[0].text, result.content[0].text
+    assert not still.is_error
+
+
+class PaintRequest(BaseModel):
+    colour: Colour
+
+
+def paint(ctx: ToolContext, request: PaintRequest) -> PaintRequest:
+    """Paint in one colour."""
+    return request
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: as_mcp_tool validates the sent arguments with model_validate(strict=True) in Python mode, where an "
+    "Enum-typed request field accepts only Enum instances, so every JSON value is refused ('blue' is not an "
+    "instance of Colour); no shipped tool has such a field yet (they use Literal)",
+)
+async def test_an_enum_typed_request_field_accepts_its_values_sent_as_json(tmp_path):
+    server = MCPServer(name="adapter-enum")
+    server.add_tool(as_mcp_tool(paint, ToolContext.open(tmp_path / "ws")), name="paint", structured_output=True)
+    async with Client(server) as client:
+        result = await client.call_tool("paint", {"colour": "blue"})
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content == {"colour": "blue"}

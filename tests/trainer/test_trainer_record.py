@@ -1,0 +1,79 @@
+"""`run.json`: the run record every interface reads; who writes which state, and how a bad one is reported."""
+
+import json
+import os
+import socket
+
+import pytest
+
+from tradewind.cluster.jobs import JobStatus
+from tradewind.core import ConfigError, NotFoundError
+from tradewind.trainer.record import RunRecord, read_record, record_end, record_start, write_record
+
+
+def test_a_written_record_reads_back_equal_as_strict_json(tmp_path):
+    path = tmp_path / "run.json"
+    record = RunRecord(run_id="run-1", backend="local", job_id="job-7", parent="run-0", parent_step=30)
+    write_record(path, record)
+    assert read_record(path) == record
+    assert json.loads(path.read_text())["status"] == "PENDING"
+
+
+def test_a_folder_without_a_record_is_not_found_naming_the_folder(tmp_path):
+    with pytest.raises(NotFoundError, match=f"no run record run.json in {tmp_path}"):
+        read_record(tmp_path / "run.json")
+
+
+def test_a_record_that_is_not_json_is_a_config_error_naming_the_file(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"{path}: not valid JSON"):
+        read_record(path)
+
+
+def test_a_record_with_a_bad_field_is_a_config_error_naming_the_field(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"run_id": "run-1", "backend": "slurm"}), encoding="utf-8")
+    with pytest.raises(ConfigError, match="backend") as error:
+        read_record(path)
+    assert str(path) in str(error.value)
+
+
+def test_starting_a_run_with_no_launcher_creates_a_process_record_running_in_this_process(tmp_path):
+    path = tmp_path / "run.json"
+    started = record_start(path, "run-1", accelerator="cpu", processes=1, platform="cpu", devices=1)
+    assert read_record(path) == started
+    assert started.backend == "process" and started.job_id is None and started.status is JobStatus.RUNNING
+    assert started.pid == os.getpid() and started.host == socket.gethostname() and started.pid_start is not None
+    assert (started.platform, started.devices, started.processes) == ("cpu", 1, 1)
+
+
+def test_starting_a_launched_run_keeps_its_launcher_fields_and_clears_an_earlier_failure(tmp_path):
+    path = tmp_path / "run.json"
+    launched = RunRecord(
+        run_id="run-1",
+        backend="local",
+        job_id="job-7",
+        accelerator="gpu:2",
+        status=JobStatus.FAILED,
+        started_at="2026-01-01T00:00:00+00:00",
+        ended_at="2026-01-01T00:01:00+00:00",
+        reason="preempted",
+    )
+    write_record(path, launched)
+    restarted = record_start(path, "run-1", accelerator="cpu", processes=2, platform="gpu", devices=4)
+    assert (restarted.backend, restarted.job_id, restarted.accelerator) == ("local", "job-7", "gpu:2")
+    assert restarted.status is JobStatus.RUNNING and restarted.ended_at is None and restarted.reason is None
+    assert restarted.started_at == "2026-01-01T00:00:00+00:00"  # a restarted attempt keeps the first start
+    assert (restarted.processes, restarted.devices) == (2, 4)
+
+
+def test_ending_a_run_records_status_time_and_reason_and_keeps_the_rest(tmp_path):
+    path = tmp_path / "run.json"
+    started = record_start(path, "run-1", accelerator="cpu", processes=1, platform="cpu", devices=1)
+    record_end(path, JobStatus.FAILED, "loss is NaN at step 7")
+    ended = read_record(path)
+    assert ended.status is JobStatus.FAILED and ended.reason == "loss is NaN at step 7" and ended.ended_at
+    assert ended.model_dump(exclude={"status", "reason", "ended_at"}) == started.model_dump(
+        exclude={"status", "reason", "ended_at"}
+    )

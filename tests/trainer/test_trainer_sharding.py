@@ -1,0 +1,90 @@
+"""Where arrays live on the device mesh: the mesh from its axis sizes, the rule by shape, and placement.
+
+The checks run in a process with eight CPU devices (XLA's host-device flag), as multi-device runs see them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from tradewind.core import ConfigError
+from tradewind.trainer import MeshConfig
+from tradewind.trainer.sharding import build_mesh, spec_for
+
+EIGHT_DEVICES = """
+import json
+import jax, numpy as np
+from jax.sharding import PartitionSpec as P
+from tradewind.core import ConfigError
+from tradewind.trainer import MeshConfig
+from tradewind.trainer.sharding import batch_sharding, build_mesh, param_shardings, place, spec_for
+
+out = {"devices": jax.device_count()}
+mesh = build_mesh(MeshConfig(data=-1, fsdp=2, tensor=2))
+out["mesh"] = dict(mesh.shape)
+shapes = {"matrix": (8, 6), "odd_rows": (3, 6), "odd_cols": (8, 5), "cube": (4, 3, 2), "vector": (8,), "scalar": ()}
+out["specs"] = {name: [str(d) for d in spec_for(shape, mesh)] for name, shape in shapes.items()}
+errors = []
+for config in (MeshConfig(data=3, fsdp=1, tensor=1), MeshConfig(data=-1, fsdp=3, tensor=1)):
+    try:
+        build_mesh(config)
+    except ConfigError as error:
+        errors.append(str(error))
+out["errors"] = errors
+host = {"w": np.arange(48.0).reshape(8, 6), "b": np.arange(6.0)}
+placed = place(host, param_shardings(mesh, host))
+out["round_trip"] = all(np.array_equal(np.asarray(placed[k]), host[k]) for k in host)
+out["w_shard"] = list(placed["w"].addressable_shards[0].data.shape)
+batch = place(np.zeros((8, 5)), batch_sharding(mesh))
+out["batch_shard"] = list(batch.addressable_shards[0].data.shape)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def eight_devices() -> dict:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_data_minus_one_takes_the_devices_the_other_axes_leave(eight_devices):
+    assert eight_devices["devices"] == 8 and eight_devices["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2}
+
+
+def test_matrices_split_rows_over_fsdp_and_columns_over_tensor_where_the_sizes_divide(eight_devices):
+    assert eight_devices["specs"] == {
+        "matrix": ["fsdp", "tensor"],
+        "odd_rows": ["None", "tensor"],
+        "odd_cols": ["fsdp", "None"],
+        "cube": ["fsdp", "None", "tensor"],
+        "vector": [],
+        "scalar": [],
+    }
+
+
+def test_axis_sizes_that_do_not_match_the_devices_are_refused_naming_them(eight_devices):
+    assert eight_devices["errors"] == [
+        "mesh: data * fsdp * tensor = 3 * 1 * 1 must equal the 8 devices",
+        "mesh: fsdp * tensor = 3 does not divide 8 devices",
+    ]
+
+
+def test_placed_arrays_hold_the_host_values_each_device_a_shard_and_batches_split_their_rows(eight_devices):
+    assert eight_devices["round_trip"]
+    assert eight_devices["w_shard"] == [4, 3]  # 8 rows over fsdp=2, 6 columns over tensor=2
+    assert eight_devices["batch_shard"] == [2, 5]  # 8 rows over data x fsdp = 4
+
+
+def test_on_one_device_nothing_is_split():
+    mesh = build_mesh(MeshConfig(), devices=jax.devices()[:1])
+    assert dict(mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 1}
+    assert spec_for((8, 6), mesh) == P(None, None)
+    with pytest.raises(ConfigError, match="must equal the 1 devices"):
+        build_mesh(MeshConfig(data=2), devices=jax.devices()[:1])

@@ -1,0 +1,254 @@
+"""What the training loop does besides updating: metrics rows and evaluation, checkpoints, profiler traces.
+
+The loop (`tradewind.trainer.loop.run_steps`) dispatches updates without waiting for the device. After each
+update it asks every hook whether it `wants` that step; if one does, the loop waits for the device, adds the
+time since it last waited to the `Interval`, and calls the hooks that want the step, in their order (metrics
+before checkpoints, so a checkpoint never exists without the rows up to its step). Time spent in hooks stays
+out of the step timing.
+
+Example:
+    hooks = [MetricsHook(setup, writers, start), CheckpointHook(checkpointer, config.steps)]
+    state = run_steps(setup, state, hooks)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+
+from tradewind.core import TradewindError, append_jsonl
+from tradewind.trainer.checkpoint import Checkpointer
+from tradewind.trainer.config import TrainConfig
+from tradewind.trainer.distributed import is_main_process
+from tradewind.trainer.layout import RunLayout
+from tradewind.trainer.metrics import MetricRow
+from tradewind.trainer.setup import TrainSetup, evaluate
+from tradewind.trainer.state import TrainState
+from tradewind.trainer.tensorboard import EventWriter
+
+# progress(step, total_steps, row or None): called after every update and with each metrics row.
+TrainProgress = Callable[[int, int, MetricRow | None], None]
+
+
+@dataclass
+class Interval:
+    """The updates since the loop last waited for the device: their metrics (on the device) and the seconds
+    they took. The hook that reports them (`MetricsHook`) clears it."""
+
+    metrics: list[dict[str, jax.Array]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def clear(self) -> None:
+        self.metrics, self.seconds = [], 0.0
+
+
+class Hook(Protocol):
+    def wants(self, step: int) -> bool:
+        """Whether to run after update `step` (the loop then waits for the device)."""
+
+    def __call__(self, state: TrainState, interval: Interval) -> None:
+        """Act on the state after update `state.step`."""
+
+
+class RunWriters:
+    """Where a metrics row goes: metrics.jsonl, stdout, TensorBoard and W&B (process 0 only).
+
+    Keeps every row of the run (`rows`, starting with those restored), from which the summary is made.
+    `progress(step, total_steps, row)` is called with each row.
+    """
+
+    def __init__(self, layout: RunLayout, config: TrainConfig, progress: TrainProgress | None, rows: list[MetricRow]):
+        self.layout, self.config, self.progress = layout, config, progress
+        self.rows = list(rows)
+        self.main = is_main_process()
+        self.events = EventWriter(layout.tensorboard) if self.main and config.tensorboard else None
+        self.wandb = _start_wandb(config, layout) if self.main and config.wandb_project else None
+
+    def write(self, row: MetricRow) -> None:
+        row = _finite(row)
+        self.rows.append(row)
+        if self.main:
+            append_jsonl(self.layout.metrics, row.model_dump(exclude_none=True))
+            scalars = {k: float(v) for k, v in row.model_dump(exclude_none=True).items() if k != "step"}
+            if self.events is not None:
+                self.events.scalars(row.step, scalars)
+            if self.wandb is not None:
+                self.wandb.log(scalars, step=row.step)
+        _print_row(row, self.config)
+        if self.progress is not None:
+            self.progress(row.step, self.config.steps, row)
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+class MetricsHook:
+    """A metrics row every `log_every` steps and an evaluation every `eval_every` (both at the last step).
+
+    The row's loss is the mean of the interval's finite losses; with `on_nonfinite: stop`, a non-finite loss
+    raises, naming its step.
+    """
+
+    def __init__(self, setup: TrainSetup, writers: RunWriters, start: float):
+        self.setup, self.config, self.writers, self.start = setup, setup.config, writers, start
+
+    def wants(self, step: int) -> bool:
+        return self._logs(step) or self._evaluates(step)
+
+    def __call__(self, state: TrainState, interval: Interval) -> None:
+        step, fields = state.step, {}
+        host = [{k: _to_host(v) for k, v in m.items()} for m in interval.metrics]
+        step_losses = np.asarray([m["loss"] for m in host], dtype=np.float64)
+        if self.config.on_nonfinite == "stop":
+            _check_finite(step_losses, first_step=step - len(host) + 1)
+        if self._logs(step):
+            finite = step_losses[np.isfinite(step_losses)]
+            tokens_per_s = len(host) * self.config.tokens_per_step / interval.seconds
+            fields = dict(
+                loss=float(finite.mean()) if finite.size else None,
+                lr=float(self.setup.schedule(step - 1)),
+                grad_norm=float(host[-1]["grad_norm"]),
+                param_norm=float(host[-1]["param_norm"]),
+                tokens_per_s=tokens_per_s,
+                step_time_s=interval.seconds / len(host),
+                mfu=tokens_per_s * self.setup.flops_per_token / (self.setup.peak_flops * len(jax.devices())),
+                skipped_steps=int(sum(float(m["skipped"]) for m in host)) or None,
+            )
+            interval.clear()
+        if self._evaluates(step):
+            self.evaluate(state, **fields)
+        else:
+            self.writers.write(MetricRow(step=step, elapsed=time.perf_counter() - self.start, **fields))
+
+    def evaluate(self, state: TrainState, **fields: Any) -> None:
+        """Write the row of `state.step` with its eval loss (and `fields`)."""
+        loss = evaluate(self.setup, state.params)
+        self.writers.write(
+            MetricRow(
+                step=state.step,
+                eval_loss=loss,
+                eval_perplexity=math.exp(min(loss, 700.0)),
+                eval_bits_per_byte=bits_per_byte(self.setup, loss),
+                elapsed=time.perf_counter() - self.start,
+                **fields,
+            )
+        )
+
+    def _logs(self, step: int) -> bool:
+        return step % self.config.log_every == 0 or step == self.config.steps
+
+    def _evaluates(self, step: int) -> bool:
+        return step % self.config.eval_every == 0 or step == self.config.steps
+
+
+class CheckpointHook:
+    """A checkpoint whenever the policy says (always at the last step). Saving copies the arrays before the
+    next update donates them; writing goes on behind."""
+
+    def __init__(self, checkpointer: Checkpointer, total_steps: int):
+        self.checkpointer, self.total_steps = checkpointer, total_steps
+
+    def wants(self, step: int) -> bool:
+        decision = self.checkpointer.should_save(step, final=step == self.total_steps)
+        if self.checkpointer.policy.every_minutes:
+            return agree(decision)  # a wall-clock policy could decide differently on each host
+        return decision
+
+    def __call__(self, state: TrainState, interval: Interval) -> None:
+        self.checkpointer.save(state)
+
+
+class ProfileHook:
+    """A JAX profiler trace of updates `first` to `last`, and each one's wall time (`step_s`).
+
+    Wanting every step of the window makes the loop wait for each, so a step's time is its own.
+    """
+
+    def __init__(self, trace_dir: Any, first: int, last: int):
+        self.trace_dir, self.first, self.last = trace_dir, first, last
+        self.step_s: list[float] = []
+        self.since = 0.0
+
+    def wants(self, step: int) -> bool:
+        return self.first - 1 <= step <= self.last
+
+    def __call__(self, state: TrainState, interval: Interval) -> None:
+        now = time.perf_counter()
+        if state.step == self.first - 1:
+            jax.profiler.start_trace(str(self.trace_dir))
+        else:
+            self.step_s.append(now - self.since)
+        if state.step == self.last:
+            jax.profiler.stop_trace()
+        self.since = time.perf_counter()
+
+
+def bits_per_byte(setup: TrainSetup, loss: float) -> float | None:
+    """Nats per token -> bits per UTF-8 byte, using the val split's bytes-per-token ratio."""
+    if setup.val_bytes_per_token is None:
+        return None
+    return loss / math.log(2) / setup.val_bytes_per_token
+
+
+def agree(decision: bool) -> bool:
+    """Process 0's decision on every process."""
+    if jax.process_count() == 1:
+        return decision
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.asarray(decision)))
+
+
+def _to_host(x: jax.Array) -> np.ndarray:
+    """A replicated array's value, also when other processes hold parts of the mesh."""
+    return np.asarray(x if x.is_fully_addressable else x.addressable_data(0))
+
+
+def _finite(row: MetricRow) -> MetricRow:
+    """`row` without NaN or infinite figures (JSON has no such numbers; `skipped_steps` tells of them)."""
+    values = row.model_dump()
+    return MetricRow(**{k: v for k, v in values.items() if not (isinstance(v, float) and not math.isfinite(v))})
+
+
+def _check_finite(step_losses: np.ndarray, first_step: int) -> None:
+    """Raise if a loss is NaN or infinite, naming the first step where it happened."""
+    bad = np.flatnonzero(~np.isfinite(step_losses))
+    if bad.size:
+        step = first_step + int(bad[0])
+        raise TradewindError(
+            f"training loss became {step_losses[bad[0]]} at step {step}; lower optimizer.learning_rate, "
+            "add warmup, check the data, or set on_nonfinite: skip"
+        )
+
+
+def _print_row(row: MetricRow, config: TrainConfig) -> None:
+    """One log line per row, of the figures it has (a skipped step has no grad norm, say)."""
+    shown = (
+        ("loss", row.loss, "{:.4f}"),
+        ("lr", row.lr, "{:.2e}"),
+        ("grad_norm", row.grad_norm, "{:.3f}"),
+        ("tok/s", row.tokens_per_s, "{:,.0f}"),
+        ("MFU", row.mfu, "{:.1%}"),
+        ("eval_loss", row.eval_loss, "{:.4f}"),
+    )
+    parts = [f"step {row.step}/{config.steps}"]
+    parts += [f"{name} {form.format(value)}" for name, value, form in shown if value is not None]
+    print(" | ".join([*parts, f"{row.elapsed:.1f}s"]), flush=True)
+
+
+def _start_wandb(config: TrainConfig, layout: RunLayout) -> Any:
+    try:
+        import wandb
+    except ImportError:
+        print("wandb_project is set but wandb is not installed (pip install 'tradewind[wandb]'); skipping W&B")
+        return None
+    return wandb.init(project=config.wandb_project, name=layout.root.name, config=config.model_dump(mode="json"))

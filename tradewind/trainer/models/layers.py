@@ -1,0 +1,192 @@
+"""The pieces both architectures are made of, and the forward pass they share.
+
+Norm, rotary position embedding, causal attention (with the key/value cache for sampling), the row-wise
+MLP helper, and `decode`: positions, embedding, blocks and head, with or without a cache. Everything is
+float32 unless a module is given a compute dtype; attention scores and softmax are float32 always.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from tradewind.core import ConfigError
+from tradewind.trainer.config import ModelConfig
+
+# A key/value cache: per layer `(k, v)`, each [batch, max_len, kv_heads, head_dim], and the next position.
+KVCache = dict[str, Any]
+# One block of a model: `(x [batch, seq, d_model], positions [seq], layer cache or None) -> (x, layer cache)`.
+BlockFn = Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square normalisation with a learned per-channel scale, computed in float32."""
+
+    def __init__(self, dim: int, *, eps: float = 1e-6):
+        self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)  # [..., dim]
+        inv_rms = jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)  # [..., 1]
+        return (x32 * inv_rms * self.scale[...]).astype(x.dtype)
+
+
+def rotary_angles(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """Cosines and sines of the rotary angles, each [seq, head_dim], for integer `positions` [seq].
+
+    Channel pairs (i, i + head_dim / 2) share an angle, so each half of the last axis repeats the other.
+    """
+    inv_freq = theta ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [head_dim / 2]
+    angles = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]  # [seq, head_dim / 2]
+    angles = jnp.concatenate([angles, angles], axis=-1)  # [seq, head_dim]
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate channel pairs of `x` [batch, seq, heads, head_dim] by the position angles.
+
+    Channel i pairs with channel i + head_dim / 2 (the Hugging Face Llama layout, so exported weights
+    need no permutation): x * cos + (-x2, x1) * sin. The dot product of a rotated query and key then
+    depends only on their distance.
+    """
+    x1, x2 = jnp.split(x, 2, axis=-1)  # [batch, seq, heads, head_dim / 2] each
+    rotated = jnp.concatenate([-x2, x1], axis=-1)  # [batch, seq, heads, head_dim]
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]  # [1, seq, 1, head_dim]
+    return (x * cos + rotated * sin).astype(x.dtype)
+
+
+def causal_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.Array, k_positions: jax.Array
+) -> jax.Array:
+    """Softmax attention of queries [b, sq, heads, d] over keys/values [b, sk, kv_heads, d], causally masked.
+
+    When queries and keys cover the same positions (training, or a whole prompt), the first half of the
+    queries can only see the first half of the keys, so the halves are attended separately: the quarter
+    of the score matrix that the mask would discard is never computed (a train step ~9% faster on CPU).
+    """
+    seq = q.shape[1]
+    if seq != k.shape[1] or seq % 2:
+        return masked_attention(q, k, v, q_positions, k_positions)
+    half = seq // 2
+    first = masked_attention(q[:, :half], k[:, :half], v[:, :half], q_positions[:half], k_positions[:half])
+    second = masked_attention(q[:, half:], k, v, q_positions[half:], k_positions)
+    return jnp.concatenate([first, second], axis=1)  # [b, sq, heads * d]
+
+
+def masked_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.Array, k_positions: jax.Array
+) -> jax.Array:
+    """`causal_attention` computed over all query/key pairs, with the mask applied to the scores.
+
+    With fewer key/value heads than query heads (grouped-query attention), each key/value head is
+    repeated for its group of query heads. Scores and softmax are float32 whatever the compute dtype.
+    """
+    batch, sq, heads, head_dim = q.shape
+    groups = heads // k.shape[2]
+    if groups > 1:
+        k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)  # [b, sk, heads, d]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / math.sqrt(head_dim)  # [b, heads, sq, sk]
+    causal = k_positions[None, :] <= q_positions[:, None]  # [sq, sk]
+    scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # [b, heads, sq, sk]
+    out = jnp.einsum("bhqk,bkhd->bqhd", weights, v)  # [b, sq, heads, d]
+    return out.reshape(batch, sq, heads * head_dim)  # [b, sq, heads * d]
+
+
+def update_cache(
+    layer_cache: tuple[jax.Array, jax.Array], k: jax.Array, v: jax.Array, start: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Write this call's keys and values [b, s, kv, d] into the layer's cache at position `start`."""
+    k_cache, v_cache = layer_cache
+    k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, start, 0, 0))
+    v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, start, 0, 0))
+    return k_cache, v_cache
+
+
+def over_token_rows(mlp: Callable[[jax.Array], jax.Array], x: jax.Array) -> jax.Array:
+    """`mlp` applied to `x` [batch, seq, d_model] as one [batch * seq, d_model] matrix, reshaped back.
+
+    The result is the same; the reason is speed. On CPU, XLA compiles the backward pass of elementwise
+    work on 3-D activations that feeds a weight gradient into slow transposing loops (a fifth of a train
+    step for the SwiGLU product); on 2-D rows it does not. The attention projections use rows too.
+    """
+    rows = x.reshape(-1, x.shape[-1])  # [batch * seq, d_model]
+    return mlp(rows).reshape(*x.shape[:-1], -1)  # [batch, seq, d_model]
+
+
+def require_vocab(config: ModelConfig) -> int:
+    """`config.vocab_size`, which must be set to build a model."""
+    if config.vocab_size is None:
+        raise ConfigError("model.vocab_size: must be set to build the model (the trainer takes it from the data)")
+    return config.vocab_size
+
+
+def init_cache(config: ModelConfig, batch: int, max_len: int, dtype: Any = jnp.float32) -> KVCache:
+    """An empty key/value cache for `batch` sequences of up to `max_len` tokens."""
+    shape = (batch, max_len, config.kv_heads, config.head_dim)
+    layers = [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.n_layers)]
+    return {"layers": layers, "index": jnp.zeros((), jnp.int32)}
+
+
+def attend(
+    q: jax.Array, k: jax.Array, v: jax.Array, positions: jax.Array, layer_cache: tuple[jax.Array, jax.Array] | None
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+    """Causal attention of this call's queries over its keys/values, or, with a `layer_cache`, over every
+    position cached so far (this call's keys and values written in first); returns the layer cache too."""
+    if layer_cache is None:
+        return causal_attention(q, k, v, positions, positions), None
+    layer_cache = update_cache(layer_cache, k, v, positions[0])
+    k, v = layer_cache
+    return causal_attention(q, k, v, positions, jnp.arange(k.shape[1])), layer_cache
+
+
+def output_head(config: ModelConfig, vocab: int, *, dtype: Any, rngs: nnx.Rngs) -> nnx.Linear | None:
+    """The untied output projection, or None when the head is the transposed embedding (`tie_embeddings`,
+    as in GPT-2; saves vocab * d_model parameters)."""
+    if config.tie_embeddings:
+        return None
+    init = nnx.initializers.normal(config.init_std)
+    return nnx.Linear(config.d_model, vocab, use_bias=False, kernel_init=init, dtype=dtype, rngs=rngs)
+
+
+def scaled_init(config: ModelConfig) -> Any:
+    """GPT-2's init for a block's output projections: each block adds to the residual stream, so shrink them
+    by sqrt(2 * n_layers) to keep the stream's variance from growing with depth."""
+    return nnx.initializers.normal(config.init_std / math.sqrt(2 * config.n_layers))
+
+
+def decode(
+    tokens: jax.Array,
+    cache: KVCache | None,
+    *,
+    max_seq_len: int,
+    embed: Callable[[jax.Array, jax.Array], jax.Array],
+    blocks: Sequence[BlockFn],
+    head: Callable[[jax.Array], jax.Array],
+):
+    """The forward pass of a decoder: tokens [batch, seq] (int) -> logits [batch, seq, vocab] (float32).
+
+    `embed(tokens, positions)` gives the residual stream, each block updates it, `head` maps it to logits.
+    With a `cache` (from `init_cache`), `tokens` continue the cached sequence at `cache["index"]`, and the
+    result is `(logits, updated cache)`.
+    """
+    seq = tokens.shape[1]
+    if seq > max_seq_len:
+        raise ValueError(f"sequence of {seq} tokens is longer than max_seq_len ({max_seq_len})")
+    start = 0 if cache is None else cache["index"]
+    positions = start + jnp.arange(seq)  # [seq]
+    x = embed(tokens, positions)  # [batch, seq, d_model]
+    layers = []
+    for i, block in enumerate(blocks):
+        x, layer_cache = block(x, positions, None if cache is None else cache["layers"][i])
+        layers.append(layer_cache)
+    logits = head(x).astype(jnp.float32)  # [batch, seq, vocab]
+    if cache is None:
+        return logits
+    return logits, {"layers": layers, "index": cache["index"] + seq}

@@ -1,0 +1,123 @@
+"""The Llama-style decoder: RMSNorm, rotary position embeddings, grouped-query attention, a SwiGLU MLP.
+
+Token embedding, pre-norm blocks, a final RMSNorm and an output head (tied to the embedding by default); no
+biases. Registered as model type "llama".
+
+Example:
+    model = build_model(ModelConfig(vocab_size=258), rngs=nnx.Rngs(0))
+    logits = model(tokens)  # tokens [batch, seq] int32 -> logits [batch, seq, vocab] float32
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from flax import nnx
+
+from tradewind.trainer.config import ModelConfig
+from tradewind.trainer.models.layers import (
+    KVCache,
+    RMSNorm,
+    apply_rotary,
+    attend,
+    decode,
+    output_head,
+    over_token_rows,
+    require_vocab,
+    rotary_angles,
+    scaled_init,
+)
+from tradewind.trainer.models.registry import register_model
+
+
+class CausalSelfAttention(nnx.Module):
+    """Grouped-query self-attention in which each position attends to itself and earlier positions only."""
+
+    def __init__(self, config: ModelConfig, *, dtype: Any, rngs: nnx.Rngs):
+        d_model, self.n_heads, self.head_dim = config.d_model, config.n_heads, config.head_dim
+        self.kv_heads, self.rope_theta = config.kv_heads, config.rope_theta
+        init = nnx.initializers.normal(config.init_std)
+        kv_width = self.kv_heads * self.head_dim
+        linear = dict(use_bias=False, dtype=dtype, rngs=rngs)
+        self.q_proj = nnx.Linear(d_model, d_model, kernel_init=init, **linear)
+        self.k_proj = nnx.Linear(d_model, kv_width, kernel_init=init, **linear)
+        self.v_proj = nnx.Linear(d_model, kv_width, kernel_init=init, **linear)
+        self.o_proj = nnx.Linear(d_model, d_model, kernel_init=scaled_init(config), **linear)
+
+    def __call__(self, x, positions, layer_cache=None):
+        batch, seq, _ = x.shape  # [batch, seq, d_model]
+        # The same angles in every layer: under jit, XLA computes them once.
+        cos, sin = rotary_angles(positions, self.head_dim, self.rope_theta)  # [seq, head_dim] each
+        rows = x.reshape(batch * seq, -1)  # the projections run on 2-D rows, see `over_token_rows`
+        q = apply_rotary(self.q_proj(rows).reshape(batch, seq, self.n_heads, self.head_dim), cos, sin)
+        k = apply_rotary(self.k_proj(rows).reshape(batch, seq, self.kv_heads, self.head_dim), cos, sin)
+        v = self.v_proj(rows).reshape(batch, seq, self.kv_heads, self.head_dim)  # [batch, seq, kv_heads, head_dim]
+        out, layer_cache = attend(q, k, v, positions, layer_cache)  # [batch, seq, d_model]
+        return self.o_proj(out.reshape(batch * seq, -1)).reshape(batch, seq, -1), layer_cache
+
+
+class SwiGLU(nnx.Module):
+    """The gated MLP of Llama: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig, *, dtype: Any, rngs: nnx.Rngs):
+        d_model, d_ff = config.d_model, config.ff_dim
+        init = nnx.initializers.normal(config.init_std)
+        linear = dict(use_bias=False, dtype=dtype, rngs=rngs)
+        self.gate_proj = nnx.Linear(d_model, d_ff, kernel_init=init, **linear)
+        self.up_proj = nnx.Linear(d_model, d_ff, kernel_init=init, **linear)
+        self.down_proj = nnx.Linear(d_ff, d_model, kernel_init=scaled_init(config), **linear)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        def mlp(rows: jax.Array) -> jax.Array:  # [tokens, d_model]
+            return self.down_proj(jax.nn.silu(self.gate_proj(rows)) * self.up_proj(rows))
+
+        return over_token_rows(mlp, x)
+
+
+class Block(nnx.Module):
+    """A pre-norm transformer block: x + attention(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: ModelConfig, *, dtype: Any, rngs: nnx.Rngs):
+        self.attn_norm = RMSNorm(config.d_model, eps=config.norm_eps)
+        self.attn = CausalSelfAttention(config, dtype=dtype, rngs=rngs)
+        self.mlp_norm = RMSNorm(config.d_model, eps=config.norm_eps)
+        self.mlp = SwiGLU(config, dtype=dtype, rngs=rngs)
+
+    def __call__(self, x, positions, layer_cache=None):
+        attended, layer_cache = self.attn(self.attn_norm(x), positions, layer_cache)
+        x = x + attended  # [batch, seq, d_model]
+        return x + self.mlp(self.mlp_norm(x)), layer_cache  # [batch, seq, d_model]
+
+
+@register_model("llama")
+class Llama(nnx.Module):
+    """A Llama-style decoder-only transformer.
+
+    Args:
+        config: the model's shape; `vocab_size` must be set (the trainer fills it from the dataset).
+        rngs: random streams for the weight initialisation.
+        dtype: compute dtype of the matmuls (parameters stay float32).
+
+    Raises:
+        ConfigError: `config.vocab_size` is None.
+    """
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, dtype: Any = jax.numpy.float32):
+        vocab = require_vocab(config)
+        self.max_seq_len = config.max_seq_len
+        init = nnx.initializers.normal(config.init_std)
+        self.embed = nnx.Embed(vocab, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
+        self.blocks = nnx.List([Block(config, dtype=dtype, rngs=rngs) for _ in range(config.n_layers)])
+        self.norm = RMSNorm(config.d_model, eps=config.norm_eps)
+        self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
+
+    def __call__(self, tokens: jax.Array, cache: KVCache | None = None):
+        """Logits [batch, seq, vocab] of tokens [batch, seq]; with a cache, also the cache updated (`decode`)."""
+
+        def head(x: jax.Array) -> jax.Array:
+            x = self.norm(x)
+            return self.embed.attend(x) if self.lm_head is None else self.lm_head(x)
+
+        embed = lambda tokens, positions: self.embed(tokens)  # noqa: E731 (positions enter through rotary)
+        return decode(tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, head=head)

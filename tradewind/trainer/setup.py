@@ -1,0 +1,205 @@
+"""`setup_training`: everything a run needs around the pure steps, built and compiled once.
+
+Shared by `train`, `profile_training` and the benchmarks: it opens the token cache, builds the model (in the
+precision policy's compute dtype), the optimizer and the loaders, places parameters and optimizer state on the
+device mesh (`tradewind.trainer.sharding`), and compiles the train and eval steps ahead of time so that
+compilation is timed on its own.
+
+Example:
+    setup = setup_training(config)
+    params, opt_state, metrics = setup.train_step(setup.state.params, setup.state.opt_state, batch)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh
+
+from tradewind.core import ConfigError
+from tradewind.data import CacheManifest, PackedLoader
+from tradewind.trainer.batches import open_run_data
+from tradewind.trainer.config import ModelConfig, TrainConfig
+from tradewind.trainer.flops import flops_per_token, peak_flops
+from tradewind.trainer.models import build_model, count_params
+from tradewind.trainer.optimizer import build_optimizer, build_schedule
+from tradewind.trainer.sharding import batch_sharding, build_mesh, param_shardings, place
+from tradewind.trainer.state import TrainState
+from tradewind.trainer.step import EvalStep, Params, TrainStep, make_eval_step, make_train_step
+
+
+def compute_dtype(choice: str) -> Any:
+    """The matmul dtype of the precision policy: 'auto' is bfloat16 on GPU/TPU and float32 on CPU."""
+    if choice == "auto":
+        return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
+    return jnp.dtype(choice)
+
+
+def resolve_model_config(config: ModelConfig, manifest: CacheManifest) -> ModelConfig:
+    """`config` with `vocab_size` taken from the dataset's tokenizer when it is None.
+
+    Raises:
+        ConfigError: the configured vocabulary is smaller than the tokenizer's.
+    """
+    vocab = manifest.tokenizer.vocab_size
+    if config.vocab_size is None:
+        return config.model_copy(update={"vocab_size": vocab})
+    if config.vocab_size < vocab:
+        raise ConfigError(
+            f"model.vocab_size: {config.vocab_size} is smaller than the dataset tokenizer's vocabulary "
+            f"({vocab}, {manifest.tokenizer.name}); leave it null to take the tokenizer's size"
+        )
+    return config
+
+
+def replace_params(params: Params, pure: dict[str, Any]) -> Params:
+    """`params` with every value taken from the pure dict `pure` (e.g. imported weights).
+
+    Raises:
+        ConfigError: `pure` lacks a parameter or has one of another shape (the model config differs).
+    """
+    expected = nnx.to_pure_dict(params)
+    flat_expected = dict(jax.tree_util.tree_flatten_with_path(expected)[0])
+    flat_new = dict(jax.tree_util.tree_flatten_with_path(pure)[0])
+    for path, value in flat_expected.items():
+        name = jax.tree_util.keystr(path)
+        if path not in flat_new:
+            raise ConfigError(f"init_from: the weights have no parameter {name}")
+        if tuple(flat_new[path].shape) != tuple(value.shape):
+            raise ConfigError(
+                f"init_from: parameter {name} has shape {tuple(flat_new[path].shape)}, the model expects "
+                f"{tuple(value.shape)}; make `model` match the imported config"
+            )
+    nnx.replace_by_pure_dict(params, jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), pure))
+    return params
+
+
+@dataclass
+class TrainSetup:
+    """Everything a run needs, built by `setup_training`.
+
+    `state` is the initial state, placed on `mesh`; `train_step` donates its params and optimizer state, so
+    after the first step only the state it returns is valid. Pass batches through `put_batch`.
+    """
+
+    config: TrainConfig
+    model_config: ModelConfig
+    parameters: int
+    state: TrainState
+    schedule: optax.Schedule
+    train_loader: PackedLoader
+    eval_data: list[Any]
+    train_step: TrainStep
+    eval_step: EvalStep
+    compile_s: float
+    mesh: Mesh
+    graphdef: nnx.GraphDef
+    flops_per_token: float
+    peak_flops: float
+    peak_flops_source: str
+    val_bytes_per_token: float | None
+    put_batch: Callable[[np.ndarray], Any]
+
+
+def setup_training(config: TrainConfig, initial_params: Params | None = None) -> TrainSetup:
+    """Open the dataset, build the model, optimizer and loaders, and compile the train and eval steps.
+
+    Args:
+        config: the run.
+        initial_params: host parameters to start from instead of a fresh initialisation (same structure).
+
+    Raises:
+        NotFoundError: no token cache at `config.dataset`, or it lacks a `train` or `val` split.
+        ConfigError: the model's vocabulary is smaller than the tokenizer's, or the mesh does not fit.
+        InvalidInputError: a split is too short for one batch of `batch_size` x `seq_len`.
+    """
+    data = open_run_data(config)
+    model_config = resolve_model_config(config.model, data.cache.manifest)
+    mesh = build_mesh(config.mesh)
+    rows = mesh.shape["data"] * mesh.shape["fsdp"]
+    if (config.batch_size // config.grad_accum) % rows:
+        raise ConfigError(
+            f"batch_size / grad_accum = {config.batch_size // config.grad_accum} must be divisible by the "
+            f"mesh's data * fsdp = {rows}"
+        )
+
+    model = build_model(model_config, rngs=nnx.Rngs(config.seed), dtype=compute_dtype(config.compute_dtype))
+    parameters = count_params(model)
+    graphdef, params = nnx.split(model)
+    if initial_params is not None:
+        params = replace_params(params, initial_params)
+    params_sharding = param_shardings(mesh, params)
+    params = place(params, params_sharding)
+    optimizer = build_optimizer(config.optimizer, config.steps)
+    opt_sharding = param_shardings(mesh, jax.eval_shape(optimizer.init, params))
+    opt_state = jax.jit(optimizer.init, out_shardings=opt_sharding)(params)
+
+    rows_sharding = batch_sharding(mesh)
+
+    def put_batch(batch: np.ndarray) -> jax.Array:
+        if jax.process_count() == 1:
+            return jax.device_put(batch, rows_sharding)
+        # Every process holds the same global batch; each hands over only its own devices' rows.
+        return jax.make_array_from_callback(batch.shape, rows_sharding, lambda index: batch[index])
+
+    eval_data = [put_batch(data.val.batch(i)) for i in range(config.eval_batches)]  # same batches every eval
+    start = time.perf_counter()
+    step_fn = make_train_step(
+        graphdef,
+        optimizer,
+        grad_accum=config.grad_accum,
+        z_loss=config.z_loss,
+        skip_nonfinite=config.on_nonfinite == "skip",
+    )
+    train_step = jax.jit(
+        step_fn,
+        in_shardings=(params_sharding, opt_sharding, rows_sharding),
+        out_shardings=(params_sharding, opt_sharding, None),
+        donate_argnums=(0, 1),
+    )
+    train_step = train_step.lower(params, opt_state, put_batch(data.train.batch(0))).compile()
+    eval_step = jax.jit(make_eval_step(graphdef)).lower(params, eval_data[0]).compile()
+    compile_s = time.perf_counter() - start
+
+    val = data.cache.manifest.splits.get("val")
+    device = jax.devices()[0]
+    peak, source = (
+        (config.peak_flops, "config.peak_flops")
+        if config.peak_flops
+        else peak_flops(device.device_kind if device.platform != "cpu" else "cpu", os.cpu_count() or 1)
+    )
+    return TrainSetup(
+        config=config,
+        model_config=model_config,
+        parameters=parameters,
+        state=TrainState.start(params, opt_state, config.seed),
+        schedule=build_schedule(config.optimizer, config.steps),
+        train_loader=data.train,
+        eval_data=eval_data,
+        train_step=train_step,
+        eval_step=eval_step,
+        compile_s=compile_s,
+        mesh=mesh,
+        graphdef=graphdef,
+        flops_per_token=flops_per_token(model_config, config.seq_len),
+        peak_flops=peak,
+        peak_flops_source=source,
+        val_bytes_per_token=(val.bytes / val.tokens) if val is not None and val.bytes and val.tokens else None,
+        put_batch=put_batch,
+    )
+
+
+def evaluate(setup: TrainSetup, params: Params) -> float:
+    """Mean loss of `params` over the fixed val batches (waits for the result)."""
+    losses = [setup.eval_step(params, batch) for batch in setup.eval_data]
+    host = [np.asarray(x if x.is_fully_addressable else x.addressable_data(0)) for x in losses]
+    return float(sum(host)) / len(host)
