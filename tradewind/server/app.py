@@ -124,11 +124,10 @@ def _output_schema(name: str, result_model: type[BaseModel], listed_results: dic
         listed_results[result_model] = name
         return {"type": "object", "required": list(result_model.model_fields)}
     added = [field for field in result_model.model_fields if field not in shared.model_fields]
-    schema = {"type": "object", "description": f"The fields of {listed_results[shared]}'s result."}
-    if added:
-        schema["description"] = f"The fields of {listed_results[shared]}'s result, and these."
-        schema["required"] = added
-    return schema
+    owner = listed_results[shared]
+    if not added:
+        return {"type": "object", "description": f"The fields of {owner}'s result."}
+    return {"type": "object", "description": f"The fields of {owner}'s result, and these.", "required": added}
 
 
 READ_ONLY_NOTE = (
