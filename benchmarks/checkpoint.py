@@ -23,14 +23,14 @@ from pathlib import Path
 import jax
 from flax import nnx
 
-from tradewind.trainer import CheckpointConfig, Checkpointer, ModelConfig, OptimizerConfig, TrainState, build_model
+from tradewind.trainer import CheckpointConfig, Checkpointer, LlamaConfig, OptimizerConfig, TrainState, build_model
 from tradewind.trainer.optimizer import build_optimizer
 
 REPEATS = 3
 
 
 def make_state() -> TrainState:
-    config = ModelConfig(preset="llama-20m", vocab_size=32_000)
+    config = LlamaConfig(preset="llama-20m", vocab_size=32_000)
     _, params = nnx.split(build_model(config, rngs=nnx.Rngs(0)))
     opt_state = build_optimizer(OptimizerConfig(), 100).init(params)
     return TrainState.start(params, opt_state, seed=0).advanced(params, opt_state)

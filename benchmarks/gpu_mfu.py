@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tradewind.trainer import ModelConfig, OptimizerConfig, build_model
-from tradewind.trainer.flops import count_model_params, flops_per_token, peak_flops
+from tradewind.trainer import LlamaConfig, OptimizerConfig, build_model
+from tradewind.trainer.flops import peak_flops
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.step import make_train_step
 
@@ -37,10 +37,10 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="a tiny model for a CPU check of the script")
     args = parser.parse_args()
     if args.smoke:
-        config = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=4, max_seq_len=128)
+        config = LlamaConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=4, max_seq_len=128)
         args.batch, args.seq, args.steps = 4, 128, 3
     else:
-        config = ModelConfig(preset="llama-125m", vocab_size=50_257)  # GPT-2 vocabulary: 124M parameters
+        config = LlamaConfig(preset="llama-125m", vocab_size=50_257)  # GPT-2 vocabulary: 124M parameters
     dtype = jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
     graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), dtype=dtype))
     optimizer = build_optimizer(OptimizerConfig(learning_rate=3e-4), 1000)
@@ -56,12 +56,12 @@ def main() -> None:
     jax.block_until_ready(metrics)
     seconds = (time.perf_counter() - start) / args.steps
     tokens_per_s = args.batch * args.seq / seconds
-    achieved = tokens_per_s * flops_per_token(config, args.seq)
+    achieved = tokens_per_s * config.flops_per_token(args.seq)
     device = jax.devices()[0]
     peak, source = peak_flops(device.device_kind if device.platform != "cpu" else "cpu", os.cpu_count() or 1)
     mfu = achieved / peak
     print(f"device: {device.device_kind} ({device.platform}); compute dtype {jnp.dtype(dtype).name}")
-    print(f"model: {count_model_params(config) / 1e6:.1f}M parameters, batch {args.batch} x seq {args.seq}")
+    print(f"model: {config.count_params() / 1e6:.1f}M parameters, batch {args.batch} x seq {args.seq}")
     print(f"{seconds * 1000:.1f} ms/step, {tokens_per_s:,.0f} tok/s, {achieved / 1e12:.2f} TFLOP/s")
     print(f"peak {peak / 1e12:.1f} TFLOP/s ({source}) -> MFU {mfu:.3f}")
     print(

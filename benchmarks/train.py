@@ -36,8 +36,8 @@ import optax
 from flax import nnx
 
 from tradewind.data import PackedLoader, build_token_cache, builtin_corpus_path, load_tokenizer, open_token_cache
-from tradewind.trainer import TrainConfig, build_model, train
-from tradewind.trainer.flops import flops_per_token, peak_flops
+from tradewind.trainer import LlamaConfig, TrainConfig, build_model, train
+from tradewind.trainer.flops import peak_flops
 from tradewind.trainer.setup import setup_training
 
 MODEL = {"d_model": 160, "n_layers": 4, "n_heads": 4, "max_seq_len": 128}
@@ -45,11 +45,9 @@ MODEL = {"d_model": 160, "n_layers": 4, "n_heads": 4, "max_seq_len": 128}
 
 def bare_loop(cache: Path, steps: int) -> float:
     """Tokens/s of the simplest correct loop: jit(value_and_grad + adamw), donated, numpy batches."""
-    from tradewind.trainer import ModelConfig
-
     tokens = open_token_cache(cache).tokens("train")
     loader = PackedLoader(tokens, batch_size=16, seq_len=128, seed=0)
-    model = build_model(ModelConfig(vocab_size=258, **MODEL), rngs=nnx.Rngs(0))
+    model = build_model(LlamaConfig(vocab_size=258, **MODEL), rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(3e-3, b1=0.9, b2=0.95, weight_decay=0.1))
     opt_state = optimizer.init(params)
@@ -120,7 +118,7 @@ def model_flops(cache: Path, steps: int = 4) -> tuple[float, int]:
         params, opt_state, metrics = setup.train_step(params, opt_state, batch)
     jax.block_until_ready(metrics)
     tokens_per_s = steps * config.tokens_per_step / (time.perf_counter() - start)
-    return tokens_per_s * flops_per_token(setup.model_config, config.seq_len), setup.parameters
+    return tokens_per_s * setup.model_config.flops_per_token(config.seq_len), setup.parameters
 
 
 def main() -> None:

@@ -3,13 +3,13 @@
 import pytest
 
 from tradewind.core import ConfigError, NotFoundError, load_config, parse_config
-from tradewind.trainer import ModelConfig, OptimizerConfig, TrainConfig, read_train_config
+from tradewind.trainer import GPT2Config, LlamaConfig, OptimizerConfig, TrainConfig, model_config, read_train_config
 
 
 def test_mlp_width_defaults_to_eight_thirds_of_d_model_rounded_up_to_32():
-    assert ModelConfig(d_model=128).ff_dim == 352  # 341.3 -> 352
-    assert ModelConfig(d_model=192).ff_dim == 512  # exactly 512
-    assert ModelConfig(d_model=192, d_ff=100).ff_dim == 100
+    assert model_config(d_model=128).ff_dim == 352  # 341.3 -> 352
+    assert model_config(d_model=192).ff_dim == 512  # exactly 512
+    assert model_config(d_model=192, d_ff=100).ff_dim == 100
 
 
 @pytest.mark.parametrize(
@@ -49,18 +49,18 @@ def test_yaml_config_parses_through_load_config_with_overrides(tmp_path):
     assert config == TrainConfig(
         dataset="datasets/shakespeare",
         steps=300,
-        model=ModelConfig(d_model=192, n_heads=4, n_layers=6, tie_embeddings=False),
+        model=model_config(d_model=192, n_heads=4, n_layers=6, tie_embeddings=False),
         optimizer=OptimizerConfig(learning_rate=1e-3, warmup_steps=5),
     )
 
 
 def test_config_survives_a_json_round_trip_unchanged():
-    config = TrainConfig(dataset="d", model=ModelConfig(vocab_size=300, d_ff=96), seed=3)
+    config = TrainConfig(dataset="d", model=model_config(vocab_size=300, d_ff=96), seed=3)
     assert TrainConfig.model_validate_json(config.model_dump_json()) == config
 
 
 def test_every_config_field_has_a_description_for_the_tool_schemas():
-    for cls in (ModelConfig, OptimizerConfig, TrainConfig):
+    for cls in (LlamaConfig, GPT2Config, OptimizerConfig, TrainConfig):
         undescribed = [name for name, field in cls.model_fields.items() if not field.description]
         assert undescribed == [], f"{cls.__name__} fields without a description: {undescribed}"
 

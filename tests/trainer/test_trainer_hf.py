@@ -1,5 +1,5 @@
-"""Hugging Face interop: an exported Llama run loads in `transformers` with the same logits and tokenizer,
-and HF weights are only loaded into the model their config.json describes."""
+"""Hugging Face interop: an exported run (Llama or GPT-2) loads in `transformers` with the same logits and
+tokenizer, and HF weights are only loaded into the model their config.json describes."""
 
 import json
 import subprocess
@@ -12,12 +12,10 @@ from flax import nnx
 
 from tradewind.core import ConfigError
 from tradewind.data import build_token_cache, load_tokenizer, train_bpe_tokenizer
-from tradewind.trainer import train
-from tradewind.trainer.config import ModelConfig
+from tradewind.trainer import GPT2Config, model_config, train
 from tradewind.trainer.hf import (
     check_matches_hf,
     export_hf,
-    hf_config,
     load_hf_params,
     model_for_init_from,
     read_hf_config,
@@ -32,7 +30,7 @@ from tradewind.trainer.setup import replace_params, setup_training
 HF_CHECK = """
 import json, sys
 import torch, transformers
-model = transformers.LlamaForCausalLM.from_pretrained(sys.argv[1]).eval()
+model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
 tokens = torch.tensor(json.loads(sys.argv[2]))
 with torch.no_grad():
     print(json.dumps(model(tokens).logits.numpy().tolist()))
@@ -42,7 +40,7 @@ TOKENS = np.array([[5, 72, 101, 108, 108, 111, 32, 119, 33, 200, 3, 9]], np.int3
 
 # Llama 3's rotary base and norm epsilon, both unlike ModelConfig's defaults, on random weights large
 # enough (init_std 0.1) that either setting moves the logits far beyond the comparison's tolerance.
-LLAMA3_STYLE = ModelConfig(
+LLAMA3_STYLE = model_config(
     vocab_size=258,
     d_model=32,
     n_layers=2,
@@ -54,13 +52,17 @@ LLAMA3_STYLE = ModelConfig(
     tie_embeddings=False,
     init_std=0.1,
 )
+# GPT-2 with untied output weights and its own LayerNorm epsilon, also far from the defaults.
+GPT2_STYLE = GPT2Config(
+    vocab_size=258, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, norm_eps=1e-5, tie_embeddings=False, init_std=0.1
+)
 # The same shape with the defaults a run config falls back to.
 DEFAULTS_SAME_SHAPE = LLAMA3_STYLE.model_copy(update={"rope_theta": 10000.0, "norm_eps": 1e-6})
 TEXTS = ["plain ASCII, don't stop .", "é, naïve café", "emoji 🎉🚀 and CJK 中文字符", "  spaces\n\nnewlines\ttab \r\n"]
 
 
 def transformers_logits(folder, tokens):
-    """`LlamaForCausalLM`'s logits for `tokens`, computed in a fresh interpreter that imports only torch
+    """The `transformers` model's logits for `tokens`, computed in a fresh interpreter that imports only torch
     and transformers."""
     pytest.importorskip("transformers")
     pytest.importorskip("torch")
@@ -102,6 +104,15 @@ def llama3_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def gpt2_folder(tmp_path_factory):
+    """An HF folder of a random `GPT2_STYLE` model."""
+    folder = tmp_path_factory.mktemp("hf") / "gpt2"
+    params = nnx.to_pure_dict(nnx.state(build_model(GPT2_STYLE, rngs=nnx.Rngs(2)), nnx.Param))
+    write_hf_model(folder, GPT2_STYLE, params)
+    return folder
+
+
+@pytest.fixture(scope="module")
 def gqa_run(tiny_config, tmp_path_factory):
     """A finished 6-step run of an untied, grouped-query Llama."""
     config = tiny_config(
@@ -122,7 +133,7 @@ def test_safetensors_files_round_trip_names_shapes_and_values(tmp_path):
 
 
 def test_init_from_takes_rope_theta_norm_eps_and_shape_from_the_folders_config(llama3_folder):
-    model = model_for_init_from(ModelConfig(), set(), llama3_folder)
+    model = model_for_init_from(model_config(), set(), llama3_folder)
 
     assert (model.rope_theta, model.norm_eps) == (500000.0, 1e-5)
     assert model == read_hf_config(llama3_folder)
@@ -130,7 +141,7 @@ def test_init_from_takes_rope_theta_norm_eps_and_shape_from_the_folders_config(l
 
 
 def test_init_from_keeps_agreeing_fields_a_shorter_max_seq_len_and_init_std(llama3_folder):
-    requested = ModelConfig(rope_theta=500000.0, n_heads=4, max_seq_len=32, init_std=0.01)
+    requested = model_config(rope_theta=500000.0, n_heads=4, max_seq_len=32, init_std=0.01)
 
     model = model_for_init_from(requested, requested.model_fields_set, llama3_folder)
 
@@ -155,16 +166,38 @@ def test_init_from_keeps_agreeing_fields_a_shorter_max_seq_len_and_init_std(llam
     ],
 )
 def test_init_from_refuses_a_field_the_user_set_to_another_value_naming_it_and_the_fix(llama3_folder, fields, message):
-    requested = ModelConfig(**fields)
+    requested = model_config(**fields)
 
     with pytest.raises(ConfigError, match=message):
         model_for_init_from(requested, requested.model_fields_set, llama3_folder)
 
 
 def test_loading_hf_weights_into_another_model_config_is_refused_naming_every_difference(llama3_folder):
-    with pytest.raises(ConfigError, match=r"model\.rope_theta is 10000\.0 .* 500000\.0; model\.norm_eps is 1e-06"):
+    with pytest.raises(
+        ConfigError, match=r"model\.norm_eps is 1e-06 .* 1e-05; model\.rope_theta is 10000\.0 .* 500000\.0"
+    ):
         check_matches_hf(DEFAULTS_SAME_SHAPE, llama3_folder)
     check_matches_hf(LLAMA3_STYLE.model_copy(update={"vocab_size": None, "max_seq_len": 32}), llama3_folder)
+
+
+def test_a_gpt2_folder_reads_back_as_the_gpt2_config_and_the_same_weights(gpt2_folder):
+    params = nnx.to_pure_dict(nnx.state(build_model(GPT2_STYLE, rngs=nnx.Rngs(2)), nnx.Param))
+
+    config, pure = load_hf_params(gpt2_folder)
+
+    # The folder states the MLP width; init_std is not HF's to say.
+    assert config == GPT2_STYLE.model_copy(update={"d_ff": GPT2_STYLE.ff_dim, "init_std": 0.02})
+    assert jax.tree.structure(pure) == jax.tree.structure(params)
+    for ours, back in zip(jax.tree.leaves(params), jax.tree.leaves(pure), strict=True):
+        np.testing.assert_array_equal(np.asarray(ours), back)
+
+
+def test_init_from_a_gpt2_folder_refuses_a_llama_only_field_the_user_set(gpt2_folder):
+    assert model_for_init_from(model_config(), set(), gpt2_folder).type == "gpt2"
+    requested = model_config(n_kv_heads=2)
+
+    with pytest.raises(ConfigError, match=r"describes a 'gpt2' model, which has no model\.n_kv_heads; remove it"):
+        model_for_init_from(requested, requested.model_fields_set, gpt2_folder)
 
 
 @pytest.mark.parametrize(
@@ -173,11 +206,11 @@ def test_loading_hf_weights_into_another_model_config_is_refused_naming_every_di
         ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}}, "rope_type 'llama3' is not supported"),
         ({"hidden_act": "gelu"}, "hidden_act is 'gelu'"),
         ({"head_dim": 16}, "head_dim 16 is not hidden_size / num_attention_heads"),
-        ({"model_type": "mistral"}, "model_type 'mistral' is not 'llama'"),
+        ({"model_type": "mistral"}, "model_type 'mistral' is not one of 'llama', 'gpt2'"),
     ],
 )
 def test_an_hf_config_tradewind_cannot_build_is_refused_naming_the_key(tmp_path, change, message):
-    (tmp_path / "config.json").write_text(json.dumps({**hf_config(LLAMA3_STYLE), **change}))
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA3_STYLE.hf_config(), **change}))
 
     with pytest.raises(ConfigError, match=rf"config\.json: {message}"):
         read_hf_config(tmp_path)
@@ -187,11 +220,21 @@ def test_an_hf_config_tradewind_cannot_build_is_refused_naming_the_key(tmp_path,
 def test_a_model_built_from_the_resolved_config_gives_transformers_logits_on_the_folder(llama3_folder):
     theirs = transformers_logits(llama3_folder, TOKENS)
 
-    resolved = model_for_init_from(ModelConfig(), set(), llama3_folder)
+    resolved = model_for_init_from(model_config(), set(), llama3_folder)
 
     np.testing.assert_allclose(logits_with_weights(resolved, llama3_folder, TOKENS), theirs, rtol=1e-4, atol=1e-4)
     # What training with the run config's defaults did: the same weights give other logits.
     assert np.abs(logits_with_weights(DEFAULTS_SAME_SHAPE, llama3_folder, TOKENS) - theirs).max() > 1e-2
+
+
+@pytest.mark.slow
+def test_a_gpt2_folder_gives_transformers_logits_in_tradewind(gpt2_folder):
+    assert json.loads((gpt2_folder / "config.json").read_text())["architectures"] == ["GPT2LMHeadModel"]
+    theirs = transformers_logits(gpt2_folder, TOKENS)
+
+    resolved = model_for_init_from(model_config(), set(), gpt2_folder)
+
+    np.testing.assert_allclose(logits_with_weights(resolved, gpt2_folder, TOKENS), theirs, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.slow

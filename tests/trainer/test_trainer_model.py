@@ -7,15 +7,15 @@ import pytest
 from flax import nnx
 
 from tradewind.core import ConfigError
-from tradewind.trainer import MODELS, ModelConfig, build_model, count_params
-from tradewind.trainer.flops import count_model_params, cpu_peak_flops, flops_per_token, peak_flops
+from tradewind.trainer import ARCHITECTURES, build_model, count_params, model_config
+from tradewind.trainer.flops import cpu_peak_flops, peak_flops
 from tradewind.trainer.models.layers import RMSNorm, apply_rotary, causal_attention, masked_attention, rotary_angles
 
 TINY = {"vocab_size": 61, "d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 16}
 
 
 def tiny_model(model_type: str, **overrides) -> nnx.Module:
-    return build_model(ModelConfig(type=model_type, **{**TINY, **overrides}), rngs=nnx.Rngs(0))
+    return build_model(model_config(type=model_type, **{**TINY, **overrides}), rngs=nnx.Rngs(0))
 
 
 @nnx.jit
@@ -27,7 +27,7 @@ def random_tokens(seed: int, shape=(2, 12)) -> jax.Array:
     return jax.random.randint(jax.random.key(seed), shape, 0, TINY["vocab_size"], dtype=jnp.int32)
 
 
-@pytest.mark.parametrize("model_type", sorted(MODELS))
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
 def test_model_maps_int_tokens_to_float32_logits_over_the_vocabulary(model_type):
     logits = forward(tiny_model(model_type), random_tokens(0))
     assert logits.shape == (2, 12, TINY["vocab_size"])
@@ -35,7 +35,7 @@ def test_model_maps_int_tokens_to_float32_logits_over_the_vocabulary(model_type)
     assert bool(jnp.all(jnp.isfinite(logits)))
 
 
-@pytest.mark.parametrize("model_type", sorted(MODELS))
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
 def test_changing_a_later_token_leaves_the_logits_of_earlier_positions_unchanged(model_type):
     model = tiny_model(model_type)
     tokens = random_tokens(1)
@@ -56,7 +56,7 @@ def test_attention_in_query_halves_equals_attention_over_the_whole_masked_score_
     np.testing.assert_allclose(halves, whole, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("model_type", sorted(MODELS))
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
 def test_sequences_longer_than_max_seq_len_are_refused(model_type):
     with pytest.raises(ValueError, match="max_seq_len"):
         forward(tiny_model(model_type), random_tokens(0, shape=(1, TINY["max_seq_len"] + 1)))
@@ -64,7 +64,7 @@ def test_sequences_longer_than_max_seq_len_are_refused(model_type):
 
 def test_building_a_model_without_a_vocab_size_is_refused():
     with pytest.raises(ConfigError, match="vocab_size"):
-        build_model(ModelConfig(**{**TINY, "vocab_size": None}), rngs=nnx.Rngs(0))
+        build_model(model_config(**{**TINY, "vocab_size": None}), rngs=nnx.Rngs(0))
 
 
 def test_rotary_query_key_products_depend_only_on_the_distance_between_positions():
@@ -91,7 +91,7 @@ def test_rms_norm_divides_by_the_root_mean_square_and_applies_the_scale():
 
 
 def test_llama_has_the_parameter_count_of_its_shape_and_untied_adds_an_output_matrix():
-    vocab, d, layers, ff = TINY["vocab_size"], TINY["d_model"], TINY["n_layers"], ModelConfig(**TINY).ff_dim
+    vocab, d, layers, ff = TINY["vocab_size"], TINY["d_model"], TINY["n_layers"], model_config(**TINY).ff_dim
     per_block = 4 * d * d + 3 * d * ff + 2 * d  # q, k, v, o; gate, up, down; two norm scales
     tied = vocab * d + layers * per_block + d
     assert count_params(tiny_model("llama")) == tied
@@ -108,37 +108,37 @@ def test_llama_has_the_parameter_count_of_its_shape_and_untied_adds_an_output_ma
     ],
 )
 def test_the_analytic_parameter_count_equals_the_built_models(fields):
-    config = ModelConfig(vocab_size=258, d_model=32, n_layers=2, max_seq_len=64, **fields)
-    assert count_model_params(config) == count_params(build_model(config, rngs=nnx.Rngs(0)))
+    config = model_config(vocab_size=258, d_model=32, n_layers=2, max_seq_len=64, **fields)
+    assert config.count_params() == count_params(build_model(config, rngs=nnx.Rngs(0)))
 
 
 def test_grouped_query_attention_shrinks_the_key_and_value_projections():
-    config = ModelConfig(vocab_size=258, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2)
+    config = model_config(vocab_size=258, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2)
     model = build_model(config, rngs=nnx.Rngs(0))
     assert model.blocks[0].attn.k_proj.kernel.shape == (32, 16)
     assert model.blocks[0].attn.q_proj.kernel.shape == (32, 32)
     with pytest.raises(ValueError, match="divisible by n_kv_heads"):
-        ModelConfig(n_heads=4, n_kv_heads=3)
+        model_config(n_heads=4, n_kv_heads=3)
 
 
 def test_presets_fill_the_shape_and_explicit_fields_override_them():
-    config = ModelConfig(preset="llama-1b", n_layers=2)
+    config = model_config(preset="llama-1b", n_layers=2)
     assert (config.d_model, config.n_layers, config.n_kv_heads, config.d_ff) == (2048, 2, 8, 8192)
-    assert ModelConfig(preset="gpt2-small").type == "gpt2"
+    assert model_config(preset="gpt2-small").type == "gpt2"
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
-        ModelConfig(preset="huge")
+        model_config(preset="huge")
 
 
 @pytest.mark.parametrize(("preset", "low", "high"), [("nano", 0.5e6, 2e6), ("llama-1b", 0.9e9, 1.3e9)])
 def test_presets_span_about_a_million_to_a_billion_parameters(preset, low, high):
     vocab = 258 if preset == "nano" else 32_000
-    assert low <= count_model_params(ModelConfig(preset=preset, vocab_size=vocab)) <= high
+    assert low <= model_config(preset=preset, vocab_size=vocab).count_params() <= high
 
 
 def test_flops_per_token_is_six_times_matmul_weights_plus_the_attention_term():
-    config = ModelConfig(vocab_size=100, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
+    config = model_config(vocab_size=100, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
     matmul = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128) + 64 * 100
-    assert flops_per_token(config, seq_len=256) == 6 * matmul + 12 * 2 * 64 * 256
+    assert config.flops_per_token(seq_len=256) == 6 * matmul + 12 * 2 * 64 * 256
 
 
 def test_peak_flops_come_from_the_table_for_accelerators_and_an_estimate_for_cpus():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tradewind.trainer import ModelConfig, OptimizerConfig, build_model, build_optimizer, build_schedule
+from tradewind.trainer import OptimizerConfig, build_model, build_optimizer, build_schedule, model_config
 
 
 def test_schedule_warms_up_linearly_from_zero_then_decays_by_cosine_to_the_minimum():
@@ -33,7 +33,7 @@ def test_schedule_handles_no_warmup_and_warmup_longer_than_the_run(warmup, total
 
 
 def test_weight_decay_shrinks_matrices_but_not_norm_scales():
-    model = build_model(ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=2), rngs=nnx.Rngs(0))
+    model = build_model(model_config(vocab_size=50, d_model=32, n_layers=2, n_heads=2), rngs=nnx.Rngs(0))
     _, params = nnx.split(model)
     optimizer = build_optimizer(OptimizerConfig(learning_rate=0.1, warmup_steps=0, weight_decay=0.5), 10)
     zero_grads = jax.tree.map(jnp.zeros_like, params)  # Adam's own step is then 0: only decay moves params

@@ -8,7 +8,7 @@ from flax import nnx
 
 from tradewind.cluster.entry import load_callable
 from tradewind.core import ConfigError, InvalidInputError
-from tradewind.trainer import ModelConfig, build_model
+from tradewind.trainer import build_model, model_config
 from tradewind.trainer.jobs import SAMPLE_CALLABLE
 from tradewind.trainer.models import init_cache
 from tradewind.trainer.sample import filter_logits, sample_job, sample_tokens
@@ -16,7 +16,7 @@ from tradewind.trainer.sample import filter_logits, sample_job, sample_tokens
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt2"])
 def test_decoding_token_by_token_with_the_cache_gives_the_full_forward_logits(model_type):
-    config = ModelConfig(type=model_type, vocab_size=50, d_model=32, n_layers=2, n_heads=4, max_seq_len=16)
+    config = model_config(type=model_type, vocab_size=50, d_model=32, n_layers=2, n_heads=4, max_seq_len=16)
     model = build_model(config, rngs=nnx.Rngs(0))
     forward = nnx.jit(lambda m, t, c: m(t, c))
     tokens = jax.random.randint(jax.random.key(1), (2, 10), 0, 50)
@@ -32,7 +32,7 @@ def test_decoding_token_by_token_with_the_cache_gives_the_full_forward_logits(mo
 
 
 def test_greedy_sampling_follows_the_argmax_of_the_full_forward_pass():
-    config = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
+    config = model_config(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=16)
     model = build_model(config, rngs=nnx.Rngs(0))
     graphdef, params = nnx.split(model)
     out = sample_tokens(graphdef, params, config, [3, 1, 4], max_tokens=6, temperature=0.0)
@@ -54,7 +54,7 @@ def test_top_k_and_top_p_leave_only_the_most_likely_tokens():
 
 
 def test_a_prompt_plus_max_tokens_beyond_the_context_is_refused():
-    config = ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, max_seq_len=8)
+    config = model_config(vocab_size=50, d_model=32, n_layers=1, n_heads=4, max_seq_len=8)
     graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0)))
     with pytest.raises(InvalidInputError, match="max_seq_len"):
         sample_tokens(graphdef, params, config, [1, 2, 3], max_tokens=6)

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tradewind.trainer import ModelConfig, OptimizerConfig
+from tradewind.trainer import OptimizerConfig, model_config
 from tradewind.trainer.models import build_model
 from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, decay_mask
 from tradewind.trainer.setup import compute_dtype
 from tradewind.trainer.step import loss_and_grads, make_train_step, next_token_loss
 
-CONFIG = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32)
+CONFIG = model_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32)
 
 
 def split_model(config=CONFIG, dtype=jnp.float32):
@@ -96,7 +96,7 @@ def test_schedules_warm_up_to_the_peak_then_end_where_configured(schedule, end):
 
 @pytest.mark.slow
 def test_weight_decay_skips_norm_scales_and_biases_but_not_matrices():
-    _, params = split_model(ModelConfig(type="gpt2", vocab_size=64, d_model=32, n_layers=1, n_heads=2))
+    _, params = split_model(model_config(type="gpt2", vocab_size=64, d_model=32, n_layers=1, n_heads=2))
     flat = jax.tree_util.tree_flatten_with_path(decay_mask(nnx.to_pure_dict(params)))[0]
     decayed = {jax.tree_util.keystr(path) for path, value in flat if value}
     assert "['blocks'][0]['fc']['kernel']" in decayed and "['wte']['embedding']" in decayed

@@ -199,11 +199,10 @@ def test_summary_and_rows_report_flops_mfu_perplexity_and_bits_per_byte(tiny_run
     import math
 
     from tradewind.data import open_token_cache
-    from tradewind.trainer import flops_per_token
 
     config, run_dir, summary = tiny_run
     model = config.model.model_copy(update={"vocab_size": 258})
-    assert summary.model_flops_per_token == flops_per_token(model, config.seq_len)
+    assert summary.model_flops_per_token == model.flops_per_token(config.seq_len)
     assert 0 < summary.mfu < 1 and summary.peak_flops > 0 and "estimate" in summary.peak_flops_source
     val = open_token_cache(config.dataset).manifest.splits["val"]
     for row in read_metrics(RunLayout(run_dir).metrics):

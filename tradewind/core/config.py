@@ -53,15 +53,22 @@ def cut_echoes(message: str, values: Any) -> str:
 
 
 def _field_names(model: type[pydantic.BaseModel], path: tuple[str | int, ...]) -> list[str] | None:
-    """The field names of the model found at `path` inside `model`, or None where the path leaves models."""
+    """The field names of the model found at `path` inside `model` (of every model, for a union of them),
+    or None where the path leaves models."""
+    models = [model]
     for part in path:
-        field = model.model_fields.get(str(part))
-        candidates = (*typing.get_args(field.annotation), field.annotation) if field else ()
-        models = [c for c in candidates if isinstance(c, type) and issubclass(c, pydantic.BaseModel)]
+        fields = [found.model_fields[str(part)] for found in models if str(part) in found.model_fields]
+        models = [inner for field in fields for inner in _models_in(field.annotation)]
         if not models:
             return None
-        model = models[0]
-    return listed_fields(model)
+    return list(dict.fromkeys(name for found in models for name in listed_fields(found)))
+
+
+def _models_in(annotation: Any) -> list[type[pydantic.BaseModel]]:
+    """The pydantic models an annotation is, or holds as a union member (`Annotated` and `Optional` unwrapped)."""
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return [annotation]
+    return [model for argument in typing.get_args(annotation) for model in _models_in(argument)]
 
 
 def listed_fields(model: type[pydantic.BaseModel]) -> list[str]:
@@ -111,6 +118,8 @@ def _argument_problem(item: Any, model: type[pydantic.BaseModel], tool: str) -> 
         if allowed is None:
             return "unknown argument"
         where = tool if not parents else f"{tool}'s {'.'.join(str(part) for part in parents)}"
+        if str(name) in allowed:  # a field of another member of a union, such as another model type's
+            return f"not an argument of this type of {where} (another type takes it)"
         nearest = difflib.get_close_matches(str(name), allowed, n=1, cutoff=0.6)
         hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
         return f"unknown argument{hint} ({where} takes: {', '.join(allowed)})"

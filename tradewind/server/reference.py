@@ -73,8 +73,8 @@ def _ref_name(ref: str) -> str:
 
 def _type(schema: dict[str, Any], links: dict[str, str] | None = None) -> str:
     """A short type: `integer`, `string \\| null`, `array of X`, or a nested model's name (linked if in `links`)."""
-    if "$ref" in schema:
-        name = _ref_name(schema["$ref"])
+    if "$ref" in schema or "properties" in schema:
+        name = _ref_name(schema["$ref"]) if "$ref" in schema else schema.get("title", "object")
         return f"[{name}](#{links[name]})" if links and name in links else name
     if "anyOf" in schema:
         return " \\| ".join(_type(option, links) for option in schema["anyOf"])
@@ -124,7 +124,7 @@ def _default(name: str, schema: dict[str, Any], required: list[str]) -> str:
         return "required"
     if "default" in schema:
         return _literal(schema["default"])
-    if "$ref" in schema:
+    if "$ref" in schema or "properties" in schema:
         return "(section)"
     return "`null`"
 
@@ -140,14 +140,15 @@ def _arguments_table(schema: dict[str, Any], prefix: str, links: dict[str, str])
     return lines
 
 
-def _nested_sections(schema: dict[str, Any]) -> list[tuple[str, str]]:
-    """(argument name, $defs name) of each top-level argument that is a nested model."""
+def _nested_sections(schema: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(argument name, model name, its schema) of each top-level argument that is a nested model: a `$defs`
+    entry, or a titled object schema written in place (as `ModelConfig`'s)."""
     nested = []
     for name, field in schema.get("properties", {}).items():
-        refs = [field] + [option for option in field.get("anyOf", ()) if isinstance(option, dict)]
-        for ref in refs:
-            if "$ref" in ref and "properties" in schema.get("$defs", {}).get(_ref_name(ref["$ref"]), {}):
-                nested.append((name, _ref_name(ref["$ref"])))
+        for option in [field, *(option for option in field.get("anyOf", ()) if isinstance(option, dict))]:
+            definition = schema.get("$defs", {}).get(_ref_name(option["$ref"]), {}) if "$ref" in option else option
+            if "properties" in definition:
+                nested.append((name, definition.get("title") or _ref_name(option["$ref"]), definition))
                 break
     return nested
 
@@ -187,15 +188,14 @@ def tool_page(tool: Tool) -> str:
 
     schema = tool.input_schema
     nested = _nested_sections(schema)
-    links = {model: f"{argument}" for argument, model in nested}
+    links = {model: argument for argument, model, _ in nested}
     lines += ["## Arguments", ""]
     if schema.get("properties"):
         lines += _arguments_table(schema, "", links)
     else:
         lines.append("None.")
     lines.append("")
-    for argument, model in nested:
-        definition = schema["$defs"][model]
+    for argument, model, definition in nested:
         lines += [f"### `{argument}`", ""]
         intro = _cell(definition.get("description", ""))
         lines += [f"{intro} An object ({model}); the same fields as [`{argument}.`]({_CONFIG_REFERENCE}).", ""]

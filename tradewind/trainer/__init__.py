@@ -21,16 +21,14 @@ if TYPE_CHECKING:
     from tradewind.trainer.batches import RunData, open_run_data
     from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
     from tradewind.trainer.config import (
-        PRESETS,
         CheckpointConfig,
         DistributedConfig,
         MeshConfig,
-        ModelConfig,
         OptimizerConfig,
         TrainConfig,
         read_train_config,
     )
-    from tradewind.trainer.flops import MemoryEstimate, count_model_params, flops_per_token, peak_flops, training_memory
+    from tradewind.trainer.flops import MemoryEstimate, peak_flops, training_memory
     from tradewind.trainer.hf import check_matches_hf, export_hf, load_hf_params, model_for_init_from
     from tradewind.trainer.jobs import (
         PROFILE_CALLABLE,
@@ -45,7 +43,15 @@ if TYPE_CHECKING:
     from tradewind.trainer.layout import RunLayout
     from tradewind.trainer.loop import run_steps, train
     from tradewind.trainer.metrics import MetricRow, ProfileSummary, TrainSummary, read_metrics, read_summary
-    from tradewind.trainer.models import GPT2, MODELS, Llama, build_model, count_params, register_model
+    from tradewind.trainer.models import GPT2, Llama, build_model, count_params
+    from tradewind.trainer.models.configs import (
+        ARCHITECTURES,
+        PRESETS,
+        GPT2Config,
+        LlamaConfig,
+        ModelConfig,
+        model_config,
+    )
     from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, register_optimizer
     from tradewind.trainer.profile import profile_training
     from tradewind.trainer.record import RunRecord, read_record, write_record
@@ -60,11 +66,15 @@ if TYPE_CHECKING:
 _LAZY = {
     "RunData": "tradewind.trainer.batches",
     "open_run_data": "tradewind.trainer.batches",
-    "PRESETS": "tradewind.trainer.config",
+    "ARCHITECTURES": "tradewind.trainer.models.configs",
+    "PRESETS": "tradewind.trainer.models.configs",
+    "GPT2Config": "tradewind.trainer.models.configs",
+    "LlamaConfig": "tradewind.trainer.models.configs",
+    "model_config": "tradewind.trainer.models.configs",
     "CheckpointConfig": "tradewind.trainer.config",
     "DistributedConfig": "tradewind.trainer.config",
     "MeshConfig": "tradewind.trainer.config",
-    "ModelConfig": "tradewind.trainer.config",
+    "ModelConfig": "tradewind.trainer.models.configs",
     "OptimizerConfig": "tradewind.trainer.config",
     "TrainConfig": "tradewind.trainer.config",
     "TrainJob": "tradewind.trainer.jobs",
@@ -80,8 +90,6 @@ _LAZY = {
     "write_record": "tradewind.trainer.record",
     "read_checkpoint": "tradewind.trainer.checkpoint",
     "read_train_config": "tradewind.trainer.config",
-    "count_model_params": "tradewind.trainer.flops",
-    "flops_per_token": "tradewind.trainer.flops",
     "peak_flops": "tradewind.trainer.flops",
     "MemoryEstimate": "tradewind.trainer.flops",
     "training_memory": "tradewind.trainer.flops",
@@ -91,11 +99,9 @@ _LAZY = {
     "TrainSummary": "tradewind.trainer.metrics",
     "read_metrics": "tradewind.trainer.metrics",
     "read_summary": "tradewind.trainer.metrics",
-    "MODELS": "tradewind.trainer.models",
     "Llama": "tradewind.trainer.models",
     "build_model": "tradewind.trainer.models",
     "count_params": "tradewind.trainer.models",
-    "register_model": "tradewind.trainer.models",
     "GPT2": "tradewind.trainer.models",
     "OPTIMIZERS": "tradewind.trainer.optimizer",
     "register_optimizer": "tradewind.trainer.optimizer",
@@ -131,16 +137,18 @@ __all__ = [
     "SampleJob",
     "SampleOptions",
     "GPT2",
+    "GPT2Config",
+    "LlamaConfig",
+    "model_config",
     "OPTIMIZERS",
+    "ARCHITECTURES",
     "PRESETS",
     "CheckpointConfig",
     "Checkpointer",
     "DistributedConfig",
     "MeshConfig",
     "build_mesh",
-    "count_model_params",
     "export_hf",
-    "flops_per_token",
     "load_hf_params",
     "check_matches_hf",
     "model_for_init_from",
@@ -153,7 +161,6 @@ __all__ = [
     "sample_tokens",
     "RunData",
     "open_run_data",
-    "MODELS",
     "Llama",
     "MetricRow",
     "ModelConfig",
@@ -177,7 +184,6 @@ __all__ = [
     "read_metrics",
     "read_summary",
     "read_train_config",
-    "register_model",
     "run_steps",
     "setup_training",
     "train",

@@ -11,119 +11,13 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tradewind.cluster.jobs import accelerator_resources, parse_accelerator
 from tradewind.core import NotFoundError, parse_config, read_json
-
-# Named model shapes; any field given next to `preset` overrides the preset's value. Sizes are for a
-# 32k vocabulary (nano and micro are meant for byte-level vocabularies of 258).
-PRESETS: dict[str, dict[str, Any]] = {
-    "nano": {"d_model": 128, "n_layers": 4, "n_heads": 4, "max_seq_len": 256},
-    "micro": {"d_model": 256, "n_layers": 6, "n_heads": 8, "max_seq_len": 512},
-    "llama-20m": {"d_model": 384, "n_layers": 8, "n_heads": 6, "n_kv_heads": 2, "max_seq_len": 512},
-    "gpt2-small": {"type": "gpt2", "d_model": 768, "n_layers": 12, "n_heads": 12, "max_seq_len": 1024},
-    "llama-125m": {"d_model": 768, "n_layers": 12, "n_heads": 12, "max_seq_len": 1024},
-    "llama-350m": {"d_model": 1024, "n_layers": 24, "n_heads": 16, "n_kv_heads": 8, "max_seq_len": 2048},
-    "llama-1b": {
-        "d_model": 2048,
-        "n_layers": 16,
-        "n_heads": 32,
-        "n_kv_heads": 8,
-        "d_ff": 8192,
-        "max_seq_len": 2048,
-        "rope_theta": 500000.0,
-        "tie_embeddings": True,
-    },
-}
-
-
-class ModelConfig(BaseModel):
-    """The shape of a decoder-only language model."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    preset: str | None = Field(
-        None,
-        description=f"Named shape ({', '.join(PRESETS)}); fields set beside it override the preset's.",
-    )
-    type: Literal["llama", "gpt2"] = Field(
-        "llama",
-        description="'llama' (RMSNorm, rotary, SwiGLU, GQA) or 'gpt2' (LayerNorm, learned positions, GELU).",
-    )
-    vocab_size: int | None = Field(
-        None, gt=0, le=2**20, description="Null: the dataset tokenizer's; if set, at least that."
-    )
-    d_model: int = Field(128, gt=0, le=2**16, description="Width of the residual stream.")
-    n_layers: int = Field(4, gt=0, le=1024, description="Transformer blocks.")
-    n_heads: int = Field(4, gt=0, le=1024, description="Query heads per block; must divide d_model.")
-    n_kv_heads: int | None = Field(
-        None, gt=0, le=1024, description="Key/value heads (llama); must divide n_heads. Null: n_heads."
-    )
-    d_ff: int | None = Field(
-        None, gt=0, le=2**18, description="MLP width; null: 8/3 d_model rounded up to 32 (llama), 4 d_model (gpt2)."
-    )
-    max_seq_len: int = Field(256, gt=0, le=2**20, description="Longest sequence the model accepts.")
-    rope_theta: float = Field(10000.0, gt=0, le=1e9, description="Rotary embedding base (llama).")
-    norm_eps: float = Field(1e-6, gt=0, le=1, description="Epsilon of the RMSNorm / LayerNorm.")
-    tie_embeddings: bool = Field(True, description="Use the input embedding as the output projection.")
-    init_std: float = Field(0.02, gt=0, le=1, description="Standard deviation of the weight initialisation.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _apply_preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("preset") is not None:
-            name = data["preset"]
-            if name not in PRESETS:
-                raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-            data = {**PRESETS[name], **data}
-        return data
-
-    @field_validator("n_heads")
-    @classmethod
-    def _heads_divide_width(cls, n_heads: int, info: ValidationInfo) -> int:
-        d_model = info.data.get("d_model")
-        if d_model is None:
-            return n_heads
-        if d_model % n_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        if (d_model // n_heads) % 2:
-            raise ValueError(
-                f"head size d_model / n_heads = {d_model // n_heads} must be even for rotary embeddings; "
-                f"change d_model ({d_model}) or n_heads ({n_heads})"
-            )
-        return n_heads
-
-    @field_validator("n_kv_heads")
-    @classmethod
-    def _kv_heads_divide_heads(cls, n_kv_heads: int | None, info: ValidationInfo) -> int | None:
-        n_heads = info.data.get("n_heads")
-        if n_kv_heads is not None and n_heads is not None and n_heads % n_kv_heads:
-            raise ValueError(f"n_heads ({n_heads}) must be divisible by n_kv_heads ({n_kv_heads})")
-        if n_kv_heads is not None and n_kv_heads != n_heads and info.data.get("type") == "gpt2":
-            raise ValueError("grouped-query attention (n_kv_heads != n_heads) is for type 'llama' only")
-        return n_kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        """Width of one attention head."""
-        return self.d_model // self.n_heads
-
-    @property
-    def kv_heads(self) -> int:
-        """Key/value heads: `n_kv_heads`, or `n_heads` when it is None."""
-        return self.n_kv_heads or self.n_heads
-
-    @property
-    def ff_dim(self) -> int:
-        """The MLP hidden width: `d_ff`, else 4 * d_model (gpt2) or 8/3 of it rounded up to 32 (llama)."""
-        if self.d_ff is not None:
-            return self.d_ff
-        if self.type == "gpt2":
-            return 4 * self.d_model
-        return 32 * -(-8 * self.d_model // (3 * 32))  # ceil(8/3 * d_model / 32) in integers
+from tradewind.trainer.models.configs import LlamaConfig, ModelConfig
 
 
 class OptimizerConfig(BaseModel):
@@ -201,7 +95,7 @@ class TrainConfig(BaseModel):
         "'builtin:NAME' (e.g. builtin:tinyshakespeare, tokenized on first use). launch_training and `tradewind "
         "train` resolve these; a Python call of `train()` takes the cache's folder."
     )
-    model: ModelConfig = Field(default_factory=ModelConfig, description="Model architecture and size.")
+    model: ModelConfig = Field(default_factory=LlamaConfig, description="Model architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, le=10**9, description="Optimizer updates.")
     batch_size: int = Field(16, gt=0, le=2**20, description="Sequences per update (the global batch).")
@@ -224,7 +118,7 @@ class TrainConfig(BaseModel):
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
     resume: bool = Field(True, description="Continue from the run folder's newest good checkpoint, if any.")
     init_from: str | None = Field(
-        None, description="Start from a Hugging Face Llama directory's weights (config.json, model.safetensors)."
+        None, description="Start from a Hugging Face Llama or GPT-2 folder's weights (config.json, model.safetensors)."
     )
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
     distributed: DistributedConfig = Field(

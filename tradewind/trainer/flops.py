@@ -1,11 +1,8 @@
-"""Parameter, FLOP and memory accounting of a model shape, and the peak-FLOPs table used for MFU.
+"""Training memory of a config, and the peak-FLOPs table used for MFU.
 
 Imports no JAX: the tools report a configuration's size before anything trains.
 
-Model FLOPs per token, forward and backward, follow the PaLM paper's appendix B:
-`6 * N_matmul + 12 * n_layers * d_model * seq_len`, where `N_matmul` counts the weights that take part
-in a matrix multiply (projections, MLP and the output head, but not the embedding lookup or norms) and
-the second term is the attention score and value products (not halved for the causal mask).
+A model's own parameter and FLOP counts are methods of its config (`tradewind.trainer.models.configs`).
 
 Training memory follows Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer
 Models": a block stores `s * b * d * (34 + 5 * heads * s / d)` bytes of 16-bit activations, doubled here
@@ -17,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tradewind.trainer.config import ModelConfig, TrainConfig
+from tradewind.trainer.config import TrainConfig
 
 # Dense bf16 peak FLOP/s per chip, from the vendors' data sheets (no sparsity).
 PEAK_FLOPS: dict[str, float] = {
@@ -38,30 +35,6 @@ PEAK_FLOPS: dict[str, float] = {
 # into two halves make it lower). Without /proc/cpuinfo (macOS, Windows) it assumes AVX2 at 3 GHz.
 CPU_FMA_UNITS = 2
 CPU_VECTOR_LANES = {"avx512f": 16, "avx2": 8, "avx": 8, "asimd": 4, "sse2": 4}  # widest first
-
-
-def matmul_params(config: ModelConfig) -> int:
-    """Weights used in matrix multiplies (projections, MLP, output head); needs `vocab_size`."""
-    d, ff, kv = config.d_model, config.ff_dim, config.kv_heads * config.head_dim
-    per_layer = 3 * d * d + d * d + 2 * d * ff if config.type == "gpt2" else 2 * d * d + 2 * d * kv + 3 * d * ff
-    return config.n_layers * per_layer + d * (config.vocab_size or 0)
-
-
-def count_model_params(config: ModelConfig) -> int:
-    """Trainable parameters of the model `config` describes (equal to `count_params` of the built model)."""
-    d, vocab, ff = config.d_model, config.vocab_size or 0, config.ff_dim
-    head = 0 if config.tie_embeddings else d * vocab
-    if config.type == "gpt2":
-        per_layer = (3 * d * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d) + 4 * d
-        return vocab * d + config.max_seq_len * d + config.n_layers * per_layer + 2 * d + head
-    kv = config.kv_heads * config.head_dim
-    per_layer = 2 * d * d + 2 * d * kv + 3 * d * ff + 2 * d
-    return vocab * d + config.n_layers * per_layer + d + head
-
-
-def flops_per_token(config: ModelConfig, seq_len: int) -> float:
-    """Model FLOPs per trained token (forward and backward) at sequence length `seq_len`."""
-    return 6.0 * matmul_params(config) + 12.0 * config.n_layers * config.d_model * seq_len
 
 
 # Float32 values kept per parameter while training: the weight, its gradient and the optimizer's moments.
@@ -88,7 +61,7 @@ def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1) ->
     Each process holds a whole copy of the parameters and state and one microbatch of its share of the batch.
     """
     model = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
-    params = count_model_params(model)
+    params = model.count_params()
     state_bytes = 4 * STATE_FLOATS_PER_PARAM[config.optimizer.type] * params
     sequences = max(1, config.batch_size // (config.grad_accum * processes))
     tokens = sequences * config.seq_len

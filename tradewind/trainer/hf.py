@@ -1,12 +1,13 @@
-"""Hugging Face interop: a Llama run as `config.json` + `model.safetensors` + tokenizer files, and back.
+"""Hugging Face interop: a run as `config.json` + `model.safetensors` + tokenizer files, and back.
 
-The export loads in `transformers` (`LlamaForCausalLM`, `AutoTokenizer`) without Tradewind installed. The
+The export loads in `transformers` (`LlamaForCausalLM` or `GPT2LMHeadModel`, and `AutoTokenizer`) without
+Tradewind installed. Each architecture's config class says how (`hf_config`, `from_hf_config`,
+`hf_weights` in `tradewind.trainer.models.configs`); this module moves the tensors. The
 safetensors file is written and read here directly (an 8-byte header length, a JSON header of names,
 dtypes, shapes and byte offsets, then the raw little-endian float32 data), so neither `safetensors` nor
 `torch` is needed.
 
-Weight names follow `LlamaForCausalLM`: nnx kernels are [in, out] and HF weights [out, in], so matrices
-are transposed; rotary embeddings already use HF's half-split layout, so no permutation is needed.
+Rotary embeddings already use HF's half-split layout, so no Llama weight needs a permutation.
 
 Weights are only ever loaded into the model their `config.json` describes: `model_for_init_from` gives a
 run that model (keeping what the user set only where it agrees), and `check_matches_hf` refuses any
@@ -33,7 +34,7 @@ import numpy as np
 
 from tradewind.core import ConfigError, NotFoundError, atomic_write_json
 from tradewind.data import Tokenizer, TokenizerInfo, load_tokenizer, write_hf_tokenizer_files
-from tradewind.trainer.config import PRESETS, ModelConfig
+from tradewind.trainer.models.configs import ARCHITECTURES, PRESETS, ModelConfig
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
@@ -79,92 +80,17 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def hf_config(config: ModelConfig) -> dict[str, Any]:
-    """`config.json` of `LlamaForCausalLM` for a Llama `ModelConfig`."""
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.d_model,
-        "intermediate_size": config.ff_dim,
-        "num_hidden_layers": config.n_layers,
-        "num_attention_heads": config.n_heads,
-        "num_key_value_heads": config.kv_heads,
-        "head_dim": config.head_dim,
-        "max_position_embeddings": config.max_seq_len,
-        "rms_norm_eps": config.norm_eps,
-        "rope_theta": config.rope_theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": config.tie_embeddings,
-        "initializer_range": config.init_std,
-        "torch_dtype": "float32",
-        "bos_token_id": None,
-        "eos_token_id": None,
-    }
-
-
-# config.json keys that Tradewind's Llama has no switch for, with the one value it implements.
-_FIXED_KEYS = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
-
-# The `ModelConfig` fields that a Llama config.json decides; the others (`init_std`, `preset`) are Tradewind's.
-_HF_FIELDS = (
-    "type",
-    "vocab_size",
-    "d_model",
-    "n_layers",
-    "n_heads",
-    "n_kv_heads",
-    "d_ff",
-    "max_seq_len",
-    "rope_theta",
-    "norm_eps",
-    "tie_embeddings",
-)
-
-
 def model_config_from_hf(data: dict[str, Any], source: str | Path = "config.json") -> ModelConfig:
-    """The Llama `ModelConfig` that an HF `config.json` describes; missing keys take `LlamaConfig`'s defaults.
+    """The `ModelConfig` that an HF `config.json` (`data`, read from `source`) describes, by its `model_type`.
 
     Raises:
-        ConfigError: not a Llama, a shape key is missing, or the config asks for something Tradewind's
-            Llama does not implement (another activation, biases, rotary scaling, a head_dim of its own);
-            the message names `source` and the key.
+        ConfigError: an architecture Tradewind does not have, a shape key missing, or something the
+            architecture does not implement (see its `from_hf_config`); the message names `source` and the key.
     """
-
-    def need(key: str) -> Any:
-        if key not in data:
-            raise ConfigError(f"{source}: no {key!r}")
-        return data[key]
-
-    if data.get("model_type") != "llama":
-        raise ConfigError(f"{source}: model_type {data.get('model_type')!r} is not 'llama'")
-    for key, supported in _FIXED_KEYS.items():
-        if data.get(key, supported) != supported:
-            raise ConfigError(f"{source}: {key} is {data[key]!r}; Tradewind's Llama implements only {supported!r}")
-    rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type != "default":
-        raise ConfigError(f"{source}: rope_type {rope_type!r} is not supported (only 'default', unscaled rotary)")
-    d_model, n_heads = need("hidden_size"), need("num_attention_heads")
-    if data.get("head_dim", d_model // n_heads) * n_heads != d_model:
-        raise ConfigError(f"{source}: head_dim {data['head_dim']} is not hidden_size / num_attention_heads")
-    return ModelConfig(
-        type="llama",
-        vocab_size=need("vocab_size"),
-        d_model=d_model,
-        n_layers=need("num_hidden_layers"),
-        n_heads=n_heads,
-        n_kv_heads=data.get("num_key_value_heads"),
-        d_ff=need("intermediate_size"),
-        max_seq_len=data.get("max_position_embeddings", 2048),
-        rope_theta=data.get("rope_theta") or rope.get("rope_theta", 10000.0),
-        norm_eps=data.get("rms_norm_eps", 1e-6),
-        # transformers' LlamaConfig unties them unless config.json says otherwise.
-        tie_embeddings=data.get("tie_word_embeddings", False),
-    )
+    model_type = data.get("model_type")
+    if model_type not in ARCHITECTURES:
+        raise ConfigError(f"{source}: model_type {model_type!r} is not one of {', '.join(map(repr, ARCHITECTURES))}")
+    return ARCHITECTURES[model_type].from_hf_config(data, source)
 
 
 def read_hf_config(directory: Path) -> ModelConfig:
@@ -199,7 +125,14 @@ def model_for_init_from(model: ModelConfig, explicit: Iterable[str], directory: 
         NotFoundError: no `config.json`.
     """
     theirs = read_hf_config(directory)
-    requested = theirs.model_copy(update={name: getattr(model, name) for name in explicit if name != "preset"})
+    explicit = set(explicit) - {"preset"}
+    foreign = sorted(explicit - type(theirs).model_fields.keys())
+    if foreign:
+        raise ConfigError(
+            f"init_from: {Path(directory) / 'config.json'} describes a {theirs.type!r} model, which has no "
+            f"{', '.join('model.' + name for name in foreign)}; remove {'it' if len(foreign) == 1 else 'them'}"
+        )
+    requested = theirs.model_copy(update={name: getattr(model, name) for name in explicit})
     mismatches = _mismatches(requested, theirs)
     if mismatches:
         preset_fields = PRESETS.get(model.preset or "", {})
@@ -234,9 +167,14 @@ def check_matches_hf(model: ModelConfig, directory: Path) -> None:
 
 
 def _mismatches(ours: ModelConfig, theirs: ModelConfig) -> dict[str, tuple[Any, Any]]:
-    """`{field: (ours, theirs)}` for each of `_HF_FIELDS` in which `ours` is not the model `theirs` describes."""
+    """`{field: (ours, theirs)}` for each field in which `ours` is not the model `theirs` describes.
+
+    `preset` and `init_std` are Tradewind's own and not compared.
+    """
+    if ours.type != theirs.type:
+        return {"type": (ours.type, theirs.type)}
     found = {}
-    for name in _HF_FIELDS:
+    for name in (name for name in type(theirs).model_fields if name not in ("preset", "init_std")):
         mine, folder = _effective(ours, name), _effective(theirs, name)
         # An unset vocab_size comes from the dataset later (the embedding's shape is checked on loading);
         # a shorter max_seq_len only means shorter windows, as rotary positions have no weights.
@@ -261,72 +199,49 @@ def _describe(name: str, values: tuple[Any, Any], directory: Path) -> str:
     return f"model.{name} is {ours!r} but {Path(directory) / 'config.json'} has {folder!r}"
 
 
-_LAYER = {
-    ("attn", "q_proj"): "self_attn.q_proj",
-    ("attn", "k_proj"): "self_attn.k_proj",
-    ("attn", "v_proj"): "self_attn.v_proj",
-    ("attn", "o_proj"): "self_attn.o_proj",
-    ("mlp", "gate_proj"): "mlp.gate_proj",
-    ("mlp", "up_proj"): "mlp.up_proj",
-    ("mlp", "down_proj"): "mlp.down_proj",
-}
-
-
 def to_hf_tensors(params: dict[str, Any], config: ModelConfig) -> dict[str, np.ndarray]:
-    """HF-named tensors from a Llama pure parameter dict (`nnx.to_pure_dict`)."""
-    tensors = {"model.embed_tokens.weight": np.asarray(params["embed"]["embedding"])}
-    for i in range(config.n_layers):
-        block = params["blocks"][i]
-        for (part, name), hf_name in _LAYER.items():
-            tensors[f"model.layers.{i}.{hf_name}.weight"] = np.asarray(block[part][name]["kernel"]).T
-        tensors[f"model.layers.{i}.input_layernorm.weight"] = np.asarray(block["attn_norm"]["scale"])
-        tensors[f"model.layers.{i}.post_attention_layernorm.weight"] = np.asarray(block["mlp_norm"]["scale"])
-    tensors["model.norm.weight"] = np.asarray(params["norm"]["scale"])
-    if not config.tie_embeddings:
-        tensors["lm_head.weight"] = np.asarray(params["lm_head"]["kernel"]).T
+    """HF-named tensors from a pure parameter dict (`nnx.to_pure_dict`)."""
+    tensors = {}
+    for weight in config.hf_weights():
+        array = np.asarray(_at(params, weight.path))
+        tensors[weight.name] = array.T if weight.transpose else array
     return tensors
 
 
 def from_hf_tensors(tensors: dict[str, np.ndarray], config: ModelConfig) -> dict[str, Any]:
-    """A Llama pure parameter dict from HF-named tensors (the inverse of `to_hf_tensors`)."""
-
-    def get(name: str) -> np.ndarray:
-        if name not in tensors:
-            raise NotFoundError(f"model.safetensors has no tensor {name!r}")
-        return tensors[name]
-
-    blocks = {}
-    for i in range(config.n_layers):
-        block: dict[str, Any] = {"attn": {}, "mlp": {}}
-        for (part, name), hf_name in _LAYER.items():
-            block[part][name] = {"kernel": get(f"model.layers.{i}.{hf_name}.weight").T}
-        block["attn_norm"] = {"scale": get(f"model.layers.{i}.input_layernorm.weight")}
-        block["mlp_norm"] = {"scale": get(f"model.layers.{i}.post_attention_layernorm.weight")}
-        blocks[i] = block
-    params: dict[str, Any] = {
-        "embed": {"embedding": get("model.embed_tokens.weight")},
-        "blocks": blocks,
-        "norm": {"scale": get("model.norm.weight")},
-    }
-    if not config.tie_embeddings:
-        params["lm_head"] = {"kernel": get("lm_head.weight").T}
+    """A pure parameter dict from HF-named tensors (the inverse of `to_hf_tensors`)."""
+    params: dict[str, Any] = {}
+    for weight in config.hf_weights():
+        if weight.name not in tensors:
+            raise NotFoundError(f"model.safetensors has no tensor {weight.name!r}")
+        *parents, leaf = weight.path
+        node = params
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = tensors[weight.name].T if weight.transpose else tensors[weight.name]
     return params
+
+
+def _at(tree: dict[str, Any], path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        tree = tree[key]
+    return tree
 
 
 def write_hf_model(
     out_dir: Path, config: ModelConfig, params: dict[str, Any], *, eos_id: int | None = None, bos_id: int | None = None
 ) -> None:
-    """Write a Llama's `config.json` and `model.safetensors` (from a pure parameter dict) into `out_dir`."""
+    """Write a model's `config.json` and `model.safetensors` (from a pure parameter dict) into `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / "config.json", {**hf_config(config), "eos_token_id": eos_id, "bos_token_id": bos_id})
+    atomic_write_json(out_dir / "config.json", {**config.hf_config(), "eos_token_id": eos_id, "bos_token_id": bos_id})
     write_safetensors(out_dir / "model.safetensors", to_hf_tensors(params, config))
 
 
 def export_hf(run_dir: Path, out_dir: Path, step: int | None = None) -> Path:
-    """Write the run's newest (or `step`'s) Llama checkpoint and its tokenizer to `out_dir` in Hugging Face format.
+    """Write the run's newest (or `step`'s) checkpoint and its tokenizer to `out_dir` in Hugging Face format.
 
     Raises:
-        ConfigError: the run's model is not a Llama, or its tokenizer file changed since the dataset was built.
+        ConfigError: the run's tokenizer file changed since the dataset was built.
         NotFoundError: no run config, dataset, checkpoint or tokenizer.
     """
     from flax import nnx
@@ -334,8 +249,6 @@ def export_hf(run_dir: Path, out_dir: Path, step: int | None = None) -> Path:
     from tradewind.trainer.restore import load_run_model
 
     loaded = load_run_model(run_dir, step)
-    if loaded.model_config.type != "llama":
-        raise ConfigError(f"model.type: only 'llama' runs export to Hugging Face, not {loaded.model_config.type!r}")
     tokenizer = _dataset_tokenizer(loaded.manifest.tokenizer)
     out_dir = Path(out_dir)
     write_hf_model(
@@ -358,7 +271,7 @@ def _dataset_tokenizer(info: TokenizerInfo) -> Tokenizer:
 
 
 def load_hf_params(directory: Path) -> tuple[ModelConfig, dict[str, Any]]:
-    """Read an HF Llama directory: its `ModelConfig` and a pure parameter dict for `setup_training`.
+    """Read an HF model directory: its `ModelConfig` and a pure parameter dict for `setup_training`.
 
     Raises:
         NotFoundError: `config.json` or `model.safetensors` is missing.

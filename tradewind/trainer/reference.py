@@ -10,24 +10,16 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from tradewind.trainer.config import (
-    PRESETS,
-    CheckpointConfig,
-    DistributedConfig,
-    MeshConfig,
-    ModelConfig,
-    OptimizerConfig,
-    TrainConfig,
-)
-from tradewind.trainer.flops import count_model_params
+from tradewind.trainer.config import CheckpointConfig, DistributedConfig, MeshConfig, OptimizerConfig, TrainConfig
+from tradewind.trainer.models.configs import PRESETS, GPT2Config, LlamaConfig, model_config
 
-SECTIONS: list[tuple[str, type[BaseModel]]] = [
-    ("", TrainConfig),
-    ("model.", ModelConfig),
-    ("optimizer.", OptimizerConfig),
-    ("checkpoints.", CheckpointConfig),
-    ("mesh.", MeshConfig),
-    ("distributed.", DistributedConfig),
+SECTIONS: list[tuple[str, tuple[type[BaseModel], ...]]] = [
+    ("", (TrainConfig,)),
+    ("model.", (LlamaConfig, GPT2Config)),  # one table of all architectures' fields, each once
+    ("optimizer.", (OptimizerConfig,)),
+    ("checkpoints.", (CheckpointConfig,)),
+    ("mesh.", (MeshConfig,)),
+    ("distributed.", (DistributedConfig,)),
 ]
 NESTED = {"model", "optimizer", "checkpoints", "mesh", "distributed"}
 
@@ -43,13 +35,16 @@ def _default(field) -> str:
 def config_reference() -> str:
     """Markdown tables of every config field: name, default and description."""
     lines = []
-    for prefix, model in SECTIONS:
+    for prefix, models in SECTIONS:
         lines += [f"#### `{prefix or 'top level'}`", "", "| field | default | description |", "|---|---|---|"]
-        for name, field in model.model_fields.items():
-            if not prefix and name in NESTED:
-                continue
-            description = (field.description or "").replace("|", "\\|")
-            lines.append(f"| `{prefix}{name}` | {_default(field)} | {description} |")
+        listed = set()
+        for model in models:
+            for name, field in model.model_fields.items():
+                if (not prefix and name in NESTED) or name in listed:
+                    continue
+                listed.add(name)
+                description = (field.description or "").replace("|", "\\|")
+                lines.append(f"| `{prefix}{name}` | {_default(field)} | {description} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -59,11 +54,11 @@ def presets_table() -> str:
     lines = ["| preset | type | d_model | layers | heads (kv) | params (vocab 258) | params (vocab 32k) |"]
     lines.append("|---|---|---|---|---|---|---|")
     for name in PRESETS:
-        small = count_model_params(ModelConfig(preset=name, vocab_size=258))
-        large = ModelConfig(preset=name, vocab_size=32_000)
+        small = model_config(preset=name, vocab_size=258).count_params()
+        large = model_config(preset=name, vocab_size=32_000)
         lines.append(
             f"| `{name}` | {large.type} | {large.d_model} | {large.n_layers} | {large.n_heads} ({large.kv_heads}) | "
-            f"{small / 1e6:.1f}M | {count_model_params(large) / 1e6:.1f}M |"
+            f"{small / 1e6:.1f}M | {large.count_params() / 1e6:.1f}M |"
         )
     return "\n".join(lines) + "\n"
 

@@ -18,9 +18,10 @@ from flax import nnx
 
 from tradewind.data import CacheManifest, open_token_cache
 from tradewind.trainer.checkpoint import read_checkpoint
-from tradewind.trainer.config import ModelConfig, TrainConfig, read_train_config
+from tradewind.trainer.config import TrainConfig, read_train_config
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.models import build_model
+from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.setup import resolve_model_config
 from tradewind.trainer.state import TrainState

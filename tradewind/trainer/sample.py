@@ -25,9 +25,9 @@ from pydantic import BaseModel
 
 from tradewind.core import InvalidInputError, atomic_write_json, parse_config
 from tradewind.data import load_tokenizer
-from tradewind.trainer.config import ModelConfig
 from tradewind.trainer.jobs import SampleJob, SampleOptions
 from tradewind.trainer.models import init_cache
+from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.restore import load_run_model
 
 

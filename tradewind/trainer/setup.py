@@ -28,9 +28,10 @@ from jax.sharding import Mesh
 from tradewind.core import ConfigError
 from tradewind.data import CacheManifest, PackedLoader
 from tradewind.trainer.batches import open_run_data
-from tradewind.trainer.config import ModelConfig, TrainConfig
-from tradewind.trainer.flops import flops_per_token, peak_flops
+from tradewind.trainer.config import TrainConfig
+from tradewind.trainer.flops import peak_flops
 from tradewind.trainer.models import build_model, count_params
+from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer, build_schedule
 from tradewind.trainer.sharding import batch_sharding, build_mesh, param_shardings, place
 from tradewind.trainer.state import TrainState
@@ -190,7 +191,7 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
         compile_s=compile_s,
         mesh=mesh,
         graphdef=graphdef,
-        flops_per_token=flops_per_token(model_config, config.seq_len),
+        flops_per_token=model_config.flops_per_token(config.seq_len),
         peak_flops=peak,
         peak_flops_source=source,
         val_bytes_per_token=(val.bytes / val.tokens) if val is not None and val.bytes and val.tokens else None,

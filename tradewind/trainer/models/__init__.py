@@ -1,40 +1,67 @@
-"""Decoder-only language models in `flax.nnx`, built from a `ModelConfig` by its `type`.
+"""Decoder-only language models: a config class per architecture and its `flax.nnx` module, found by `type`.
 
+- `configs.py`: `ModelConfig`, the union of `LlamaConfig` and `GPT2Config` (no JAX: the CLI loads it);
+  each owns its MLP width, parameter and FLOP counts and Hugging Face mapping;
 - `layers.py`: the shared pieces (norm, rotary, causal attention with its key/value cache, `decode`);
-- `llama.py`, `gpt2.py`: the two architectures, each registering itself (`registry.register_model`).
+- `build.py`: `build_model`, which builds the module a config's class names;
+- `llama.py`, `gpt2.py`: the two modules.
 
-Models only map tokens to logits; the loss, the optimizer, FLOP accounting and checkpointing live in the
-trainer. Parameters are always float32; `dtype` is the compute dtype of the matmuls (the precision policy
-picks it). For sampling, a model also takes a key/value cache from `init_cache` and returns it updated.
+Models only map tokens to logits; the loss, the optimizer and checkpointing live in the trainer. Parameters
+are always float32; `dtype` is the compute dtype of the matmuls (the precision policy picks it). For
+sampling, a model also takes a key/value cache from `init_cache` and returns it updated.
 
 Example:
-    model = build_model(ModelConfig(vocab_size=258), rngs=nnx.Rngs(0))
+    model = build_model(LlamaConfig(vocab_size=258), rngs=nnx.Rngs(0))
     logits = model(tokens)  # tokens [batch, seq] int32 -> logits [batch, seq, vocab] float32
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-import jax
-import jax.numpy as jnp
-from flax import nnx
+from tradewind.core import lazy_getattr
 
-from tradewind.trainer.config import ModelConfig
-from tradewind.trainer.models.gpt2 import GPT2
-from tradewind.trainer.models.layers import KVCache, init_cache
-from tradewind.trainer.models.llama import Llama
-from tradewind.trainer.models.registry import MODELS, register_model
+if TYPE_CHECKING:
+    from tradewind.trainer.models.build import build_model, count_params
+    from tradewind.trainer.models.configs import (
+        ARCHITECTURES,
+        PRESETS,
+        GPT2Config,
+        LlamaConfig,
+        ModelConfig,
+        model_config,
+    )
+    from tradewind.trainer.models.gpt2 import GPT2
+    from tradewind.trainer.models.layers import KVCache, init_cache
+    from tradewind.trainer.models.llama import Llama
 
-
-def build_model(config: ModelConfig, *, rngs: nnx.Rngs, dtype: Any = jnp.float32) -> nnx.Module:
-    """Build the registered model named by `config.type`, with freshly initialised weights."""
-    return MODELS[config.type](config, rngs=rngs, dtype=dtype)
-
-
-def count_params(model: nnx.Module) -> int:
-    """Number of trainable parameters (scalars in `nnx.Param` variables) of `model`."""
-    return sum(leaf.size for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)))
-
-
-__all__ = ["GPT2", "MODELS", "KVCache", "Llama", "build_model", "count_params", "init_cache", "register_model"]
+# Names load on first use, so that the configs import without JAX.
+_LAZY = {
+    "build_model": "tradewind.trainer.models.build",
+    "count_params": "tradewind.trainer.models.build",
+    "ARCHITECTURES": "tradewind.trainer.models.configs",
+    "PRESETS": "tradewind.trainer.models.configs",
+    "GPT2Config": "tradewind.trainer.models.configs",
+    "LlamaConfig": "tradewind.trainer.models.configs",
+    "ModelConfig": "tradewind.trainer.models.configs",
+    "model_config": "tradewind.trainer.models.configs",
+    "GPT2": "tradewind.trainer.models.gpt2",
+    "KVCache": "tradewind.trainer.models.layers",
+    "init_cache": "tradewind.trainer.models.layers",
+    "Llama": "tradewind.trainer.models.llama",
+}
+__getattr__ = lazy_getattr(__name__, _LAZY)
+__all__ = [
+    "ARCHITECTURES",
+    "GPT2",
+    "PRESETS",
+    "GPT2Config",
+    "KVCache",
+    "Llama",
+    "LlamaConfig",
+    "ModelConfig",
+    "build_model",
+    "count_params",
+    "init_cache",
+    "model_config",
+]

@@ -1,9 +1,9 @@
 """The GPT-2-style decoder: LayerNorm, learned position embeddings, a GELU MLP and biases.
 
-Registered as model type "gpt2"; same call contract as `Llama` (see `layers.decode`).
+Model type "gpt2"; same call contract as `Llama` (see `layers.decode`).
 
 Example:
-    model = build_model(ModelConfig(type="gpt2", vocab_size=258), rngs=nnx.Rngs(0))
+    model = build_model(GPT2Config(vocab_size=258), rngs=nnx.Rngs(0))
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tradewind.trainer.config import ModelConfig
+from tradewind.trainer.models.configs import GPT2Config
 from tradewind.trainer.models.layers import (
     KVCache,
     attend,
@@ -24,13 +24,12 @@ from tradewind.trainer.models.layers import (
     require_vocab,
     scaled_init,
 )
-from tradewind.trainer.models.registry import register_model
 
 
 class GPT2Attention(nnx.Module):
     """Multi-head causal self-attention with a fused, biased qkv projection."""
 
-    def __init__(self, config: ModelConfig, *, dtype: Any, rngs: nnx.Rngs):
+    def __init__(self, config: GPT2Config, *, dtype: Any, rngs: nnx.Rngs):
         d_model, self.n_heads, self.head_dim = config.d_model, config.n_heads, config.head_dim
         init = nnx.initializers.normal(config.init_std)
         self.qkv = nnx.Linear(d_model, 3 * d_model, kernel_init=init, dtype=dtype, rngs=rngs)
@@ -47,7 +46,7 @@ class GPT2Attention(nnx.Module):
 class GPT2Block(nnx.Module):
     """x + attn(ln(x)), then x + fc2(gelu(fc1(ln(x))))."""
 
-    def __init__(self, config: ModelConfig, *, dtype: Any, rngs: nnx.Rngs):
+    def __init__(self, config: GPT2Config, *, dtype: Any, rngs: nnx.Rngs):
         d_model, d_ff = config.d_model, config.ff_dim
         init = nnx.initializers.normal(config.init_std)
         self.ln_1 = nnx.LayerNorm(d_model, epsilon=config.norm_eps, rngs=rngs)
@@ -62,11 +61,10 @@ class GPT2Block(nnx.Module):
         return x + over_token_rows(lambda rows: self.fc_out(jax.nn.gelu(self.fc(rows))), self.ln_2(x)), layer_cache
 
 
-@register_model("gpt2")
 class GPT2(nnx.Module):
     """A GPT-2-style decoder-only transformer; same call contract as `Llama`."""
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
+    def __init__(self, config: GPT2Config, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         vocab = require_vocab(config)
         self.max_seq_len = config.max_seq_len
         init = nnx.initializers.normal(config.init_std)

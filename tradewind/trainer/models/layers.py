@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tradewind.core import ConfigError
-from tradewind.trainer.config import ModelConfig
+from tradewind.trainer.models.configs import ModelConfig
 
 # A key/value cache: per layer `(k, v)`, each [batch, max_len, kv_heads, head_dim], and the next position.
 KVCache = dict[str, Any]

@@ -1,10 +1,10 @@
 """The Llama-style decoder: RMSNorm, rotary position embeddings, grouped-query attention, a SwiGLU MLP.
 
 Token embedding, pre-norm blocks, a final RMSNorm and an output head (tied to the embedding by default); no
-biases. Registered as model type "llama".
+biases. Model type "llama".
 
 Example:
-    model = build_model(ModelConfig(vocab_size=258), rngs=nnx.Rngs(0))
+    model = build_model(LlamaConfig(vocab_size=258), rngs=nnx.Rngs(0))
     logits = model(tokens)  # tokens [batch, seq] int32 -> logits [batch, seq, vocab] float32
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import jax
 from flax import nnx
 
-from tradewind.trainer.config import ModelConfig
+from tradewind.trainer.models.configs import LlamaConfig
 from tradewind.trainer.models.layers import (
     KVCache,
     RMSNorm,
@@ -28,13 +28,12 @@ from tradewind.trainer.models.layers import (
     rotary_angles,
     scaled_init,
 )
-from tradewind.trainer.models.registry import register_model
 
 
 class CausalSelfAttention(nnx.Module):
     """Grouped-query self-attention in which each position attends to itself and earlier positions only."""
 
-    def __init__(self, config: ModelConfig, *, dtype: Any, rngs: nnx.Rngs):
+    def __init__(self, config: LlamaConfig, *, dtype: Any, rngs: nnx.Rngs):
         d_model, self.n_heads, self.head_dim = config.d_model, config.n_heads, config.head_dim
         self.kv_heads, self.rope_theta = config.kv_heads, config.rope_theta
         init = nnx.initializers.normal(config.init_std)
@@ -60,7 +59,7 @@ class CausalSelfAttention(nnx.Module):
 class SwiGLU(nnx.Module):
     """The gated MLP of Llama: down(silu(gate(x)) * up(x))."""
 
-    def __init__(self, config: ModelConfig, *, dtype: Any, rngs: nnx.Rngs):
+    def __init__(self, config: LlamaConfig, *, dtype: Any, rngs: nnx.Rngs):
         d_model, d_ff = config.d_model, config.ff_dim
         init = nnx.initializers.normal(config.init_std)
         linear = dict(use_bias=False, dtype=dtype, rngs=rngs)
@@ -78,7 +77,7 @@ class SwiGLU(nnx.Module):
 class Block(nnx.Module):
     """A pre-norm transformer block: x + attention(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, config: ModelConfig, *, dtype: Any, rngs: nnx.Rngs):
+    def __init__(self, config: LlamaConfig, *, dtype: Any, rngs: nnx.Rngs):
         self.attn_norm = RMSNorm(config.d_model, eps=config.norm_eps)
         self.attn = CausalSelfAttention(config, dtype=dtype, rngs=rngs)
         self.mlp_norm = RMSNorm(config.d_model, eps=config.norm_eps)
@@ -90,7 +89,6 @@ class Block(nnx.Module):
         return x + self.mlp(self.mlp_norm(x)), layer_cache  # [batch, seq, d_model]
 
 
-@register_model("llama")
 class Llama(nnx.Module):
     """A Llama-style decoder-only transformer.
 
@@ -103,7 +101,7 @@ class Llama(nnx.Module):
         ConfigError: `config.vocab_size` is None.
     """
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, dtype: Any = jax.numpy.float32):
+    def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs, dtype: Any = jax.numpy.float32):
         vocab = require_vocab(config)
         self.max_seq_len = config.max_seq_len
         init = nnx.initializers.normal(config.init_std)

@@ -1,0 +1,77 @@
+"""Model configs: `type` (or a preset) picks the architecture's class, errors name the field without
+pydantic's union tag, and each class's HF mapping names every parameter of the model it builds, once."""
+
+import jax
+import pydantic
+import pytest
+from flax import nnx
+
+from tradewind.core import ConfigError, parse_config
+from tradewind.core.config import describe_validation_error
+from tradewind.trainer import ARCHITECTURES, GPT2Config, LlamaConfig, TrainConfig, build_model, model_config
+
+SHAPE = {"vocab_size": 40, "d_model": 16, "n_layers": 2, "n_heads": 2, "max_seq_len": 8}
+
+
+def test_type_or_a_preset_picks_the_architectures_class_and_llama_is_the_default():
+    assert type(model_config()) is LlamaConfig
+    assert type(model_config(type="gpt2")) is GPT2Config
+    assert type(model_config(preset="gpt2-small")) is GPT2Config
+    assert type(TrainConfig(dataset="d", model={"type": "gpt2"}).model) is GPT2Config
+    assert type(TrainConfig(dataset="d").model) is LlamaConfig
+
+
+def test_each_architecture_defaults_its_own_mlp_width():
+    assert LlamaConfig(d_model=96).ff_dim == 256  # 8/3 * 96 = 256
+    assert GPT2Config(d_model=96).ff_dim == 384
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ({"type": "gpt2", "n_kv_heads": 2}, "run.yaml: model.n_kv_heads: Extra inputs are not permitted"),
+        ({"type": "mamba"}, "run.yaml: model: type 'mamba' is not a model type; choose one of 'llama', 'gpt2'"),
+        ({"d_model": 100, "n_heads": 3}, "run.yaml: model.n_heads: Value error, d_model (100) must be divisible"),
+    ],
+)
+def test_a_bad_model_field_is_named_without_the_union_tag(model, expected):
+    with pytest.raises(ConfigError) as raised:
+        parse_config(TrainConfig, {"dataset": "d", "model": model}, source="run.yaml")
+    assert str(raised.value).startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ({"d_modl": 3}, "argument 'model.d_modl': unknown argument; did you mean 'd_model'?"),
+        ({"type": "gpt2", "rope_theta": 5.0}, "argument 'model.rope_theta': not an argument of this type of"),
+    ],
+)
+def test_a_tool_argument_error_suggests_a_field_of_any_architecture(model, expected):
+    with pytest.raises(pydantic.ValidationError) as raised:
+        TrainConfig.model_validate({"dataset": "d", "model": model}, strict=True)
+    assert describe_validation_error(raised.value, "launch_training", arguments_of=TrainConfig).startswith(expected)
+
+
+def test_the_listed_schema_is_one_object_with_every_architectures_fields():
+    listed = TrainConfig.model_json_schema()["properties"]["model"]
+    assert listed["properties"]["type"]["enum"] == list(ARCHITECTURES)
+    for config_class in ARCHITECTURES.values():
+        assert set(config_class.model_fields) <= set(listed["properties"])
+    assert listed["additionalProperties"] is False
+
+
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_hf_mapping_names_every_parameter_of_the_built_model_once(model_type, tied):
+    config = model_config(type=model_type, tie_embeddings=tied, **SHAPE)
+    params = nnx.to_pure_dict(nnx.state(build_model(config, rngs=nnx.Rngs(0)), nnx.Param))
+    leaves = {
+        tuple(getattr(key, "key", getattr(key, "idx", None)) for key in path)
+        for path, _ in jax.tree_util.tree_leaves_with_path(params)
+    }
+
+    mapped = [weight.path for weight in config.hf_weights()]
+
+    assert sorted(mapped, key=str) == sorted(leaves, key=str)
+    assert len({weight.name for weight in config.hf_weights()}) == len(mapped)

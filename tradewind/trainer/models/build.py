@@ -1,0 +1,24 @@
+"""Building a model from its config: the `nnx` module its config class names."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from tradewind.trainer.models.configs import ModelConfig
+
+
+def build_model(config: ModelConfig, *, rngs: nnx.Rngs, dtype: Any = jnp.float32) -> nnx.Module:
+    """Build the model `config` describes (its class's `module`), with freshly initialised weights."""
+    module_name, class_name = config.module.rsplit(".", 1)
+    model_class = getattr(importlib.import_module(module_name), class_name)
+    return model_class(config, rngs=rngs, dtype=dtype)
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of trainable parameters (scalars in `nnx.Param` variables) of `model`."""
+    return sum(leaf.size for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)))
