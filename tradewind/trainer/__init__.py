@@ -44,9 +44,9 @@ if TYPE_CHECKING:
     from tradewind.trainer.loop import run_steps, train
     from tradewind.trainer.metrics import MetricRow, ProfileSummary, TrainSummary, read_metrics, read_summary
     from tradewind.trainer.models import GPT2, Llama, build_model, count_params
+    from tradewind.trainer.models.base import PRESETS
     from tradewind.trainer.models.configs import (
         ARCHITECTURES,
-        PRESETS,
         GPT2Config,
         LlamaConfig,
         ModelConfig,
@@ -67,7 +67,7 @@ _LAZY = {
     "RunData": "tradewind.trainer.batches",
     "open_run_data": "tradewind.trainer.batches",
     "ARCHITECTURES": "tradewind.trainer.models.configs",
-    "PRESETS": "tradewind.trainer.models.configs",
+    "PRESETS": "tradewind.trainer.models.base",
     "GPT2Config": "tradewind.trainer.models.configs",
     "LlamaConfig": "tradewind.trainer.models.configs",
     "model_config": "tradewind.trainer.models.configs",

@@ -34,7 +34,8 @@ import numpy as np
 
 from tradewind.core import ConfigError, NotFoundError, atomic_write_json
 from tradewind.data import Tokenizer, TokenizerInfo, load_tokenizer, write_hf_tokenizer_files
-from tradewind.trainer.models.configs import ARCHITECTURES, PRESETS, ModelConfig
+from tradewind.trainer.models.base import PRESETS
+from tradewind.trainer.models.configs import ARCHITECTURES, ModelConfig
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from tradewind.trainer.config import CheckpointConfig, DistributedConfig, MeshConfig, OptimizerConfig, TrainConfig
-from tradewind.trainer.models.configs import PRESETS, GPT2Config, LlamaConfig, model_config
+from tradewind.trainer.models.base import PRESETS
+from tradewind.trainer.models.configs import GPT2Config, LlamaConfig, model_config
 
 SECTIONS: list[tuple[str, tuple[type[BaseModel], ...]]] = [
     ("", (TrainConfig,)),

@@ -1,7 +1,8 @@
 """Decoder-only language models: a config class per architecture and its `flax.nnx` module, found by `type`.
 
-- `configs.py`: `ModelConfig`, the union of `LlamaConfig` and `GPT2Config` (no JAX: the CLI loads it);
-  each owns its MLP width, parameter and FLOP counts and Hugging Face mapping;
+- `base.py`, `configs.py`: `ModelConfig`, the union of `LlamaConfig` and `GPT2Config` over their shared
+  `BaseModelConfig` (no JAX: the CLI loads them); each owns its MLP width, parameter and FLOP counts and
+  Hugging Face mapping;
 - `layers.py`: the shared pieces (norm, rotary, causal attention with its key/value cache, `decode`);
 - `build.py`: `build_model`, which builds the module a config's class names;
 - `llama.py`, `gpt2.py`: the two modules.
@@ -22,10 +23,10 @@ from typing import TYPE_CHECKING
 from tradewind.core import lazy_getattr
 
 if TYPE_CHECKING:
+    from tradewind.trainer.models.base import PRESETS
     from tradewind.trainer.models.build import build_model, count_params
     from tradewind.trainer.models.configs import (
         ARCHITECTURES,
-        PRESETS,
         GPT2Config,
         LlamaConfig,
         ModelConfig,
@@ -40,7 +41,7 @@ _LAZY = {
     "build_model": "tradewind.trainer.models.build",
     "count_params": "tradewind.trainer.models.build",
     "ARCHITECTURES": "tradewind.trainer.models.configs",
-    "PRESETS": "tradewind.trainer.models.configs",
+    "PRESETS": "tradewind.trainer.models.base",
     "GPT2Config": "tradewind.trainer.models.configs",
     "LlamaConfig": "tradewind.trainer.models.configs",
     "ModelConfig": "tradewind.trainer.models.configs",

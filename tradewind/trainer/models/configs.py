@@ -3,8 +3,8 @@
 `ModelConfig` is the union of the architecture classes, told apart by `type` (a preset may set it; absent,
 it is "llama"). Each class knows what only its architecture knows: the MLP width it defaults to, how many
 parameters and matmul weights it has, and how it maps to a `transformers` `config.json` and tensor names.
-Everything that holds for every architecture (FLOPs per token from the matmul weights, the HF tensor
-conversion) is written once, in terms of those.
+Everything that holds for every architecture is written once, in terms of those: the shared fields and
+FLOPs per token in `base.py`, the HF tensor conversion in `tradewind.trainer.hf`.
 
 Imports no JAX: the CLI, the server and the tool schemas load these classes at start-up. The `nnx` module
 of an architecture lives beside it (`llama.py`, `gpt2.py`); the config class names it (`module`).
@@ -18,13 +18,10 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -35,165 +32,20 @@ from pydantic import (
     WithJsonSchema,
     WrapValidator,
     field_validator,
-    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from tradewind.core import ConfigError
+from tradewind.trainer.models.base import PRESETS, TYPE_DESCRIPTION, BaseModelConfig, HFWeight, hf_key
 
-# Named model shapes; any field given next to `preset` overrides the preset's value. Sizes are for a
-# 32k vocabulary (nano and micro are meant for byte-level vocabularies of 258).
-PRESETS: dict[str, dict[str, Any]] = {
-    "nano": {"d_model": 128, "n_layers": 4, "n_heads": 4, "max_seq_len": 256},
-    "micro": {"d_model": 256, "n_layers": 6, "n_heads": 8, "max_seq_len": 512},
-    "llama-20m": {"d_model": 384, "n_layers": 8, "n_heads": 6, "n_kv_heads": 2, "max_seq_len": 512},
-    "gpt2-small": {"type": "gpt2", "d_model": 768, "n_layers": 12, "n_heads": 12, "max_seq_len": 1024},
-    "llama-125m": {"d_model": 768, "n_layers": 12, "n_heads": 12, "max_seq_len": 1024},
-    "llama-350m": {"d_model": 1024, "n_layers": 24, "n_heads": 16, "n_kv_heads": 8, "max_seq_len": 2048},
-    "llama-1b": {
-        "d_model": 2048,
-        "n_layers": 16,
-        "n_heads": 32,
-        "n_kv_heads": 8,
-        "d_ff": 8192,
-        "max_seq_len": 2048,
-        "rope_theta": 500000.0,
-        "tie_embeddings": True,
-    },
-}
 DEFAULT_TYPE = "llama"
-TYPE_DESCRIPTION = "'llama' (RMSNorm, rotary, SwiGLU, GQA) or 'gpt2' (LayerNorm, learned positions, GELU)."
-
-
-@dataclass(frozen=True)
-class HFWeight:
-    """One tensor of a Hugging Face checkpoint: where it sits in the nnx parameter dict, and its HF name.
-
-    `transpose`: nnx kernels are [in, out]; `torch.nn.Linear` weights are [out, in] (GPT-2's Conv1D is not).
-    """
-
-    path: tuple[str | int, ...]
-    name: str
-    transpose: bool = False
-
-
-class BaseModelConfig(BaseModel):
-    """The fields and rules every decoder-only architecture shares."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # The `nnx.Module` class that `build_model` builds from this config (imported only then: it needs JAX).
-    module: ClassVar[str]
-    # The HF `config.json` keys this architecture implements only one way, with that value.
-    hf_fixed: ClassVar[dict[str, Any]] = {}
-
-    preset: str | None = Field(
-        None,
-        description=f"Named shape ({', '.join(PRESETS)}); fields set beside it override the preset's.",
-    )
-    vocab_size: int | None = Field(
-        None, gt=0, le=2**20, description="Null: the dataset tokenizer's; if set, at least that."
-    )
-    d_model: int = Field(128, gt=0, le=2**16, description="Width of the residual stream.")
-    n_layers: int = Field(4, gt=0, le=1024, description="Transformer blocks.")
-    n_heads: int = Field(4, gt=0, le=1024, description="Query heads per block; must divide d_model.")
-    d_ff: int | None = Field(
-        None, gt=0, le=2**18, description="MLP width; null: 8/3 d_model rounded up to 32 (llama), 4 d_model (gpt2)."
-    )
-    max_seq_len: int = Field(256, gt=0, le=2**20, description="Longest sequence the model accepts.")
-    norm_eps: float = Field(1e-6, gt=0, le=1, description="Epsilon of the RMSNorm / LayerNorm.")
-    tie_embeddings: bool = Field(True, description="Use the input embedding as the output projection.")
-    init_std: float = Field(0.02, gt=0, le=1, description="Standard deviation of the weight initialisation.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _apply_preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("preset") is not None:
-            name = data["preset"]
-            if name not in PRESETS:
-                raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-            data = {**PRESETS[name], **data}
-        return data
-
-    @field_validator("n_heads")
-    @classmethod
-    def _heads_divide_width(cls, n_heads: int, info: ValidationInfo) -> int:
-        d_model = info.data.get("d_model")
-        if d_model is not None and d_model % n_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        return n_heads
-
-    @property
-    def head_dim(self) -> int:
-        """Width of one attention head."""
-        return self.d_model // self.n_heads
-
-    @property
-    def kv_heads(self) -> int:
-        """Key/value heads per block."""
-        return self.n_heads
-
-    @property
-    def ff_dim(self) -> int:
-        """The MLP hidden width."""
-        raise NotImplementedError
-
-    def count_params(self) -> int:
-        """Trainable parameters (equal to `count_params` of the built model); needs `vocab_size`."""
-        raise NotImplementedError
-
-    def matmul_params(self) -> int:
-        """Weights used in matrix multiplies (projections, MLP, output head); needs `vocab_size`."""
-        raise NotImplementedError
-
-    def flops_per_token(self, seq_len: int) -> float:
-        """Model FLOPs per trained token, forward and backward, at sequence length `seq_len` (PaLM, app. B).
-
-        `6 * matmul_params + 12 * n_layers * d_model * seq_len`: the second term is the attention score and
-        value products, not halved for the causal mask.
-        """
-        return 6.0 * self.matmul_params() + 12.0 * self.n_layers * self.d_model * seq_len
-
-    def hf_config(self) -> dict[str, Any]:
-        """This model's `config.json` for `transformers`."""
-        raise NotImplementedError
-
-    @classmethod
-    def from_hf_config(cls, data: dict[str, Any], source: str | Path) -> BaseModelConfig:
-        """The config an HF `config.json` describes (`data`, read from `source`); refuses what it cannot build.
-
-        Raises:
-            ConfigError: a shape key is missing or the file asks for something this architecture does not
-                implement; the message names `source` and the key.
-        """
-        raise NotImplementedError
-
-    def hf_weights(self) -> list[HFWeight]:
-        """Every tensor of the HF checkpoint, with its place in the nnx parameter dict."""
-        raise NotImplementedError
-
-    @classmethod
-    def _check_fixed(cls, data: dict[str, Any], source: str | Path) -> None:
-        """Refuse an HF config whose `hf_fixed` keys ask for another variant than this architecture's."""
-        for key, supported in cls.hf_fixed.items():
-            if data.get(key, supported) != supported:
-                raise ConfigError(f"{source}: {key} is {data[key]!r}; Tradewind implements only {supported!r}")
-
-    def _head_weights(self, name: str) -> list[HFWeight]:
-        """The untied output projection's tensor, if there is one."""
-        return [] if self.tie_embeddings else [HFWeight(("lm_head", "kernel"), name, transpose=True)]
-
-
-def _need(data: dict[str, Any], key: str, source: str | Path) -> Any:
-    if key not in data:
-        raise ConfigError(f"{source}: no {key!r}")
-    return data[key]
 
 
 class LlamaConfig(BaseModelConfig):
     """Llama: RMSNorm, rotary position embeddings, grouped-query attention, a SwiGLU MLP, no biases."""
 
     module: ClassVar[str] = "tradewind.trainer.models.llama.Llama"
+    hf_architecture: ClassVar[str] = "LlamaForCausalLM"
     hf_fixed: ClassVar[dict[str, Any]] = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
 
     type: Literal["llama"] = Field("llama", description=TYPE_DESCRIPTION)
@@ -234,23 +86,17 @@ class LlamaConfig(BaseModelConfig):
             return self.d_ff
         return 32 * -(-8 * self.d_model // (3 * 32))  # ceil(8/3 * d_model / 32) in integers
 
-    def _block_matmul_params(self) -> int:
+    def block_matmul_params(self) -> int:
         d, kv = self.d_model, self.kv_heads * self.head_dim
         return 2 * d * d + 2 * d * kv + 3 * d * self.ff_dim  # q and o, k and v, gate up and down
-
-    def matmul_params(self) -> int:
-        return self.n_layers * self._block_matmul_params() + self.d_model * (self.vocab_size or 0)
 
     def count_params(self) -> int:
         d, vocab = self.d_model, self.vocab_size or 0
         head = 0 if self.tie_embeddings else d * vocab
-        return vocab * d + self.n_layers * (self._block_matmul_params() + 2 * d) + d + head
+        return vocab * d + self.n_layers * (self.block_matmul_params() + 2 * d) + d + head
 
-    def hf_config(self) -> dict[str, Any]:
+    def hf_shape(self) -> dict[str, Any]:
         return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "vocab_size": self.vocab_size,
             "hidden_size": self.d_model,
             "intermediate_size": self.ff_dim,
             "num_hidden_layers": self.n_layers,
@@ -261,10 +107,6 @@ class LlamaConfig(BaseModelConfig):
             "rms_norm_eps": self.norm_eps,
             "rope_theta": self.rope_theta,
             "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
-            **self.hf_fixed,
-            "tie_word_embeddings": self.tie_embeddings,
-            "initializer_range": self.init_std,
-            "torch_dtype": "float32",
         }
 
     @classmethod
@@ -274,16 +116,16 @@ class LlamaConfig(BaseModelConfig):
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":
             raise ConfigError(f"{source}: rope_type {rope_type!r} is not supported (only 'default', unscaled rotary)")
-        d_model, n_heads = _need(data, "hidden_size", source), _need(data, "num_attention_heads", source)
+        d_model, n_heads = hf_key(data, "hidden_size", source), hf_key(data, "num_attention_heads", source)
         if data.get("head_dim", d_model // n_heads) * n_heads != d_model:
             raise ConfigError(f"{source}: head_dim {data['head_dim']} is not hidden_size / num_attention_heads")
         return cls(
-            vocab_size=_need(data, "vocab_size", source),
+            vocab_size=hf_key(data, "vocab_size", source),
             d_model=d_model,
-            n_layers=_need(data, "num_hidden_layers", source),
+            n_layers=hf_key(data, "num_hidden_layers", source),
             n_heads=n_heads,
             n_kv_heads=data.get("num_key_value_heads"),
-            d_ff=_need(data, "intermediate_size", source),
+            d_ff=hf_key(data, "intermediate_size", source),
             max_seq_len=data.get("max_position_embeddings", 2048),
             rope_theta=data.get("rope_theta") or rope.get("rope_theta", 10000.0),
             norm_eps=data.get("rms_norm_eps", 1e-6),
@@ -314,6 +156,7 @@ class GPT2Config(BaseModelConfig):
     """GPT-2: LayerNorm, learned position embeddings, a GELU (tanh) MLP, biases, multi-head attention."""
 
     module: ClassVar[str] = "tradewind.trainer.models.gpt2.GPT2"
+    hf_architecture: ClassVar[str] = "GPT2LMHeadModel"
     hf_fixed: ClassVar[dict[str, Any]] = {
         "activation_function": "gelu_new",
         "scale_attn_weights": True,
@@ -328,47 +171,37 @@ class GPT2Config(BaseModelConfig):
         """`d_ff`, else 4 * d_model."""
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
-    def _block_matmul_params(self) -> int:
+    def block_matmul_params(self) -> int:
         d = self.d_model
         return 3 * d * d + d * d + 2 * d * self.ff_dim  # qkv, out, MLP in and out
-
-    def matmul_params(self) -> int:
-        return self.n_layers * self._block_matmul_params() + self.d_model * (self.vocab_size or 0)
 
     def count_params(self) -> int:
         d, vocab = self.d_model, self.vocab_size or 0
         head = 0 if self.tie_embeddings else d * vocab
         biases_and_norms = 3 * d + d + self.ff_dim + d + 4 * d  # qkv, out, MLP in, MLP out; two LayerNorms
-        blocks = self.n_layers * (self._block_matmul_params() + biases_and_norms)
+        blocks = self.n_layers * (self.block_matmul_params() + biases_and_norms)
         return vocab * d + self.max_seq_len * d + blocks + 2 * d + head
 
-    def hf_config(self) -> dict[str, Any]:
+    def hf_shape(self) -> dict[str, Any]:
         return {
-            "architectures": ["GPT2LMHeadModel"],
-            "model_type": "gpt2",
-            "vocab_size": self.vocab_size,
             "n_embd": self.d_model,
             "n_inner": self.ff_dim,
             "n_layer": self.n_layers,
             "n_head": self.n_heads,
             "n_positions": self.max_seq_len,
             "layer_norm_epsilon": self.norm_eps,
-            **self.hf_fixed,
-            "tie_word_embeddings": self.tie_embeddings,
-            "initializer_range": self.init_std,
-            "torch_dtype": "float32",
         }
 
     @classmethod
     def from_hf_config(cls, data: dict[str, Any], source: str | Path) -> GPT2Config:
         cls._check_fixed(data, source)
         return cls(
-            vocab_size=_need(data, "vocab_size", source),
-            d_model=_need(data, "n_embd", source),
-            n_layers=_need(data, "n_layer", source),
-            n_heads=_need(data, "n_head", source),
+            vocab_size=hf_key(data, "vocab_size", source),
+            d_model=hf_key(data, "n_embd", source),
+            n_layers=hf_key(data, "n_layer", source),
+            n_heads=hf_key(data, "n_head", source),
             d_ff=data.get("n_inner"),
-            max_seq_len=_need(data, "n_positions", source),
+            max_seq_len=hf_key(data, "n_positions", source),
             norm_eps=data.get("layer_norm_epsilon", 1e-5),
             tie_embeddings=data.get("tie_word_embeddings", True),
         )

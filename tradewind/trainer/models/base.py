@@ -1,0 +1,182 @@
+"""What every architecture's model config shares: the common fields and rules, presets, and the interface
+(MLP width, parameter and matmul counts, Hugging Face mapping) that each architecture's class fills in.
+
+Imports no JAX. The architectures and their union, `ModelConfig`, are in `configs.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from tradewind.core import ConfigError
+
+# Named model shapes; any field given next to `preset` overrides the preset's value. Sizes are for a
+# 32k vocabulary (nano and micro are meant for byte-level vocabularies of 258).
+PRESETS: dict[str, dict[str, Any]] = {
+    "nano": {"d_model": 128, "n_layers": 4, "n_heads": 4, "max_seq_len": 256},
+    "micro": {"d_model": 256, "n_layers": 6, "n_heads": 8, "max_seq_len": 512},
+    "llama-20m": {"d_model": 384, "n_layers": 8, "n_heads": 6, "n_kv_heads": 2, "max_seq_len": 512},
+    "gpt2-small": {"type": "gpt2", "d_model": 768, "n_layers": 12, "n_heads": 12, "max_seq_len": 1024},
+    "llama-125m": {"d_model": 768, "n_layers": 12, "n_heads": 12, "max_seq_len": 1024},
+    "llama-350m": {"d_model": 1024, "n_layers": 24, "n_heads": 16, "n_kv_heads": 8, "max_seq_len": 2048},
+    "llama-1b": {
+        "d_model": 2048,
+        "n_layers": 16,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "d_ff": 8192,
+        "max_seq_len": 2048,
+        "rope_theta": 500000.0,
+        "tie_embeddings": True,
+    },
+}
+TYPE_DESCRIPTION = "'llama' (RMSNorm, rotary, SwiGLU, GQA) or 'gpt2' (LayerNorm, learned positions, GELU)."
+
+
+@dataclass(frozen=True)
+class HFWeight:
+    """One tensor of a Hugging Face checkpoint: where it sits in the nnx parameter dict, and its HF name.
+
+    `transpose`: nnx kernels are [in, out]; `torch.nn.Linear` weights are [out, in] (GPT-2's Conv1D is not).
+    """
+
+    path: tuple[str | int, ...]
+    name: str
+    transpose: bool = False
+
+
+class BaseModelConfig(BaseModel):
+    """The fields and rules every decoder-only architecture shares."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # The `nnx.Module` class that `build_model` builds from this config (imported only then: it needs JAX).
+    module: ClassVar[str]
+    # The `transformers` class of this architecture, and the `config.json` keys it implements only one way.
+    hf_architecture: ClassVar[str]
+    hf_fixed: ClassVar[dict[str, Any]] = {}
+
+    type: str = Field(description=TYPE_DESCRIPTION)  # each architecture narrows it to its own name
+
+    preset: str | None = Field(
+        None,
+        description=f"Named shape ({', '.join(PRESETS)}); fields set beside it override the preset's.",
+    )
+    vocab_size: int | None = Field(
+        None, gt=0, le=2**20, description="Null: the dataset tokenizer's; if set, at least that."
+    )
+    d_model: int = Field(128, gt=0, le=2**16, description="Width of the residual stream.")
+    n_layers: int = Field(4, gt=0, le=1024, description="Transformer blocks.")
+    n_heads: int = Field(4, gt=0, le=1024, description="Query heads per block; must divide d_model.")
+    d_ff: int | None = Field(
+        None, gt=0, le=2**18, description="MLP width; null: 8/3 d_model rounded up to 32 (llama), 4 d_model (gpt2)."
+    )
+    max_seq_len: int = Field(256, gt=0, le=2**20, description="Longest sequence the model accepts.")
+    norm_eps: float = Field(1e-6, gt=0, le=1, description="Epsilon of the RMSNorm / LayerNorm.")
+    tie_embeddings: bool = Field(True, description="Use the input embedding as the output projection.")
+    init_std: float = Field(0.02, gt=0, le=1, description="Standard deviation of the weight initialisation.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") is not None:
+            name = data["preset"]
+            if name not in PRESETS:
+                raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+            data = {**PRESETS[name], **data}
+        return data
+
+    @field_validator("n_heads")
+    @classmethod
+    def _heads_divide_width(cls, n_heads: int, info: ValidationInfo) -> int:
+        d_model = info.data.get("d_model")
+        if d_model is not None and d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        return n_heads
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads per block."""
+        return self.n_heads
+
+    @property
+    def ff_dim(self) -> int:
+        """The MLP hidden width."""
+        raise NotImplementedError
+
+    def count_params(self) -> int:
+        """Trainable parameters (equal to `count_params` of the built model); needs `vocab_size`."""
+        raise NotImplementedError
+
+    def block_matmul_params(self) -> int:
+        """Weights of one block's matrix multiplies (its projections and MLP)."""
+        raise NotImplementedError
+
+    def matmul_params(self) -> int:
+        """Weights used in matrix multiplies (every block's, and the output head's); needs `vocab_size`."""
+        return self.n_layers * self.block_matmul_params() + self.d_model * (self.vocab_size or 0)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Model FLOPs per trained token, forward and backward, at sequence length `seq_len` (PaLM, app. B).
+
+        `6 * matmul_params + 12 * n_layers * d_model * seq_len`: the second term is the attention score and
+        value products, not halved for the causal mask.
+        """
+        return 6.0 * self.matmul_params() + 12.0 * self.n_layers * self.d_model * seq_len
+
+    def hf_config(self) -> dict[str, Any]:
+        """This model's `config.json` for `transformers`."""
+        return {
+            "architectures": [self.hf_architecture],
+            "model_type": self.type,
+            "vocab_size": self.vocab_size,
+            **self.hf_shape(),
+            **self.hf_fixed,
+            "tie_word_embeddings": self.tie_embeddings,
+            "initializer_range": self.init_std,
+            "torch_dtype": "float32",
+        }
+
+    def hf_shape(self) -> dict[str, Any]:
+        """The `config.json` keys of this architecture's shape, in `transformers`' names."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_hf_config(cls, data: dict[str, Any], source: str | Path) -> BaseModelConfig:
+        """The config an HF `config.json` describes (`data`, read from `source`); refuses what it cannot build.
+
+        Raises:
+            ConfigError: a shape key is missing or the file asks for something this architecture does not
+                implement; the message names `source` and the key.
+        """
+        raise NotImplementedError
+
+    def hf_weights(self) -> list[HFWeight]:
+        """Every tensor of the HF checkpoint, with its place in the nnx parameter dict."""
+        raise NotImplementedError
+
+    @classmethod
+    def _check_fixed(cls, data: dict[str, Any], source: str | Path) -> None:
+        """Refuse an HF config whose `hf_fixed` keys ask for another variant than this architecture's."""
+        for key, supported in cls.hf_fixed.items():
+            if data.get(key, supported) != supported:
+                raise ConfigError(f"{source}: {key} is {data[key]!r}; Tradewind implements only {supported!r}")
+
+    def _head_weights(self, name: str) -> list[HFWeight]:
+        """The untied output projection's tensor, if there is one."""
+        return [] if self.tie_embeddings else [HFWeight(("lm_head", "kernel"), name, transpose=True)]
+
+
+def hf_key(data: dict[str, Any], key: str, source: str | Path) -> Any:
+    if key not in data:
+        raise ConfigError(f"{source}: no {key!r}")
+    return data[key]
