@@ -12,7 +12,7 @@ compile ahead of time, untimed, and both timings start at the first step. The tw
 minutes, so each pair gives one ratio and the result is the median of those ratios. Target >= 0.97.
 
 Part 2 times a ~14M-parameter model at seq 256 (d_model 384, 8 layers) in the Tradewind step and
-reports its model FLOP/s (PaLM formula, `tradewind.trainer.flops`) against a float32 matmul ceiling
+reports its model FLOP/s (PaLM formula, the model config's `flops_per_token`) against a float32 matmul ceiling
 measured right before it (2048^3 `jnp.dot`; median of five pairs; target >= 0.5 of the ceiling) and
 against the CPU's theoretical peak estimate.
 

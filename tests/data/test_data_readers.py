@@ -250,7 +250,7 @@ def test_reading_a_file_many_times_the_buffer_budget_keeps_memory_bounded(tmp_pa
     import random
     import tracemalloc
 
-    from tradewind.data.readers import READ_BUFFER_BYTES
+    from tradewind.data.line_reader import READ_BUFFER_BYTES
 
     words = random.Random(0).choices(["alpha", "beta", "gamma", "delta", "to", "be", "or", "not"], k=40 * 100_000)
     lines = [json.dumps({"text": " ".join(words[i : i + 40])}) + "\n" for i in range(0, len(words), 40)]
@@ -273,7 +273,7 @@ def test_reading_a_file_many_times_the_buffer_budget_keeps_memory_bounded(tmp_pa
 
 @pytest.mark.parametrize("suffix", ["", ".gz"])
 def test_a_paragraph_is_whole_when_a_read_buffer_ends_right_after_one_of_its_lines(tmp_path, suffix):
-    from tradewind.data.readers import READ_BUFFER_BYTES
+    from tradewind.data.line_reader import READ_BUFFER_BYTES
 
     first = "a" * (READ_BUFFER_BYTES - 1) + "\n"  # its newline is the buffer's last byte
     text = first + "same paragraph\n\nnext paragraph\n"

@@ -7,7 +7,8 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
-from tradewind.cli import _context, build_parser
+from tradewind.cli import build_parser
+from tradewind.commands import context
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
 from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import (
@@ -169,6 +170,6 @@ def test_allow_code_is_a_repeatable_command_line_grant_apart_from_allow_path(tmp
     grants = ["--allow-path", str(tmp_path / "in")]
     grants += ["--allow-code", str(tmp_path / "a"), "--allow-code", str(tmp_path / "b")]
     args = build_parser().parse_args(["runs", "list", "--workspace", str(tmp_path / "ws"), *grants])
-    workspace = _context(args).workspace
+    workspace = context(args).workspace
     assert workspace.code_roots == ((tmp_path / "a").resolve(), (tmp_path / "b").resolve())
     assert workspace.allowed_roots == ((tmp_path / "in").resolve(),)

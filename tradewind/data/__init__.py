@@ -11,15 +11,7 @@ machines without an accelerator. See `docs/data.md`.
 """
 
 from tradewind.data.bad_records import BadRecords
-from tradewind.data.cache import (
-    CacheManifest,
-    SplitStats,
-    TokenCache,
-    TokenizerInfo,
-    build_token_cache,
-    cache_id,
-    open_token_cache,
-)
+from tradewind.data.cache import build_token_cache, cache_id
 from tradewind.data.corpora import BUILTIN_CORPORA, builtin_corpus_path
 from tradewind.data.dataset import Dataset, WriteResult
 from tradewind.data.loader import PackedLoader, StepLoader
@@ -28,6 +20,7 @@ from tradewind.data.permutation import FeistelPermutation
 from tradewind.data.readers import GLOB_CHARS, Document, Format, list_input_files, read_documents
 from tradewind.data.shards import ShardStats
 from tradewind.data.stream import ShardedTokens
+from tradewind.data.token_cache import CacheManifest, SplitStats, TokenCache, TokenizerInfo, open_token_cache
 from tradewind.data.tokenize_config import SourceFile, TokenizeConfig, source_files
 from tradewind.data.tokenizers import (
     ByteTokenizer,

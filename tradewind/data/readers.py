@@ -14,8 +14,8 @@ are JSONL, `.parquet` and `.pq` Parquet, anything else text). Inputs are local p
 (`file://`, `memory://`, and `gs://` / `s3://` when gcsfs / s3fs are installed); a folder stands for
 every visible file beneath it and a glob (`data/*.jsonl.gz`) for the files it matches.
 
-Files are streamed in chunks of `READ_BUFFER_BYTES`, so memory is bounded by that buffer plus the
-longest record (or one Parquet row group), whatever the file size.
+Text and JSONL files are streamed line by line by a `LineReader` (`line_reader.py`), so memory is bounded
+by its buffer plus the longest record (or one Parquet row group), whatever the file size.
 
 Bad records (malformed JSON, a missing or non-string field, invalid UTF-8, an empty or truncated
 compressed file) go to a `BadRecords` collector: skipped and counted when one is given, else raised
@@ -29,29 +29,24 @@ Example:
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 import fsspec
-import zstandard
 
 from tradewind.core import InvalidInputError, NotFoundError, open_url
 from tradewind.data.bad_records import BadRecords
+from tradewind.data.line_reader import LineReader
 
 Format = Literal["auto", "text", "jsonl", "parquet"]
 FORMATS = ("auto", "text", "jsonl", "parquet")
-READ_BUFFER_BYTES = 1 << 20
 PARQUET_BATCH_ROWS = 1024
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 _COMPRESSION_SUFFIXES = (".gz", ".zst")
-_UTF8_BOM = b"\xef\xbb\xbf"
 GLOB_CHARS = "*?["  # characters that make an input a glob pattern
-_ZSTD_PIECE = 8 * 1024
-_OUTPUT_BYTES = READ_BUFFER_BYTES // 2
 
 
 @dataclass(frozen=True)
@@ -185,7 +180,7 @@ def read_file_documents(
         yield from _parquet_documents(url, text_field, bad)
         return
     with open_url(url, "rb") as raw:
-        reader = _RawReader(raw, url, bad, start, end)
+        reader = LineReader(raw, url, bad, start, end)
         lines = reader.lines()
         documents = (
             _text_documents(lines, url, reader) if kind == "text" else _jsonl_documents(lines, url, text_field, reader)
@@ -194,137 +189,7 @@ def read_file_documents(
             yield document, reader.position
 
 
-class _RawReader:
-    """Decompressed, numbered lines of one file, read in `READ_BUFFER_BYTES` chunks."""
-
-    def __init__(self, raw: BinaryIO, url: str, bad: BadRecords, start: int, end: int | None):
-        self.raw = raw
-        self.url = url
-        self.bad = bad
-        self.start = start
-        self.end = end
-        self.position = 0  # compressed bytes read, for progress
-        self._line_base: int | None = 0 if start == 0 else None
-
-    def report(self, line: int, reason: str) -> None:
-        """Hand a bad record at range-relative `line` to the collector, with the file's line number."""
-        self.bad.add(self.url, self.line_base() + line, reason)
-
-    def line_base(self) -> int:
-        # Counting the lines before a range costs a pass over them, so only bad records pay for it.
-        if self._line_base is None:
-            with open_url(self.url, "rb") as f:
-                remaining, count = self.start - 1, 0
-                while remaining > 0 and (chunk := f.read(min(READ_BUFFER_BYTES, remaining))):
-                    count += chunk.count(b"\n")
-                    remaining -= len(chunk)
-            self._line_base = count + 1
-        return self._line_base
-
-    def _chunks(self) -> Iterator[bytes]:
-        name = PurePosixPath(self.url).name
-        if self.start:
-            self.raw.seek(self.start - 1)
-            self.position = self.start - 1
-        if name.endswith(".gz"):
-            yield from self._decompressed(lambda: zlib.decompressobj(wbits=31), "gzip")
-        elif name.endswith(".zst"):
-            yield from self._decompressed(lambda: zstandard.ZstdDecompressor().decompressobj(), "zstandard")
-        else:
-            while chunk := self.raw.read(READ_BUFFER_BYTES):
-                self.position += len(chunk)
-                yield chunk
-
-    def _decompressed(self, make: Any, kind: str) -> Iterator[bytes]:
-        # Decompression objects, rather than file wrappers, because only they tell a clean end of
-        # stream (`eof`) from a file cut short; gzip members and zstandard frames may be concatenated.
-        # zlib bounds each output by `max_length`; zstandard cannot, so it gets small input pieces, which
-        # bound each output by the piece's size times the compression ratio.
-        bounded = kind == "gzip"
-        decompressor, in_stream = make(), False
-        try:
-            # Compressed input is read in quarter buffers, and gzip output comes in half buffers.
-            while chunk := self.raw.read(READ_BUFFER_BYTES // 4):
-                self.position += len(chunk)
-                pieces = [chunk] if bounded else [chunk[i : i + _ZSTD_PIECE] for i in range(0, len(chunk), _ZSTD_PIECE)]
-                for piece in pieces:
-                    data = piece
-                    while True:
-                        in_stream = in_stream or bool(data)
-                        if bounded:
-                            out = decompressor.decompress(data, _OUTPUT_BYTES)
-                            data = decompressor.unconsumed_tail
-                            more = len(out) == _OUTPUT_BYTES  # zlib may hold more output for this input
-                        else:
-                            out, data, more = decompressor.decompress(data), b"", False
-                        if out:
-                            yield out
-                        if decompressor.eof:
-                            data = decompressor.unused_data
-                            decompressor, in_stream = make(), False
-                            if not data:
-                                break
-                        elif not data and not more:
-                            break
-        except (zlib.error, zstandard.ZstdError) as error:
-            raise _Corrupt(f"corrupt {kind} data: {error}") from None
-        if self.position == 0:
-            raise _Corrupt(f"empty {kind} file (0 bytes)")
-        if in_stream:
-            raise _Corrupt(f"truncated {kind} file: the stream ends before its end marker")
-
-    def lines(self) -> Iterator[tuple[int, str]]:
-        """(range-relative 1-based line number, decoded line with its newline) pairs; bad ones reported."""
-        number = 0
-        offset = self.start - 1 if self.start else 0  # file offset of the next line's first byte
-        skip_first = bool(self.start)
-        pending: list[bytes] = []
-        try:
-            for chunk in self._chunks():
-                parts = chunk.split(b"\n")
-                if len(parts) == 1:
-                    pending.append(chunk)
-                    continue
-                parts[0] = b"".join([*pending, parts[0]])
-                tail = parts.pop()
-                pending = [tail] if tail else []
-                for part in parts:
-                    line = part + b"\n"
-                    if skip_first:  # the tail of the line before the range: the previous range's
-                        skip_first = False
-                        offset += len(line)
-                        continue
-                    if self.end is not None and offset >= self.end:
-                        return
-                    offset += len(line)
-                    number += 1
-                    decoded = self._decode(number, line)
-                    if decoded is not None:
-                        yield number, decoded
-        except _Corrupt as error:
-            self.report(number + 1, str(error))
-            return
-        last = b"".join(pending)
-        if last and not skip_first and (self.end is None or offset < self.end):
-            decoded = self._decode(number + 1, last)
-            if decoded is not None:
-                yield number + 1, decoded
-
-    def _decode(self, number: int, line: bytes) -> str | None:
-        if number == 1 and not self.start:
-            line = line.removeprefix(_UTF8_BOM)
-        try:
-            return line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            self.report(number, f"invalid UTF-8 (byte {error.start} of the line)")
-            return None
-
-
-class _Corrupt(Exception):
-    """A compressed stream that cannot be read to its end."""
-
-
-def _text_documents(lines: Iterator[tuple[int, str]], url: str, reader: _RawReader) -> Iterator[Document]:
+def _text_documents(lines: Iterator[tuple[int, str]], url: str, reader: LineReader) -> Iterator[Document]:
     paragraph: list[str] = []
     start = 0
     for number, line in lines:
@@ -360,7 +225,7 @@ def _field(record: Any, keys: list[str], text_field: str) -> tuple[Any, str | No
     return value, None
 
 
-def _jsonl_values(lines: Iterator[tuple[int, str]], reader: _RawReader) -> Iterator[tuple[int, Any]]:
+def _jsonl_values(lines: Iterator[tuple[int, str]], reader: LineReader) -> Iterator[tuple[int, Any]]:
     """`(line number, parsed JSON)` of each non-blank line; a malformed line is reported as a bad record."""
     for number, line in lines:
         if not line.strip():
@@ -374,7 +239,7 @@ def _jsonl_values(lines: Iterator[tuple[int, str]], reader: _RawReader) -> Itera
 
 
 def _jsonl_documents(
-    lines: Iterator[tuple[int, str]], url: str, text_field: str, reader: _RawReader
+    lines: Iterator[tuple[int, str]], url: str, text_field: str, reader: LineReader
 ) -> Iterator[Document]:
     keys = text_field.split(".")
     for number, record in _jsonl_values(lines, reader):
@@ -438,7 +303,7 @@ def read_file_records(
                 yield from batch.to_pylist()
         return
     with open_url(url, "rb") as raw:
-        reader = _RawReader(raw, url, bad, 0, None)
+        reader = LineReader(raw, url, bad, 0, None)
         if kind == "text":
             for document in _text_documents(reader.lines(), url, reader):
                 yield {"text": document.text}

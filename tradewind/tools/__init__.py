@@ -15,26 +15,19 @@ from tradewind.tools.cluster import (
 )
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import (
-    BadRecordReport,
-    DatasetInfo,
     DatasetList,
     DatasetReport,
     InspectDatasetRequest,
     ListDatasetsRequest,
-    TokenizeDatasetRequest,
-    TrainedTokenizer,
-    TrainTokenizerRequest,
     inspect_dataset,
     list_datasets,
-    tokenize_dataset,
-    train_tokenizer,
 )
+from tradewind.tools.launching import LaunchTrainingRequest, launch_training
 from tradewind.tools.logs import LogHint, LogPage, TailLogsRequest, tail_logs
 from tradewind.tools.metrics import Metrics, MetricsSummary, ReadMetricsRequest, Series, read_metrics
 from tradewind.tools.profiling import ProfileResult, ProfileRunRequest, profile_run
 from tradewind.tools.reports import ReportInfo, summarize_report
 from tradewind.tools.runs import (
-    LaunchTrainingRequest,
     ListRunsRequest,
     RunEntry,
     RunInfo,
@@ -45,11 +38,19 @@ from tradewind.tools.runs import (
     WaitForRunResult,
     cancel_run,
     get_run,
-    launch_training,
     list_runs,
     wait_for_run,
 )
 from tradewind.tools.sampling import SampleTextRequest, SampleTextResult, sample_text
+from tradewind.tools.tokenizing import (
+    BadRecordReport,
+    DatasetInfo,
+    TokenizeDatasetRequest,
+    TrainedTokenizer,
+    TrainTokenizerRequest,
+    tokenize_dataset,
+    train_tokenizer,
+)
 
 # The order agents see them in: the loop from text to report.
 TOOLS = (

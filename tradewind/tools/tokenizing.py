@@ -1,0 +1,283 @@
+"""Tools that turn text into token caches and tokenizers: `tokenize_dataset` and `train_tokenizer`.
+
+`TokenizeDatasetRequest` is the data layer's `TokenizeConfig` plus what only a call has (the input as the
+user wrote it, the tokenizer's name, the worker count): its options are declared once, in
+`tradewind/data/tokenize_config.py`, and the dataset id is the data layer's `cache_id`. Both tools read their
+input the same way (`_input_sources`): a workspace file, folder or glob, or a built-in corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tradewind.cluster import get_task_runner
+from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
+from tradewind.core.workspace import check_path_text
+from tradewind.data import (
+    BUILTIN_CORPORA,
+    GLOB_CHARS,
+    BadRecords,
+    CacheManifest,
+    Format,
+    SourceFile,
+    TokenizeConfig,
+    build_token_cache,
+    builtin_corpus_path,
+    cache_id,
+    load_tokenizer,
+    open_token_cache,
+    source_files,
+)
+from tradewind.data import (
+    train_tokenizer as train_bpe_on_files,
+)
+from tradewind.tools.bounds import cut, cut_path
+from tradewind.tools.context import Progress, ToolContext, no_progress
+
+BUILTIN_PREFIX = "builtin:"
+TOKENIZERS_DIR = "tokenizers"
+MANIFEST = "manifest.json"  # its presence marks a finished token cache
+MAX_FILES_SHOWN = 20  # input files named in one result (a dataset may have thousands)
+BUILTINS = ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
+_INPUT_HELP = (
+    "A text, JSONL or Parquet file (.gz/.zst too), a folder of them or a glob ('data/*.jsonl.gz'), in the "
+    f"workspace or an allowed root; or {BUILTINS}."
+)
+
+
+class BadRecordReport(BaseModel):
+    skipped: int = Field(description="Bad input records skipped: malformed JSON, missing/non-string text, bad UTF-8.")
+    files: int = Field(description="Input files with skipped records.")
+    per_file: dict[str, int] = Field(
+        description=f"Skipped records by file, for the {MAX_FILES_SHOWN} files with the most."
+    )
+    examples: list[str] = Field(description="The first few, each 'file:line: reason', cut to 300 characters.")
+
+    @classmethod
+    def of(cls, bad: BadRecords) -> BadRecordReport:
+        most = sorted(bad.per_file.items(), key=lambda item: item[1], reverse=True)[:MAX_FILES_SHOWN]
+        per_file: dict[str, int] = {}
+        for file, count in most:  # two long paths may end alike once cut: count them together
+            per_file[cut_path(file)] = per_file.get(cut_path(file), 0) + count
+        return cls(
+            skipped=bad.skipped,
+            files=len(bad.per_file),
+            per_file=per_file,
+            examples=[cut(example) for example in bad.examples],
+        )
+
+
+class _TokenizeSource(BaseModel):
+    """What to tokenize, as the user names it; the first fields of `TokenizeDatasetRequest`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str = Field(description=_INPUT_HELP)
+    tokenizer: str = Field(
+        default="byte",
+        description="'byte' (built in), a tokenizer.json path (e.g. from train_tokenizer), or 'hf:<name>' when "
+        "the Hugging Face Hub is reachable.",
+    )
+
+
+class TokenizeDatasetRequest(TokenizeConfig, _TokenizeSource):
+    # The bases' fields come in reverse order of the bases: input and tokenizer first, then the options.
+    workers: int | None = Field(
+        default=None, ge=1, le=256, description="Worker processes for tokenization; default: one per CPU."
+    )
+
+
+class DatasetInfo(BaseModel):
+    dataset_id: str = Field(description="Pass this to launch_training.")
+    path: str
+    reused: bool = Field(description="True when an identical cache existed and nothing was rebuilt.")
+    tokenizer: str
+    vocab_size: int
+    dtype: str
+    documents: dict[str, int] = Field(description="Documents per split.")
+    tokens: dict[str, int] = Field(description="Tokens per split, BOS/EOS included.")
+    shards: int = Field(description="Shards the cache was built in.")
+    bad_records: BadRecordReport
+
+
+def builtin_corpus_file(value: str, argument: str) -> Path:
+    """The packaged file of the built-in corpus `value` (`builtin:NAME`)."""
+    name = value.removeprefix(BUILTIN_PREFIX)
+    if name not in BUILTIN_CORPORA:
+        raise NotFoundError(f"argument {argument!r}: {value!r} is not a built-in corpus; built-in corpora: {BUILTINS}")
+    return builtin_corpus_path(name)
+
+
+def _resolve_input(ctx: ToolContext, value: str) -> str:
+    """A built-in corpus's file, or the workspace path (or glob) that `value` names."""
+    check_path_text(value, "input")
+    if value.startswith(BUILTIN_PREFIX):
+        return str(builtin_corpus_file(value, "input"))
+    if not any(char in value for char in GLOB_CHARS):
+        return str(ctx.workspace.resolve_path(value, argument="input"))
+    # A glob: the folder before its first wildcard must be allowed; the pattern may not climb out of it.
+    head, _, _ = value.partition(next(char for char in value if char in GLOB_CHARS))
+    folder, pattern = (value[: head.rindex("/")], value[head.rindex("/") + 1 :]) if "/" in head else (".", value)
+    if ".." in Path(pattern).parts:
+        raise InvalidInputError(f"argument 'input': the glob {value!r} may not contain '..' after its folder")
+    return str(ctx.workspace.resolve_path(folder or "/", argument="input") / pattern)
+
+
+def _input_sources(ctx: ToolContext, value: str) -> list[SourceFile]:
+    """The files `value` stands for (see `_resolve_input`), listed once: what the cache or tokenizer id is taken
+    of and what is read. Refuses a folder or glob that reaches a file through an escaping symlink, or that would
+    read workspace internals (the job database and logs in `jobs/`, token-cache files in `datasets/`)."""
+    sources = source_files([_resolve_input(ctx, value)])
+    if not value.startswith(BUILTIN_PREFIX):
+        for source in sources:
+            internal = ctx.workspace.internal_input(ctx.workspace.resolve_path(source.path, argument="input"))
+            if internal is not None:
+                raise InvalidInputError(
+                    f"argument 'input': {value!r} is refused because it would read workspace internals: {internal}; "
+                    "workspace internals are never an input: name your text files, or a folder or glob of only them"
+                )
+    return sources
+
+
+def _resolve_tokenizer(ctx: ToolContext, value: str) -> str:
+    if value == "byte" or value.startswith("hf:"):
+        return value
+    return str(ctx.workspace.resolve_path(value, argument="tokenizer"))
+
+
+def _tokenizer_dir(ctx: ToolContext, tokenizer_id: str) -> Path:
+    """`<workspace>/tokenizers/<tokenizer_id>`, refused if a symlink leads it out of the workspace."""
+    folder = ctx.workspace.root / TOKENIZERS_DIR / tokenizer_id
+    target = folder.resolve()
+    if not target.is_relative_to(ctx.workspace.root):
+        raise PathEscapeError(
+            f"argument 'input': the tokenizer folder {folder} is refused because it is a symlink that leads to "
+            f"{target}, outside the workspace; remove the link"
+        )
+    return folder
+
+
+def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest) -> DatasetInfo:
+    return DatasetInfo(
+        dataset_id=dataset_id,
+        path=str(path),
+        reused=reused,
+        tokenizer=manifest.tokenizer.name,
+        vocab_size=manifest.tokenizer.vocab_size,
+        dtype=manifest.dtype,
+        documents={split: stats.documents for split, stats in manifest.splits.items()},
+        tokens={split: stats.tokens for split, stats in manifest.splits.items()},
+        shards=len(manifest.splits["train"].shards),
+        bad_records=BadRecordReport.of(manifest.bad_records),
+    )
+
+
+def tokenize_dataset(
+    ctx: ToolContext, request: TokenizeDatasetRequest, progress: Progress = no_progress
+) -> DatasetInfo:
+    """Tokenize text, JSONL or Parquet files into a token cache; returns its dataset id. Use it before
+    training on your own files; an unchanged request reuses the finished cache.
+
+    The cache is reused when the input files, tokenizer and options are unchanged, and an interrupted
+    build resumes where it stopped. Runs in parallel worker processes; takes seconds per
+    megabyte of text per worker and reports progress in input bytes. Bad records are skipped and
+    reported (set strict to fail instead).
+    """
+    sources = _input_sources(ctx, request.input)
+    tokenizer = load_tokenizer(_resolve_tokenizer(ctx, request.tokenizer))
+    dataset_id = cache_id(sources, tokenizer, request)
+    out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
+    if (out_dir / MANIFEST).exists():
+        return _info(dataset_id, out_dir, True, open_token_cache(out_dir).manifest)
+    manifest = build_token_cache(
+        sources,
+        out_dir,
+        tokenizer,
+        request,
+        runner=get_task_runner("local", workers=request.workers or os.cpu_count() or 1),
+        exist_ok=True,  # another call may finish the same cache first; then it is reused
+        progress=lambda done, total: progress(done, total, "input bytes tokenized"),
+    )
+    return _info(dataset_id, out_dir, False, manifest)
+
+
+class TrainTokenizerRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input: str = Field(description=_INPUT_HELP)
+    vocab_size: int = Field(
+        default=32_000, ge=258, le=1_000_000, description="Vocabulary size, including the EOS and BOS tokens."
+    )
+    format: Format = Field(default="auto", description="Input format, as in tokenize_dataset.")
+    text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted for nested fields.")
+    max_documents: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="Train on at most this many documents (the first ones); default: all.",
+    )
+    min_frequency: int = Field(
+        default=2,
+        ge=1,
+        le=1_000_000,
+        description="Fewest occurrences for a pair of tokens to be merged.",
+    )
+
+
+class TrainedTokenizer(BaseModel):
+    tokenizer: str = Field(description="Path of the tokenizer.json; pass it as 'tokenizer' to tokenize_dataset.")
+    reused: bool = Field(description="True when the same request had trained it before.")
+    vocab_size: int = Field(description="Vocabulary reached; below the request when the text has too few pairs.")
+    eos_id: int
+    bos_id: int | None
+    fingerprint: str
+    bad_records: BadRecordReport
+
+
+def train_tokenizer(
+    ctx: ToolContext, request: TrainTokenizerRequest, progress: Progress = no_progress
+) -> TrainedTokenizer:
+    """Train a byte-level BPE tokenizer on text files; returns its path. Use it when the byte tokenizer
+    makes sequences too long, then pass the path to tokenize_dataset.
+
+    EOS is '<|endoftext|>' (id 0) and BOS
+    '<|begin_of_text|>' (id 1). The same request reuses the tokenizer it trained before. Takes about a
+    second per megabyte of text.
+    """
+    sources = _input_sources(ctx, request.input)
+    key = {
+        "sources": [source.model_dump() for source in sources],
+        "options": request.model_dump(exclude={"input"}),
+    }
+    tokenizer_id = "tok-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = _tokenizer_dir(ctx, tokenizer_id) / "tokenizer.json"
+    reused = path.exists()
+    bad = BadRecords()
+    if reused:
+        tokenizer = load_tokenizer(str(path))
+    else:
+        tokenizer = train_bpe_on_files(
+            [source.path for source in sources],
+            path,
+            request.vocab_size,
+            format=request.format,
+            text_field=request.text_field,
+            max_documents=request.max_documents,
+            min_frequency=request.min_frequency,
+            bad_records=bad,
+            progress=lambda done, total: progress(done, total, "input bytes read"),
+        )
+    return TrainedTokenizer(
+        tokenizer=str(path),
+        reused=reused,
+        vocab_size=tokenizer.vocab_size,
+        eos_id=tokenizer.eos_id,
+        bos_id=tokenizer.bos_id,
+        fingerprint=tokenizer.fingerprint,
+        bad_records=BadRecordReport.of(bad),
+    )
