@@ -1,13 +1,14 @@
 """Fixtures shared across the suite: a workspace with a small real corpus and one finished tiny run."""
 
 import itertools
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tradewind.data import builtin_corpus_path, read_documents
+from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer, read_documents
 from tradewind.tools import (
     LaunchTrainingRequest,
     TokenizeDatasetRequest,
@@ -91,6 +92,41 @@ def finished_run(ctx, dataset_id):
     done = wait_for_run(ctx, WaitForRunRequest(run_id=run.run_id, timeout_s=240))
     assert done.status == "SUCCEEDED", done.log_tail
     return done
+
+
+@pytest.fixture
+def workspace(tmp_path, small_corpus) -> ToolContext:
+    context = ToolContext.open(tmp_path / "ws")
+    shutil.copy(small_corpus, context.workspace.root / "corpus.txt")
+    folder = context.workspace.root / "jsonl"
+    folder.mkdir()
+    for part in range(2):
+        rows = [json.dumps({"meta": {"body": f"part {part} document {i} " + "la " * i}}) for i in range(200)]
+        rows.insert(5, "not json")
+        (folder / f"p{part}.jsonl").write_text("\n".join(rows) + "\n")
+    return context
+
+
+@pytest.fixture(scope="session")
+def trained_ctx(tmp_path_factory, small_corpus):
+    """A workspace with one finished 10-step run, `r1`, of a tiny byte-level model."""
+    from tradewind.trainer import TrainConfig, train  # here, not at the top: train loads JAX
+
+    ctx = ToolContext.open(tmp_path_factory.mktemp("sampling") / "workspace")
+    cache = ctx.workspace.root / "datasets" / "tiny"
+    build_token_cache([small_corpus], cache, load_tokenizer("byte"))
+    config = TrainConfig(
+        dataset=str(cache),
+        model={"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64},
+        steps=10,
+        batch_size=8,
+        seq_len=32,
+        eval_every=10,
+        eval_batches=1,
+        tensorboard=False,
+    )
+    train(config, ctx.workspace.run_dir("r1", must_exist=False))
+    return ctx
 
 
 @pytest.fixture(scope="session")

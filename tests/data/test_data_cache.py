@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from data_helpers import PARAGRAPHS
 
 from tradewind.cluster import get_task_runner
-from tradewind.core import InvalidInputError, NotFoundError
+from tradewind.core import InvalidInputError
 from tradewind.data import (
     ByteTokenizer,
     PackedLoader,
@@ -19,9 +20,6 @@ from tradewind.data import (
     open_token_cache,
     source_files,
 )
-
-# More than one tokenizer batch (1,000 documents), so batch boundaries are crossed.
-PARAGRAPHS = [f"Paragraph {i}: {'é' * (i % 4)}{'word ' * (i % 7)}end." for i in range(2_500)]
 
 
 class WideTokenizer:
@@ -43,22 +41,6 @@ class WideTokenizer:
 def is_val(text, fraction):
     # Written out again here, from the documented rule, so that the test checks the cache against it.
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") / 2**64 < fraction
-
-
-@pytest.fixture
-def corpus(tmp_path) -> Path:
-    path = tmp_path / "inputs" / "corpus.txt"
-    path.parent.mkdir()
-    path.write_text("\n\n".join(PARAGRAPHS) + "\n")
-    return path
-
-
-@pytest.fixture
-def jsonl_corpus(tmp_path) -> Path:
-    path = tmp_path / "inputs" / "corpus.jsonl"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text("".join(json.dumps({"text": p}) + "\n" for p in PARAGRAPHS))
-    return path
 
 
 def decoded_documents(cache, split, tokenizer):
@@ -154,24 +136,6 @@ def test_large_vocabularies_are_stored_as_uint32(tmp_path, corpus):
     cache.verify()
 
 
-def test_cache_tokens_are_read_only(tmp_path, corpus):
-    build_token_cache([corpus], tmp_path / "cache", ByteTokenizer())
-
-    with pytest.raises(ValueError):
-        open_token_cache(tmp_path / "cache").tokens("train")[0] = 1
-
-
-def test_verify_catches_one_flipped_byte(tmp_path, corpus):
-    build_token_cache([corpus], tmp_path / "cache", ByteTokenizer())
-    tokens_bin = tmp_path / "cache" / "val" / "shard-00000.bin"
-    data = bytearray(tokens_bin.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    tokens_bin.write_bytes(bytes(data))
-
-    with pytest.raises(InvalidInputError, match=r"val/shard-00000.bin: sha256 is"):
-        open_token_cache(tmp_path / "cache").verify()
-
-
 def test_two_builds_of_the_same_inputs_are_byte_identical(tmp_path, corpus):
     build_token_cache([corpus], tmp_path / "one", ByteTokenizer())
     build_token_cache([corpus.parent], tmp_path / "two", ByteTokenizer())
@@ -189,16 +153,6 @@ def test_a_document_stays_in_its_split_when_other_documents_are_added(tmp_path, 
     full_val = decoded_documents(open_token_cache(tmp_path / "full"), "val", ByteTokenizer())
 
     assert small_val and full_val[: len(small_val)] == small_val
-
-
-def test_progress_rises_to_the_total_input_size(tmp_path, jsonl_corpus):
-    calls = []
-
-    build_token_cache(
-        [jsonl_corpus], tmp_path / "cache", ByteTokenizer(), shard_bytes=20_000, progress=lambda d, t: calls.append(d)
-    )
-
-    assert calls == sorted(calls) and calls[-1] == jsonl_corpus.stat().st_size
 
 
 def test_the_cache_id_changes_with_inputs_tokenizer_and_options_only(tmp_path, corpus):
@@ -361,28 +315,6 @@ def test_an_empty_split_is_an_error_that_says_how_many_documents_there_were(tmp_
 def test_val_fraction_outside_zero_to_one_is_refused(tmp_path, corpus, val_fraction):
     with pytest.raises(InvalidInputError, match="val_fraction"):
         build_token_cache([corpus], tmp_path / "cache", ByteTokenizer(), val_fraction=val_fraction)
-
-
-def test_opening_an_unfinished_cache_says_the_manifest_is_missing(tmp_path):
-    (tmp_path / "cache" / "train").mkdir(parents=True)
-
-    with pytest.raises(NotFoundError, match=r"no token cache at .*manifest.json missing"):
-        open_token_cache(tmp_path / "cache")
-
-
-def test_a_cache_of_an_older_format_asks_to_be_rebuilt(tmp_path):
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "manifest.json").write_text(json.dumps({"format_version": 1}))
-
-    with pytest.raises(InvalidInputError, match="format_version 1, this Tradewind reads 2; rebuild the cache"):
-        open_token_cache(tmp_path / "cache")
-
-
-def test_unknown_split_lists_the_splits_there_are(tmp_path, corpus):
-    build_token_cache([corpus], tmp_path / "cache", ByteTokenizer())
-
-    with pytest.raises(NotFoundError, match="no split 'test'; it has train, val"):
-        open_token_cache(tmp_path / "cache").tokens("test")
 
 
 def test_packed_loader_reads_windows_of_a_sharded_cache_split(tmp_path, jsonl_corpus):

@@ -7,8 +7,6 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
-from tradewind.cli import build_parser
-from tradewind.commands import context
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
 from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import (
@@ -164,12 +162,3 @@ def test_a_pipeline_under_an_allow_code_root_is_accepted(ctx, tmp_path):
     assert [(s.name, s.action) for s in plan.steps] == [("only", "run")]
     with pytest.raises(NotFoundError, match="argument 'pipeline': no file"):
         run_pipeline(ctx, RunPipelineRequest(pipeline=str(code / "missing.py")))
-
-
-def test_allow_code_is_a_repeatable_command_line_grant_apart_from_allow_path(tmp_path):
-    grants = ["--allow-path", str(tmp_path / "in")]
-    grants += ["--allow-code", str(tmp_path / "a"), "--allow-code", str(tmp_path / "b")]
-    args = build_parser().parse_args(["runs", "list", "--workspace", str(tmp_path / "ws"), *grants])
-    workspace = context(args).workspace
-    assert workspace.code_roots == ((tmp_path / "a").resolve(), (tmp_path / "b").resolve())
-    assert workspace.allowed_roots == ((tmp_path / "in").resolve(),)

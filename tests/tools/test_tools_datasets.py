@@ -1,91 +1,22 @@
 """The dataset tools through their Python API, on fresh workspaces."""
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
-from mcp import Client
-from mcp.server.mcpserver import MCPServer
 
-from tradewind.cli import main
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
-from tradewind.data import TokenizeConfig, cache_id, load_tokenizer, open_token_cache, source_files
-from tradewind.server.adapter import as_mcp_tool
+from tradewind.data import open_token_cache
 from tradewind.tools import (
     InspectDatasetRequest,
     ListDatasetsRequest,
     TokenizeDatasetRequest,
     ToolContext,
-    TrainTokenizerRequest,
     inspect_dataset,
     list_datasets,
     tokenize_dataset,
-    train_tokenizer,
 )
 from tradewind.tools.datasets import resolve_dataset
-
-
-@pytest.fixture
-def workspace(tmp_path, small_corpus) -> ToolContext:
-    context = ToolContext.open(tmp_path / "ws")
-    shutil.copy(small_corpus, context.workspace.root / "corpus.txt")
-    folder = context.workspace.root / "jsonl"
-    folder.mkdir()
-    for part in range(2):
-        rows = [json.dumps({"meta": {"body": f"part {part} document {i} " + "la " * i}}) for i in range(200)]
-        rows.insert(5, "not json")
-        (folder / f"p{part}.jsonl").write_text("\n".join(rows) + "\n")
-    return context
-
-
-def test_tokenize_dataset_reuses_the_cache_for_the_same_inputs_tokenizer_and_options(workspace):
-    calls = []
-    first = tokenize_dataset(
-        workspace, TokenizeDatasetRequest(input="corpus.txt"), lambda d, t, m: calls.append((d, t, m))
-    )
-    again = tokenize_dataset(workspace, TokenizeDatasetRequest(input="corpus.txt", workers=2))
-    other = tokenize_dataset(workspace, TokenizeDatasetRequest(input="corpus.txt", val_fraction=0.2))
-
-    assert (first.reused, again.reused, other.reused) == (False, True, False)
-    assert first.dataset_id == again.dataset_id != other.dataset_id
-    assert first.documents["train"] + first.documents["val"] == 600 and first.shards == 1
-    assert calls[-1] == (calls[-1][1], calls[-1][1], "input bytes tokenized")
-
-
-def test_tokenize_dataset_reads_a_glob_of_jsonl_and_reports_skipped_records(workspace):
-    info = tokenize_dataset(workspace, TokenizeDatasetRequest(input="jsonl/*.jsonl", text_field="meta.body", workers=2))
-
-    root = workspace.workspace.root
-    assert info.documents["train"] + info.documents["val"] == 400 and info.shards == 2
-    assert info.bad_records.skipped == 2
-    assert info.bad_records.per_file == {str(root / "jsonl" / "p0.jsonl"): 1, str(root / "jsonl" / "p1.jsonl"): 1}
-    assert info.bad_records.examples[0].startswith(f"{root / 'jsonl' / 'p0.jsonl'}:6: malformed JSON")
-    with pytest.raises(InvalidInputError, match=r"p0\.jsonl:6: malformed JSON"):
-        tokenize_dataset(workspace, TokenizeDatasetRequest(input="jsonl/*.jsonl", text_field="meta.body", strict=True))
-
-
-def test_a_glob_may_not_climb_out_of_the_workspace(workspace):
-    with pytest.raises(PathEscapeError, match="argument 'input'"):
-        tokenize_dataset(workspace, TokenizeDatasetRequest(input="../../*.txt"))
-    with pytest.raises(InvalidInputError, match=r"may not contain '\.\.'"):
-        tokenize_dataset(workspace, TokenizeDatasetRequest(input="jsonl/*/../../../x"))
-
-
-def test_train_tokenizer_then_tokenize_with_it_records_its_fingerprint_and_bos(workspace):
-    trained = train_tokenizer(workspace, TrainTokenizerRequest(input="corpus.txt", vocab_size=400))
-    again = train_tokenizer(workspace, TrainTokenizerRequest(input="corpus.txt", vocab_size=400))
-    info = tokenize_dataset(
-        workspace, TokenizeDatasetRequest(input="corpus.txt", tokenizer=trained.tokenizer, prepend_bos=True)
-    )
-
-    assert (trained.reused, again.reused) == (False, True) and trained.tokenizer == again.tokenizer
-    assert trained.vocab_size == 400 and (trained.eos_id, trained.bos_id) == (0, 1)
-    manifest = open_token_cache(info.path).manifest
-    assert manifest.tokenizer.fingerprint == trained.fingerprint and manifest.prepend_bos is True
-    assert info.vocab_size == 400 and info.dtype == "uint16"
-    byte_tokens = tokenize_dataset(workspace, TokenizeDatasetRequest(input="corpus.txt")).tokens["train"]
-    assert info.tokens["train"] < byte_tokens * 0.7  # merges shorten the stream even at 400 tokens
 
 
 def test_inspect_dataset_shows_counts_histogram_samples_and_bad_records(workspace):
@@ -120,69 +51,6 @@ def test_list_datasets_lists_finished_caches_newest_first_and_skips_unfinished_o
     assert by_id[one.dataset_id].documents == 600 and by_id[one.dataset_id].tokenizer == "byte"
     assert [d.created for d in listed.datasets] == sorted((d.created for d in listed.datasets), reverse=True)
     assert len(list_datasets(workspace, ListDatasetsRequest(limit=1)).datasets) == 1
-
-
-def test_the_dataset_id_is_the_cache_id_of_the_files_the_tokenizer_and_the_tokenize_config(workspace):
-    request = TokenizeDatasetRequest(input="corpus.txt", val_fraction=0.2, prepend_bos=True, workers=1)
-    info = tokenize_dataset(workspace, request)
-
-    sources = source_files([workspace.workspace.root / "corpus.txt"])
-    config = TokenizeConfig(val_fraction=0.2, prepend_bos=True)
-    assert info.dataset_id == cache_id(sources, load_tokenizer("byte"), config)
-
-
-@pytest.mark.anyio
-async def test_every_tokenize_config_field_is_a_tool_argument_and_a_cli_option(workspace, capsys):
-    server = MCPServer(name="dataset-tools")
-    server.add_tool(as_mcp_tool(tokenize_dataset, workspace), name="tokenize_dataset", structured_output=True)
-    async with Client(server) as client:
-        (tool,) = (await client.list_tools()).tools
-    with pytest.raises(SystemExit):
-        main(["tokenize", "--help"])
-    shown = capsys.readouterr().out
-
-    assert set(TokenizeConfig.model_fields) <= set(tool.input_schema["properties"])
-    for name in TokenizeConfig.model_fields:
-        option = "--" + name.replace("_", "-")
-        assert option in shown or "--no-" + option[2:] in shown, name
-
-
-def test_cli_tokenize_options_make_the_dataset_the_tool_makes_and_keep_the_old_no_eos(workspace, capsys):
-    common = ["--workspace", str(workspace.workspace.root), "--log-level", "WARNING"]
-    assert main(["tokenize", "corpus.txt", "--no-eos", "--val-fraction", "0.2", "--workers", "1", *common]) == 0
-    by_cli = json.loads(capsys.readouterr().out)
-
-    again = TokenizeDatasetRequest(input="corpus.txt", append_eos=False, val_fraction=0.2)
-    assert tokenize_dataset(workspace, again).model_dump() == {**by_cli, "reused": True}
-    assert open_token_cache(by_cli["path"]).manifest.append_eos is False
-
-
-def test_cli_train_tokenizer_tokenize_and_inspect_run_end_to_end(workspace, capsys):
-    common = ["--workspace", str(workspace.workspace.root), "--log-level", "WARNING"]
-    assert main(["train-tokenizer", "corpus.txt", "--vocab-size", "300", *common]) == 0
-    tokenizer = json.loads(capsys.readouterr().out)["tokenizer"]
-    assert main(["tokenize", "corpus.txt", "--tokenizer", tokenizer, "--workers", "1", *common]) == 0
-    info = json.loads(capsys.readouterr().out)
-    assert main(["inspect", info["dataset_id"], "--samples", "1", *common]) == 0
-    shown = capsys.readouterr().out
-
-    assert info["vocab_size"] == 300 and info["documents"]["train"] + info["documents"]["val"] == 600
-    assert f"dataset {info['dataset_id']}" in shown and "--- document 0" in shown
-    assert main(["tokenize", "corpus.txt", "--workers", "0", *common]) == 2
-    assert "workers: Input should be greater than or equal to 1" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("argument", ["linked", "linked/*.txt"])
-def test_a_folder_or_glob_that_reaches_outside_through_a_symlink_is_refused(workspace, tmp_path, argument):
-    outside = tmp_path / "outside.txt"
-    outside.write_text("secret paragraph\n")
-    folder = workspace.workspace.root / "linked"
-    folder.mkdir()
-    (folder / "fine.txt").write_text("a paragraph\n")
-    (folder / "leak.txt").symlink_to(outside)
-
-    with pytest.raises(PathEscapeError, match="symlink that leads outside"):
-        tokenize_dataset(workspace, TokenizeDatasetRequest(input=argument))
 
 
 @pytest.fixture

@@ -11,32 +11,10 @@ from mcp.server.mcpserver import MCPServer
 from tradewind.cli import main
 from tradewind.cluster import JobStatus
 from tradewind.core import NotFoundError, TradewindError
-from tradewind.data import build_token_cache, load_tokenizer
 from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import ToolContext
 from tradewind.tools.sampling import SampleTextRequest, sample_text
-from tradewind.trainer import TrainConfig, train
 from tradewind.trainer.jobs import SAMPLE_CALLABLE, SampleJob, SampleOptions
-
-
-@pytest.fixture(scope="module")
-def trained_ctx(tmp_path_factory, small_corpus):
-    """A workspace with one finished 10-step run, `r1`, of a tiny byte-level model."""
-    ctx = ToolContext.open(tmp_path_factory.mktemp("sampling") / "workspace")
-    cache = ctx.workspace.root / "datasets" / "tiny"
-    build_token_cache([small_corpus], cache, load_tokenizer("byte"))
-    config = TrainConfig(
-        dataset=str(cache),
-        model={"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64},
-        steps=10,
-        batch_size=8,
-        seq_len=32,
-        eval_every=10,
-        eval_batches=1,
-        tensorboard=False,
-    )
-    train(config, ctx.workspace.run_dir("r1", must_exist=False))
-    return ctx
 
 
 @pytest.mark.slow
@@ -108,17 +86,3 @@ def test_every_sampling_option_is_a_cli_option_of_tradewind_sample(capsys):
     assert "run_id" in shown
     for name in [*SampleOptions.model_fields, "timeout_s"]:
         assert "--" + name.replace("_", "-") in shown, name
-
-
-@pytest.mark.slow
-def test_tradewind_sample_prints_what_sample_text_returns_for_the_same_options(trained_ctx, capsys):
-    options = ["--prompt", "KING:", "--max-tokens", "6", "--temperature", "0.7", "--top-k", "20", "--seed", "5"]
-    common = ["--workspace", str(trained_ctx.workspace.root), "--log-level", "WARNING"]
-    assert main(["sample", "r1", *options, "--json", *common]) == 0
-    by_cli = json.loads(capsys.readouterr().out)
-
-    request = SampleTextRequest(run_id="r1", prompt="KING:", max_tokens=6, temperature=0.7, top_k=20, seed=5)
-    by_tool = sample_text(trained_ctx, request)
-    assert (by_cli["text"], by_cli["tokens"], by_cli["step"]) == (by_tool.text, 6, 10)
-    assert main(["sample", "r1", "--top-p", "0", *common]) == 2
-    assert "top_p" in capsys.readouterr().err

@@ -121,26 +121,6 @@ def test_grouped_query_attention_shrinks_the_key_and_value_projections():
         model_config(n_heads=4, n_kv_heads=3)
 
 
-def test_presets_fill_the_shape_and_explicit_fields_override_them():
-    config = model_config(preset="llama-1b", n_layers=2)
-    assert (config.d_model, config.n_layers, config.n_kv_heads, config.d_ff) == (2048, 2, 8, 8192)
-    assert model_config(preset="gpt2-small").type == "gpt2"
-    with pytest.raises(ValueError, match="unknown preset 'huge'"):
-        model_config(preset="huge")
-
-
-@pytest.mark.parametrize(("preset", "low", "high"), [("nano", 0.5e6, 2e6), ("llama-1b", 0.9e9, 1.3e9)])
-def test_presets_span_about_a_million_to_a_billion_parameters(preset, low, high):
-    vocab = 258 if preset == "nano" else 32_000
-    assert low <= model_config(preset=preset, vocab_size=vocab).count_params() <= high
-
-
-def test_flops_per_token_is_six_times_matmul_weights_plus_the_attention_term():
-    config = model_config(vocab_size=100, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
-    matmul = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128) + 64 * 100
-    assert config.flops_per_token(seq_len=256) == 6 * matmul + 12 * 2 * 64 * 256
-
-
 def test_peak_flops_come_from_the_table_for_accelerators_and_an_estimate_for_cpus():
     assert peak_flops("NVIDIA H100 80GB HBM3", 16)[0] == 989e12
     assert peak_flops("TPU v5 lite", 1)[0] == 197e12

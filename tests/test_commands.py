@@ -1,0 +1,60 @@
+"""The data and run commands of the `tradewind` CLI: each prints what its tool returns for the same options,
+and `--allow-path` / `--allow-code` become the workspace's grants."""
+
+import json
+
+import pytest
+
+from tradewind.cli import build_parser, main
+from tradewind.commands import context
+from tradewind.data import open_token_cache
+from tradewind.tools import TokenizeDatasetRequest, tokenize_dataset
+from tradewind.tools.sampling import SampleTextRequest, sample_text
+
+
+def test_cli_tokenize_options_make_the_dataset_the_tool_makes_and_keep_the_old_no_eos(workspace, capsys):
+    common = ["--workspace", str(workspace.workspace.root), "--log-level", "WARNING"]
+    assert main(["tokenize", "corpus.txt", "--no-eos", "--val-fraction", "0.2", "--workers", "1", *common]) == 0
+    by_cli = json.loads(capsys.readouterr().out)
+
+    again = TokenizeDatasetRequest(input="corpus.txt", append_eos=False, val_fraction=0.2)
+    assert tokenize_dataset(workspace, again).model_dump() == {**by_cli, "reused": True}
+    assert open_token_cache(by_cli["path"]).manifest.append_eos is False
+
+
+def test_cli_train_tokenizer_tokenize_and_inspect_run_end_to_end(workspace, capsys):
+    common = ["--workspace", str(workspace.workspace.root), "--log-level", "WARNING"]
+    assert main(["train-tokenizer", "corpus.txt", "--vocab-size", "300", *common]) == 0
+    tokenizer = json.loads(capsys.readouterr().out)["tokenizer"]
+    assert main(["tokenize", "corpus.txt", "--tokenizer", tokenizer, "--workers", "1", *common]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert main(["inspect", info["dataset_id"], "--samples", "1", *common]) == 0
+    shown = capsys.readouterr().out
+
+    assert info["vocab_size"] == 300 and info["documents"]["train"] + info["documents"]["val"] == 600
+    assert f"dataset {info['dataset_id']}" in shown and "--- document 0" in shown
+    assert main(["tokenize", "corpus.txt", "--workers", "0", *common]) == 2
+    assert "workers: Input should be greater than or equal to 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_tradewind_sample_prints_what_sample_text_returns_for_the_same_options(trained_ctx, capsys):
+    options = ["--prompt", "KING:", "--max-tokens", "6", "--temperature", "0.7", "--top-k", "20", "--seed", "5"]
+    common = ["--workspace", str(trained_ctx.workspace.root), "--log-level", "WARNING"]
+    assert main(["sample", "r1", *options, "--json", *common]) == 0
+    by_cli = json.loads(capsys.readouterr().out)
+
+    request = SampleTextRequest(run_id="r1", prompt="KING:", max_tokens=6, temperature=0.7, top_k=20, seed=5)
+    by_tool = sample_text(trained_ctx, request)
+    assert (by_cli["text"], by_cli["tokens"], by_cli["step"]) == (by_tool.text, 6, 10)
+    assert main(["sample", "r1", "--top-p", "0", *common]) == 2
+    assert "top_p" in capsys.readouterr().err
+
+
+def test_allow_code_is_a_repeatable_command_line_grant_apart_from_allow_path(tmp_path):
+    grants = ["--allow-path", str(tmp_path / "in")]
+    grants += ["--allow-code", str(tmp_path / "a"), "--allow-code", str(tmp_path / "b")]
+    args = build_parser().parse_args(["runs", "list", "--workspace", str(tmp_path / "ws"), *grants])
+    workspace = context(args).workspace
+    assert workspace.code_roots == ((tmp_path / "a").resolve(), (tmp_path / "b").resolve())
+    assert workspace.allowed_roots == ((tmp_path / "in").resolve(),)
