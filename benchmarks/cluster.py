@@ -5,8 +5,11 @@ Command:
     .venv/bin/python benchmarks/cluster.py --no-ray   # local backend only
 
 Measures, on a fresh workspace in a temporary folder:
-- submit-to-running latency of an empty job (`true`) on the local backend: the median over 20 jobs of
-  `started_at - submitted_at` as the backend records them (supervisor start, ledger admission, fork);
+- submit-to-running latency of an empty job (`true`) on the local backend, as a server sees it: the
+  median over 20 jobs of `started_at - submitted_at` as the backend records them (ledger admission,
+  hand-over to the warm spare supervisor, its claim, the fork, the RUNNING write). The backend has run
+  one job first (a backend's first job waits for a supervisor's Python start; printed apart) and each
+  job is submitted 0.5 s after the last one ended, the time a spare needs to load on a busy machine;
 - the throughput of 200 tiny jobs submitted at once (the ledger queues what does not fit the machine's
   CPUs), from the first submission to the last job finished;
 - submit-to-running latency of an empty job on a local Ray head (`$RAY_ADDRESS`, else one this script
@@ -15,8 +18,9 @@ Measures, on a fresh workspace in a temporary folder:
   unknown TPU type), median over 10 calls each, on a cached dataset: the issue asks for under 2 s.
 
 Prints readable lines, then one JSON line: value = the local median latency in seconds, baseline = the
-median start of a bare `python -c pass` (the supervisor is a Python process, so that is the floor),
-ratio = baseline / value (higher is better; 1.0 would mean admission and bookkeeping cost nothing).
+median start of a bare `python -c pass` (what a supervisor started for the job would cost at least; the
+issue asks for the latency within 3x of it), ratio = baseline / value (higher is better; above 1 since
+the spare supervisor has started before the job is submitted).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pathlib import Path
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend
 
 LATENCY_JOBS = 20
+LATENCY_GAP_S = 0.5
 THROUGHPUT_JOBS = 200
 RAY_JOBS = 5
 REFUSALS = 10
@@ -54,20 +59,27 @@ def python_start_s() -> float:
     return statistics.median(times)
 
 
-def local_latency(root: Path) -> float:
+def local_latency(root: Path) -> tuple[float, float]:
+    """(the backend's first job's latency, the median latency of the jobs after it)."""
     backend = LocalBackend(root / "latency", cpus=os.cpu_count() or 1)
     latencies = []
-    for _ in range(LATENCY_JOBS):
+    for _ in range(1 + LATENCY_JOBS):
+        if latencies:
+            time.sleep(LATENCY_GAP_S)  # a server between two submissions; the spare loads meanwhile
         record = backend.wait(backend.submit(JobSpec(name="empty", command=["true"])).id, timeout=60)
         assert record.status is JobStatus.SUCCEEDED, record
         latencies.append(seconds_between(record.submitted_at, record.started_at))
-    return statistics.median(latencies)
+    return latencies[0], statistics.median(latencies[1:])
 
 
 def local_throughput(root: Path) -> float:
     backend = LocalBackend(root / "throughput", cpus=os.cpu_count() or 1)
     start = time.perf_counter()
-    ids = [backend.submit(JobSpec(name=f"tiny {i}", command=["true"])).id for i in range(THROUGHPUT_JOBS)]
+    # Ids of our own: `make_id` draws 4 hex digits per second, and 200 ids in a second may collide.
+    ids = [
+        backend.submit(JobSpec(name=f"tiny {i}", command=["true"]), job_id=f"job-tiny-{i}").id
+        for i in range(THROUGHPUT_JOBS)
+    ]
     for job_id in ids:
         record = backend.wait(job_id, timeout=600)
         assert record.status is JobStatus.SUCCEEDED, record
@@ -155,10 +167,11 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="tradewind-bench-cluster-"))
     try:
         baseline = python_start_s()
-        latency = local_latency(root)
+        first, latency = local_latency(root)
         throughput = local_throughput(root)
         print(f"python -c pass:                        {baseline * 1000:7.1f} ms")
         print(f"local submit-to-running (empty job):   {latency * 1000:7.1f} ms (median of {LATENCY_JOBS})")
+        print(f"  a new backend's first job (cold):    {first * 1000:7.1f} ms")
         print(f"local throughput ({THROUGHPUT_JOBS} tiny jobs, {os.cpu_count()} CPUs): {throughput:7.1f} jobs/s")
         for accelerator, seconds in refusal_latency(root).items():
             print(f"launch_training refuses {accelerator:9} {seconds * 1000:7.1f} ms (median of {REFUSALS})")

@@ -6,6 +6,8 @@ jobs only while their declared CPUs, memory and GPUs fit; the rest wait as PENDI
 `pending_timeout_s` after submission ends FAILED, with the reason, at the next look. A restarted server
 loses nothing: it re-attaches to running jobs by checking their supervisor's pid *and* kernel start
 time, and marks jobs whose supervisor vanished FAILED with that reason (stopping orphaned replicas).
+A backend that has started a supervisor keeps a spare one warm (see `supervisor.py`), so the next
+admitted job starts without waiting for a Python start; the spare ends with the backend.
 
 Example:
     backend = LocalBackend(workspace.jobs_dir, cpus=2)
@@ -19,7 +21,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
+import weakref
 from pathlib import Path
 
 from tradewind.cluster.jobs import (
@@ -33,10 +37,18 @@ from tradewind.cluster.jobs import (
     utc_now,
     wait_for_finish,
 )
-from tradewind.cluster.ledger import CAPACITY_KEY, check_fits_at_all, detect_capacity, usage
+from tradewind.cluster.ledger import CAPACITY_KEY, Capacity, admit_queued, check_fits_at_all, detect_capacity, usage
 from tradewind.cluster.process import process_alive
 from tradewind.cluster.store import ACTIVE, JobRow, JobStore
-from tradewind.cluster.supervisor import replica_log, schedule, signal_groups, spawn_supervisor, stop_groups
+from tradewind.cluster.supervisor import (
+    dismiss_spare,
+    hand_over,
+    replica_log,
+    signal_groups,
+    spawn_spare,
+    spawn_supervisor,
+    stop_groups,
+)
 from tradewind.core import InvalidInputError, check_id, make_id, read_json
 
 DB_NAME = "cluster.sqlite"
@@ -77,6 +89,10 @@ class LocalBackend:
         self.capacity = capacity
         # Supervisors we started ourselves must be reaped, or they linger as zombies that look alive.
         self._supervisors: dict[str, subprocess.Popen[bytes]] = {}
+        # A spare supervisor, loaded and waiting for a job id; dismissed when this backend is collected
+        # or the interpreter exits (the finalizer), and ends by itself if this process dies.
+        self._spare: tuple[subprocess.Popen[bytes], weakref.finalize] | None = None
+        self._spare_lock = threading.Lock()  # tools call one backend from several threads
         if fresh:
             self._import_legacy_records()
 
@@ -98,7 +114,24 @@ class LocalBackend:
         for job_id, handle in list(self._supervisors.items()):
             if handle.poll() is not None:
                 del self._supervisors[job_id]
-        self._supervisors.update(schedule(self.store))
+        capacity = Capacity.model_validate(self.store.get_meta(CAPACITY_KEY))
+        for job_id in admit_queued(self.store, capacity):
+            self._start_supervisor(job_id)
+
+    def _start_supervisor(self, job_id: str) -> None:
+        """Hand admitted job `job_id` to the warm spare (else a fresh one), then warm the next spare."""
+        with self._spare_lock:
+            if self._spare is None:
+                spare = spawn_spare(self.store.path)
+            else:
+                (spare, finalizer), self._spare = self._spare, None
+                finalizer.detach()
+            if not hand_over(spare, job_id):  # the spare died: start a supervisor for the job the cold way
+                dismiss_spare(spare)
+                spare = spawn_supervisor(self.store.path, job_id)
+            self._supervisors[job_id] = spare
+            following = spawn_spare(self.store.path)
+            self._spare = (following, weakref.finalize(self, dismiss_spare, following))
 
     def submit(self, spec: JobSpec, job_id: str | None = None) -> JobRecord:
         """Queue `spec` and start it at once if its resources are free; returns its PENDING record.
@@ -144,7 +177,7 @@ class LocalBackend:
         if row.record.supervisor_pid is None and job_id not in self._supervisors:
             if time.time() - row.admitted_at > SPAWN_GRACE_S:
                 # Admitted, but whoever admitted it died before its supervisor started: start one now.
-                self._supervisors[job_id] = spawn_supervisor(self.store.path, job_id)
+                self._start_supervisor(job_id)
             return row.record
         if not self._supervisor_gone(row):
             return row.record

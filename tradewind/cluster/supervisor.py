@@ -8,8 +8,15 @@ SIGHUP from outside) is a preemption; any other non-zero exit is a failure. Each
 its own limit. When the job ends the supervisor frees its resources and starts queued jobs that now fit
 (and fails those that waited past their `pending_timeout_s`).
 
-Command (started by the backend, not by hand):
+A backend keeps one *spare* supervisor warm: started ahead of time, it has loaded everything and waits
+for one job id line on its stdin, so an admitted job does not wait for a Python start and its imports.
+Handed an id, it redirects its stderr to the job's `supervisor.log` and runs as a normal supervisor; it
+no longer needs the backend. At end of input (nobody handed it a job, or the backend's process ended)
+it exits without touching the store.
+
+Commands (started by the backend, not by hand):
     python -m tradewind.cluster.supervisor <workspace>/jobs/cluster.sqlite <job id>
+    python -m tradewind.cluster.supervisor --spare <workspace>/jobs/cluster.sqlite   # job id on stdin
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from tradewind.cluster.store import JobRow, JobStore
 PREEMPTION_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 STOP_GRACE_S = 5.0
 POLL_S = 0.1
+SPARE_FLAG = "--spare"
 
 
 def describe_exit(code: int) -> str | None:
@@ -84,11 +92,16 @@ def stop_groups(pids: list[int], starts: list[int | None], grace_s: float = STOP
             os.killpg(pid, signal.SIGKILL)
 
 
-def spawn_supervisor(db_path: Path, job_id: str) -> subprocess.Popen[bytes]:
-    """Start the supervisor of an admitted job in a session of its own."""
+def supervisor_log(db_path: Path, job_id: str) -> Path:
+    """`jobs/<id>/supervisor.log`: what the job's supervisor writes to stderr (tracebacks)."""
     folder = db_path.parent / job_id
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "supervisor.log", "ab") as log:
+    return folder / "supervisor.log"
+
+
+def spawn_supervisor(db_path: Path, job_id: str) -> subprocess.Popen[bytes]:
+    """Start the supervisor of an admitted job in a session of its own."""
+    with open(supervisor_log(db_path, job_id), "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "tradewind.cluster.supervisor", str(db_path), job_id],
             stdin=subprocess.DEVNULL,
@@ -96,6 +109,48 @@ def spawn_supervisor(db_path: Path, job_id: str) -> subprocess.Popen[bytes]:
             stderr=log,
             start_new_session=True,  # the job outlives a server that exits or is killed
         )
+
+
+def spawn_spare(db_path: Path) -> subprocess.Popen[bytes]:
+    """Start a spare supervisor for the jobs in `db_path`: it loads now and waits for `hand_over`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tradewind.cluster.supervisor", SPARE_FLAG, str(db_path)],
+        bufsize=0,  # one unbuffered write hands a job over, or fails at once
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,  # until it has a job; then that job's supervisor.log
+        start_new_session=True,  # as `spawn_supervisor`: the job outlives the server
+    )
+
+
+def hand_over(spare: subprocess.Popen[bytes], job_id: str) -> bool:
+    """Give admitted job `job_id` to `spare`; False when the spare has died (start a fresh supervisor then)."""
+    assert spare.stdin is not None
+    try:
+        with spare.stdin:  # closed after the one line: the spare needs nothing more from us
+            spare.stdin.write(f"{job_id}\n".encode())
+    except (BrokenPipeError, ValueError):  # ValueError: its stdin was closed already
+        return False
+    return True
+
+
+def dismiss_spare(spare: subprocess.Popen[bytes]) -> None:
+    """End a spare that was never handed a job (it holds nothing yet) and reap it."""
+    if spare.stdin is not None:
+        spare.stdin.close()
+    spare.kill()
+    spare.wait()
+
+
+def serve_as_spare(db_path: Path) -> None:
+    """Wait for one job id line on stdin, then supervise that job; end of input ends the spare quietly."""
+    job_id = sys.stdin.readline().strip()
+    if not job_id:
+        return  # dismissed, or the backend's process ended before it needed us
+    log = os.open(supervisor_log(db_path, job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, sys.stderr.fileno())
+    os.close(log)
+    supervise(db_path, job_id)
 
 
 def schedule(store: JobStore) -> dict[str, subprocess.Popen[bytes]]:
@@ -267,4 +322,7 @@ def _supervise(store: JobStore, job_id: str) -> JobRecord:
 
 
 if __name__ == "__main__":
-    supervise(Path(sys.argv[1]), sys.argv[2])
+    if sys.argv[1] == SPARE_FLAG:
+        serve_as_spare(Path(sys.argv[2]))
+    else:
+        supervise(Path(sys.argv[1]), sys.argv[2])
