@@ -15,15 +15,6 @@ from tradewind.cluster.process import process_alive
 from tradewind.core import InvalidInputError, NotFoundError
 
 
-@pytest.fixture
-def backend(tmp_path):
-    backend = LocalBackend(tmp_path / "jobs", cpus=2, memory_gb=4)
-    yield backend
-    for record in backend.list():  # a failed test must not leave its jobs running after pytest
-        if not record.status.finished:
-            backend.cancel(record.id)
-
-
 def shell_job(tmp_path, script: str, **settings) -> JobSpec:
     return JobSpec(name="test", command=["bash", "-c", script], log_path=str(tmp_path / "job.log"), **settings)
 

@@ -7,22 +7,12 @@ import sqlite3
 import subprocess
 import sys
 
-import pytest
 from polling import wait_until
 
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend
 from tradewind.cluster.jobs import JobRecord
 from tradewind.cluster.process import process_alive
 from tradewind.cluster.supervisor import hand_over, spawn_spare
-
-
-@pytest.fixture
-def backend(tmp_path):
-    backend = LocalBackend(tmp_path / "jobs", cpus=2, memory_gb=4)
-    yield backend
-    for record in backend.list():  # a failed test must not leave its jobs running after pytest
-        if not record.status.finished:
-            backend.cancel(record.id)
 
 
 def shell_job(tmp_path, script: str) -> JobSpec:

@@ -94,22 +94,21 @@ def assert_auto_tokenizer_matches(folder, tokenizer, eos_id, bos_id):
     assert (loaded.eos_token_id, loaded.bos_token_id) == (eos_id, bos_id)
 
 
+def random_hf_folder(folder, config, seed):
+    """An HF folder (config.json, model.safetensors) of a model built from `config` with random weights."""
+    params = nnx.to_pure_dict(nnx.state(build_model(config, rngs=nnx.Rngs(seed)), nnx.Param))
+    write_hf_model(folder, config, params)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def llama3_folder(tmp_path_factory):
-    """An HF folder (config.json, model.safetensors) of a random `LLAMA3_STYLE` model."""
-    folder = tmp_path_factory.mktemp("hf") / "llama3"
-    params = nnx.to_pure_dict(nnx.state(build_model(LLAMA3_STYLE, rngs=nnx.Rngs(1)), nnx.Param))
-    write_hf_model(folder, LLAMA3_STYLE, params)
-    return folder
+    return random_hf_folder(tmp_path_factory.mktemp("hf") / "llama3", LLAMA3_STYLE, seed=1)
 
 
 @pytest.fixture(scope="module")
 def gpt2_folder(tmp_path_factory):
-    """An HF folder of a random `GPT2_STYLE` model."""
-    folder = tmp_path_factory.mktemp("hf") / "gpt2"
-    params = nnx.to_pure_dict(nnx.state(build_model(GPT2_STYLE, rngs=nnx.Rngs(2)), nnx.Param))
-    write_hf_model(folder, GPT2_STYLE, params)
-    return folder
+    return random_hf_folder(tmp_path_factory.mktemp("hf") / "gpt2", GPT2_STYLE, seed=2)
 
 
 @pytest.fixture(scope="module")
