@@ -48,6 +48,18 @@ def test_a_job_runs_on_ray_and_its_logs_page_by_offset(backend, tmp_path):
     assert record.id in [job.id for job in backend.list()]
 
 
+def test_a_job_outlives_the_process_that_submitted_it_and_another_one_finds_it(backend, ray_address):
+    submit = (
+        "from tradewind.cluster import JobSpec, RayBackend\n"
+        f"print(RayBackend({ray_address!r}).submit(JobSpec(name='elsewhere', command=['sleep', '2'])).id)"
+    )
+    job_id = subprocess.run([sys.executable, "-c", submit], capture_output=True, text=True, check=True).stdout.split()[
+        -1
+    ]
+    assert job_id in [job.id for job in backend.list()]
+    assert backend.wait(job_id, timeout=60).status is JobStatus.SUCCEEDED
+
+
 def test_two_replicas_on_ray_are_a_gang_with_coordinator_and_process_ids(backend, tmp_path):
     script = (
         f'echo "$TRADEWIND_COORDINATOR_ADDRESS $TRADEWIND_PROCESS_COUNT" > {tmp_path}/replica-$TRADEWIND_PROCESS_ID'
@@ -83,7 +95,7 @@ def test_a_job_no_node_could_ever_hold_is_refused_before_anything_is_queued(back
     offers = message.partition("The nodes offer: ")[2]
     assert "(head) {CPU: 4, " in offers and "TPU: 8, " in offers and "memory: " in offers
     assert "TPU-v5litepod-8-head: 1" in offers
-    assert job_id not in [info.submission_id for info in backend.client.list_jobs()]
+    assert job_id not in [job.id for job in backend.list()]
 
 
 def test_a_gang_ray_cannot_place_waits_as_pending_with_its_bundles_until_cancelled(backend):
@@ -94,7 +106,7 @@ def test_a_gang_ray_cannot_place_waits_as_pending_with_its_bundles_until_cancell
     name = f"tradewind-{record.id}"
 
     def group_waiting():
-        groups = list_placement_groups(address=backend.client.get_address(), filters=[("name", "=", name)])
+        groups = list_placement_groups(address=backend.address, filters=[("name", "=", name)])
         return groups and groups[0].state == "PENDING"
 
     wait_until(group_waiting, what="the job's placement group waiting for TPU hosts")

@@ -43,7 +43,7 @@ def get_backend(name: str, jobs_dir: str | os.PathLike[str], address: str | None
         if not (address or os.environ.get("RAY_ADDRESS")):
             raise InvalidInputError(
                 "argument 'backend': 'ray' needs a Ray cluster: set RAY_ADDRESS to its head's address "
-                "(host:6379 or http://host:8265), or start one with `ray start --head`"
+                "(its GCS address, host:6379), or start one with `ray start --head`"
             )
         try:
             return RayBackend(address)

@@ -1,19 +1,22 @@
-"""The Ray backend: the local backend's API, with jobs run as Ray jobs on a Ray cluster.
+"""The Ray backend: the local backend's API, with jobs run by drivers on a Ray cluster.
 
-Each Tradewind job is one Ray job (id = the Tradewind job id) whose entrypoint is
-`python -m tradewind.cluster.ray_entry`, a small driver that gang-schedules the replicas in a
-placement group and applies the retry and timeout policy (see `ray_entry.py`). The cluster keeps all
-state: the spec travels in the Ray job's metadata, so a restarted server finds every job again
-through the Jobs API. Logs are the Ray job's logs (replica output included), read by byte offset and
-mirrored into the spec's `log_path` when it has one.
+Each Tradewind job is one Ray driver, `python -m tradewind.cluster.ray_entry`, that gang-schedules the
+replicas in a placement group and applies the retry and timeout policy (see `ray_entry.py`). The
+cluster's launcher, a detached actor on the head (`ray_launcher.py`), starts the drivers: it keeps one
+warm, so a submission is one actor call and the job runs within a fraction of a second (Ray's Jobs API
+starts a supervisor actor and a fresh driver per job: about 3 s). The launcher keeps each job's spec,
+driver state and log on the head, so any process that joins the cluster finds, lists and cancels every
+job, and jobs outlive the process that submitted them. Logs (replica output included) are read by byte
+offset and mirrored into the spec's `log_path` when it has one.
 
 `submit` refuses, before anything is queued, a job with a replica whose bundle fits no alive node
 (a resource no node has, or more of it than the largest has); whether the bundles fit *together*
 (a gang spread over nodes) is Ray's to decide, bounded by the spec's `pending_timeout_s`.
 
-The address is the `address` argument, else `$RAY_ADDRESS` (a GCS address `host:6379` or a dashboard
-URL `http://host:8265`); with neither, a local Ray starts inside this process. A named address that
-does not answer is refused within seconds. Ray is imported only when a `RayBackend` is made.
+The address is the `address` argument, else `$RAY_ADDRESS` (the head's GCS address, `host:6379`, or
+`auto`); with neither, a local Ray starts inside this process. A named address that does not answer is
+refused within seconds. The backend joins the cluster as a driver (without its workers' logs); Ray is
+imported only when a `RayBackend` is made.
 
 Example:
     backend = RayBackend("127.0.0.1:6379")
@@ -25,10 +28,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from tradewind.cluster.jobs import (
@@ -49,12 +52,10 @@ from tradewind.cluster.ray_entry import (
     ray_bundles,
     replica_count,
 )
+from tradewind.cluster.ray_launcher import LAUNCHER_NAME, NAMESPACE, Launcher
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_text, check_id, make_id
 
-SPEC_KEY = "tradewind_spec"
-RAY_STATES = {"PENDING": JobStatus.PENDING, "SUCCEEDED": JobStatus.SUCCEEDED, "STOPPED": JobStatus.CANCELLED}
 PROBE_TIMEOUT_S = 3.0  # Ray's own client retries an unreachable GCS for about 40 s
-DEFAULT_PORTS = {"http": 8265, "https": 443}  # a dashboard URL without a port; a GCS address: 6379
 TPU_HEAD = re.compile(r"TPU-(.+)-head")  # the resource Ray's TPU support gives a slice's first host
 
 
@@ -67,26 +68,15 @@ def check_reachable(address: str, source: str = "argument 'address'") -> None:
     """
     if address == "auto":
         return  # Ray finds the head this node belongs to itself
-    parsed = urlsplit(address if "://" in address else f"gcs://{address}")
+    parsed = urlsplit(f"gcs://{address}")
     try:
-        port = parsed.port or DEFAULT_PORTS.get(parsed.scheme, 6379)
+        port = parsed.port or 6379
         socket.create_connection((parsed.hostname or "", port), timeout=PROBE_TIMEOUT_S).close()
     except (OSError, ValueError) as error:
         raise InvalidInputError(
             f"{source}: no Ray cluster answers at {address!r} ({error}); give a running head's address "
-            "(host:6379 or http://host:8265), or start one with `ray start --head`"
+            "(host:6379), or start one with `ray start --head`"
         ) from error
-
-
-def _check_not_overridden(address: str) -> None:
-    """Ray's job and state clients use `$RAY_ADDRESS` whenever it is set, whatever address they are
-    given; refuse another address rather than silently talk to a different cluster."""
-    env = os.environ.get("RAY_ADDRESS")
-    if env and env != address:
-        raise InvalidInputError(
-            f"argument 'address': {address!r} differs from RAY_ADDRESS={env!r}, which Ray's clients would use "
-            "instead; unset RAY_ADDRESS, or leave the address out"
-        )
 
 
 def node_offers(nodes: list[tuple[str, dict[str, float]]]) -> str:
@@ -140,51 +130,64 @@ def check_placeable(spec: JobSpec, nodes: list[tuple[str, dict[str, float]]], cl
         )
 
 
-def _iso(ms: int | None) -> str | None:
-    if not ms:
-        return None
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
 class RayBackend:
     """Submit, inspect, wait for, read the logs of and cancel jobs on a Ray cluster.
 
     Args:
-        address: the cluster (GCS `host:port` or dashboard `http://host:port`); default `$RAY_ADDRESS`,
-            else a local Ray started in this process.
-        python: the interpreter that runs the driver on the cluster (default: this one, right when the
+        address: the cluster's GCS address (`host:port`, or `auto`); default `$RAY_ADDRESS`, else a local
+            Ray started in this process. This process joins the cluster (once: a Ray already joined here
+            is kept).
+        python: the interpreter that runs the drivers on the cluster (default: this one, right when the
             cluster shares this machine or image).
 
     Raises:
-        InvalidInputError: nothing answers at the address, or what answers is not a usable Ray head.
+        InvalidInputError: nothing answers at the address, or it is not a GCS address of a usable Ray head.
     """
 
     name = "ray"
 
     def __init__(self, address: str | None = None, python: str | None = None):
-        from ray.job_submission import JobSubmissionClient
+        import ray
 
         source = "argument 'address'" if address else "RAY_ADDRESS"
         address = address or os.environ.get("RAY_ADDRESS")
+        if address and "://" in address:
+            raise InvalidInputError(
+                f"{source}: {address!r} is a URL; give the Ray head's GCS address (host:6379): Tradewind's "
+                "launcher is a Ray actor, which only a process joined to the cluster can reach"
+            )
         if address:
             check_reachable(address, source)
-            _check_not_overridden(address)
-        else:
-            import ray
-
-            context = ray.init(include_dashboard=True, dashboard_host="127.0.0.1", ignore_reinit_error=True)
-            address = f"http://{context.dashboard_url}"
         try:
-            self.client = JobSubmissionClient(address)
+            if not ray.is_initialized():
+                ray.init(address=address, log_to_driver=False, configure_logging=False)
+            self.launcher: Any = (
+                ray.remote(Launcher)
+                .options(
+                    name=LAUNCHER_NAME,
+                    namespace=NAMESPACE,
+                    lifetime="detached",
+                    get_if_exists=True,
+                    num_cpus=0,
+                    resources={"node:__internal_head__": 0.001},  # its folder lives on the head
+                    max_restarts=-1,
+                )
+                .remote()
+            )
+            ray.get(self.launcher.ping.remote())
         except Exception as error:  # Ray raises ConnectionError, RpcError or ValueError, by address kind
             raise InvalidInputError(f"{source}: cannot use the Ray cluster at {address!r}: {error}") from error
-        self.address = address
+        self.address = address or ray.get_runtime_context().gcs_address
         self.python = python or sys.executable
+        self.launcher.warm.remote(self.python)
+
+    def _call(self, method: str, *args: Any) -> Any:
+        import ray
+
+        return ray.get(getattr(self.launcher, method).remote(*args))
 
     def submit(self, spec: JobSpec, job_id: str | None = None) -> JobRecord:
-        """Submit `spec` as a Ray job; returns its PENDING record at once.
+        """Hand `spec` to the cluster's launcher; returns its PENDING record at once.
 
         Raises:
             InvalidInputError: the id is taken or invalid, or a replica fits no alive node (see
@@ -196,56 +199,33 @@ class RayBackend:
         except ValueError as error:
             raise InvalidInputError(f"job {spec.name!r}: {error}") from error
         check_placeable(spec, self._alive_nodes(), self.address)
-        entrypoint = shlex.join([self.python, "-m", "tradewind.cluster.ray_entry", job_id, spec.model_dump_json()])
-        try:
-            self.client.submit_job(
-                entrypoint=entrypoint,
-                submission_id=job_id,
-                entrypoint_num_cpus=0,  # the driver only waits; the replicas hold the resources
-                metadata={"name": spec.name, SPEC_KEY: spec.model_dump_json()},
-                runtime_env={"env_vars": dict(spec.env)} if spec.env else None,
-            )
-        except RuntimeError as error:
-            if "already exists" in str(error):
-                raise InvalidInputError(f"argument 'job_id': a Ray job with id {job_id!r} exists already") from error
-            raise
+        if not self._call("submit", job_id, spec.model_dump_json(), self.python):
+            raise InvalidInputError(f"argument 'job_id': a Ray job with id {job_id!r} exists already")
         return JobRecord(id=job_id, spec=spec, backend=self.name, log_path=spec.log_path)
 
-    def _info(self, job_id: str):
-        try:
-            return self.client.get_job_info(check_id(job_id, "job_id"))
-        except RuntimeError as error:
-            raise NotFoundError(f"unknown job id {job_id!r} on the Ray cluster at {self.address}") from error
+    def _view(self, job_id: str) -> dict[str, Any]:
+        view = self._call("view", check_id(job_id, "job_id"))
+        if view is None:
+            raise NotFoundError(f"unknown job id {job_id!r} on the Ray cluster at {self.address}")
+        return view
 
-    def _text(self, job_id: str) -> str:
-        return self.client.get_job_logs(job_id)
-
-    def _record(self, info) -> JobRecord:
-        metadata = info.metadata or {}
-        if SPEC_KEY not in metadata:
-            raise NotFoundError(f"Ray job {info.submission_id!r} was not submitted by Tradewind")
-        spec = JobSpec.model_validate_json(metadata[SPEC_KEY])
+    def _record(self, view: dict[str, Any]) -> JobRecord:
+        """The record that the launcher's view of a job (state file and log) says."""
+        spec = JobSpec.model_validate_json(view["spec"])
         record = JobRecord(
-            id=info.submission_id,
-            spec=spec,
-            backend=self.name,
-            log_path=spec.log_path,
-            submitted_at=_iso(info.start_time),
+            id=view["id"], spec=spec, backend=self.name, log_path=spec.log_path, submitted_at=view["submitted_at"]
         )
-        state = str(info.status.value if hasattr(info.status, "value") else info.status)
-        text = self._text(info.submission_id) if state != "PENDING" else ""
+        text = view["log"].decode(errors="replace")
         if spec.log_path and text:
             atomic_write_text(Path(spec.log_path), text)
-        if state in ("PENDING", "RUNNING") and STARTED_LINE not in text:
-            # Ray calls the job RUNNING while its driver waits for the placement group; we call it queued.
-            record.status = JobStatus.PENDING
+        ended = "ended_at" in view
+        if not ended and STARTED_LINE not in text:
             record.reason = f"waiting for Ray to place {describe_bundles(*ray_bundles(spec))}"
             return record
-        if state == "RUNNING":
-            record.status, record.started_at = JobStatus.RUNNING, _iso(info.start_time)
+        record.status, record.started_at = JobStatus.RUNNING, view["submitted_at"]
+        if not ended:
             return record
-        record.status = RAY_STATES.get(state, JobStatus.FAILED)
-        record.started_at, record.ended_at = _iso(info.start_time), _iso(info.end_time)
+        record.ended_at = view["ended_at"]
         result = next((line for line in reversed(text.splitlines()) if line.startswith(RESULT_PREFIX)), None)
         if result is not None:
             outcome = json.loads(result[len(RESULT_PREFIX) :])
@@ -256,16 +236,17 @@ class RayBackend:
             )
             record.attempts, record.failures = outcome["attempts"], outcome["failures"]
             record.preemptions = outcome["preemptions"]
-        elif record.status is JobStatus.CANCELLED:
-            record.reason = "cancelled on request"
-        elif record.status is JobStatus.FAILED:
-            record.reason = info.message or "the Ray job failed"
-            record.exit_code = getattr(info, "driver_exit_code", None)
+        elif view.get("stopped"):
+            record.status, record.reason = JobStatus.CANCELLED, "cancelled on request"
+        else:
+            code = view.get("exit_code")
+            record.status, record.exit_code = JobStatus.FAILED, code
+            record.reason = f"the job's Ray driver ended (exit code {code}) before reporting a result; see its log"
         return record
 
     def status(self, job_id: str) -> JobRecord:
         """The job's current record; raises `NotFoundError` for an unknown id."""
-        return self._record(self._info(job_id))
+        return self._record(self._view(job_id))
 
     def wait(self, job_id: str, timeout: float, poll_interval: float = 0.25) -> JobRecord:
         """Wait until the job finishes or `timeout` seconds pass; return its record either way."""
@@ -273,32 +254,33 @@ class RayBackend:
 
     def logs(self, job_id: str, offset: int = 0, limit: int = LOG_PAGE_BYTES, replica: int = 0) -> LogChunk:
         """Up to `limit` bytes of the job's log (driver and every replica, as Ray collects it) from `offset`."""
-        record = self.status(job_id)
-        data = self._text(job_id).encode()
+        view = self._view(job_id)
+        record, data = self._record(view), view["log"]
         page = data[offset : offset + limit]
         return decode_log_page(job_id, page, offset=offset, size=len(data), finished=record.status.finished)
 
     def cancel(self, job_id: str) -> JobRecord:
-        """Stop the Ray job; its driver cancels the replicas, whose process groups get SIGTERM."""
-        record = self.status(job_id)
-        if not record.status.finished:
-            self.client.stop_job(job_id)
+        """Stop the job's driver; it cancels the replicas, whose process groups get SIGTERM."""
+        self._view(job_id)
+        self._call("stop", job_id)
         return self.status(job_id)
 
     def list(self) -> list[JobRecord]:
         """Every Tradewind job on the cluster, newest first."""
-        jobs = [info for info in self.client.list_jobs() if SPEC_KEY in (info.metadata or {})]
-        jobs.sort(key=lambda info: info.start_time or 0, reverse=True)
-        return [self._record(info) for info in jobs]
+        views = sorted(self._call("views"), key=lambda view: view["submitted_at"], reverse=True)
+        return [self._record(view) for view in views]
 
     def _alive_nodes(self) -> list[tuple[str, dict[str, float]]]:
         """Each alive node's label (its IP, marked when it is the head) and total resources."""
-        from ray.util.state import list_nodes
+        import ray
 
         return [
-            (f"{node.node_ip}{' (head)' if node.is_head_node else ''}", dict(node.resources_total or {}))
-            for node in list_nodes(address=self.client.get_address(), detail=True)
-            if str(node.state) == "ALIVE"
+            (
+                f"{node['NodeManagerAddress']}{' (head)' if 'node:__internal_head__' in node['Resources'] else ''}",
+                dict(node["Resources"]),
+            )
+            for node in ray.nodes()
+            if node["Alive"]
         ]
 
     def cluster_status(self) -> BackendStatus:

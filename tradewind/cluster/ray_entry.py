@@ -1,17 +1,19 @@
 """The driver of one Tradewind job on Ray: reserves a placement group, runs the replicas, retries.
 
-The Ray backend submits this module as the entrypoint of a Ray job. It reserves one bundle per replica
-in a placement group (all or nothing: gang scheduling), finds the coordinator address on replica 0's
-node, starts every replica as a Ray task that runs the job's process, and waits. It applies the same
-policy as the local supervisor: a replica killed by a signal or lost with its worker or node is a
-preemption, any other non-zero exit a failure; each is retried up to its limit; the timeout fails
-the job. A group not placed within the spec's `pending_timeout_s` (counted from when the driver
-starts waiting) is removed and the job fails with Ray's own account of why: the GCS placement group
-scheduler's state for it and what the autoscaler said about it meanwhile. Its last output line is
-`[tradewind] result {json}`, which the backend reads for the status.
+The Ray backend's launcher (`ray_launcher.py`) runs this module as a Ray driver, one per job. It
+reserves one bundle per replica in a placement group (all or nothing: gang scheduling), finds the
+coordinator address on replica 0's node, starts every replica as a Ray task that runs the job's
+process, and waits. It applies the same policy as the local supervisor: a replica killed by a signal
+or lost with its worker or node is a preemption, any other non-zero exit a failure; each is retried
+up to its limit; the timeout fails the job. A group not placed within the spec's `pending_timeout_s`
+(counted from when the driver starts waiting) is removed and the job fails with Ray's own account of
+why: the GCS placement group scheduler's state for it and what the autoscaler said about it meanwhile.
+Its last output line is `[tradewind] result {json}`, which the backend reads for the status.
 
-Command (built by `RayBackend.submit`, not typed by hand):
-    python -m tradewind.cluster.ray_entry <job id> '<JobSpec as JSON>'
+Commands (started by the launcher, `ray_launcher.py`, not typed by hand):
+    python -m tradewind.cluster.ray_entry --spare                       # joins the cluster, then runs the
+                                                                        # `<job id> <JobSpec JSON>` line on stdin
+    python -m tradewind.cluster.ray_entry <job id> '<JobSpec as JSON>'  # the same, cold
 """
 
 from __future__ import annotations
@@ -230,15 +232,21 @@ def _result(status: JobStatus, reason: str | None, exit_code: int | None, **coun
     return 0 if status is JobStatus.SUCCEEDED else 1
 
 
+def connect() -> None:
+    """Join the cluster at `$RAY_ADDRESS` as a driver whose log shows its replicas' output."""
+    import ray
+
+    os.environ["RAY_COLOR_PREFIX"] = "0"  # plain "(_run_replica pid=N)" prefixes in the job's log
+    ray.init(log_to_driver=True)
+
+
 def drive(job_id: str, spec: JobSpec) -> int:
-    """Run the job to a terminal state on the Ray cluster this process belongs to; returns the exit code."""
+    """Run the job to a terminal state on the Ray cluster this process joined (`connect`); returns the exit code."""
     import ray
     from ray.exceptions import NodeDiedError, OwnerDiedError, TaskCancelledError, WorkerCrashedError
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    os.environ["RAY_COLOR_PREFIX"] = "0"  # plain "(_run_replica pid=N)" prefixes in the job's log
-    ray.init(log_to_driver=True)
     bundles, strategy = ray_bundles(spec)
     count = replica_count(spec)
     group = placement_group(bundles, strategy=strategy, name=f"tradewind-{job_id}")
@@ -249,7 +257,7 @@ def drive(job_id: str, spec: JobSpec) -> int:
     stopping = {"cancelled": False}
     refs: list[Any] = []
 
-    def on_term(signum: int, frame: Any) -> None:  # `ray job stop`: end the replicas before we go
+    def on_term(signum: int, frame: Any) -> None:  # `cancel` (the launcher's stop): end the replicas first
         stopping["cancelled"] = True
         for ref in refs:
             ray.cancel(ref)
@@ -324,5 +332,17 @@ def drive(job_id: str, spec: JobSpec) -> int:
         print(f"[tradewind] attempt {attempts + 1} of job {job_id} after: {reason}", flush=True)
 
 
+def main(argv: list[str]) -> int:
+    """`--spare`: join the cluster first, then run the job named on stdin (none at end of input)."""
+    connect()
+    if argv != ["--spare"]:
+        return drive(argv[0], JobSpec.model_validate_json(argv[1]))
+    line = sys.stdin.readline()
+    if not line:
+        return 0
+    job_id, spec_json = line.split(" ", 1)
+    return drive(job_id, JobSpec.model_validate_json(spec_json))
+
+
 if __name__ == "__main__":
-    sys.exit(drive(sys.argv[1], JobSpec.model_validate_json(sys.argv[2])))
+    sys.exit(main(sys.argv[1:]))
