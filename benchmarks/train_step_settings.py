@@ -77,9 +77,8 @@ def main() -> None:
             runs[name].append(json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"])
     default = median(runs["default (float32)"])
     for name, values in runs.items():
-        print(
-            f"{name:22} {median(values):8,.0f} tokens/s  x{median(values) / default:.3f}  (runs: {', '.join(f'{x:,.0f}' for x in values)})"
-        )
+        shown = ", ".join(f"{x:,.0f}" for x in values)
+        print(f"{name:22} {median(values):8,.0f} tokens/s  x{median(values) / default:.3f}  (runs: {shown})")
     best = max(runs, key=lambda name: median(runs[name]))
     print(
         json.dumps(

@@ -19,6 +19,10 @@ from tradewind.tools import (
     wait_for_run,
 )
 
+# Sampling workers a test starts (one per workspace) end a minute after their last request, not ten: the
+# suite makes many workspaces, and each warm worker holds a JAX process.
+os.environ.setdefault("TRADEWIND_SAMPLE_WORKER_IDLE_S", "60")
+
 # A 2-layer, 32-wide model that trains 30 steps in a few seconds on CPU.
 TINY_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}
 TINY_TRAINING = {

@@ -9,8 +9,8 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
 from tradewind.cli import main
-from tradewind.cluster import JobStatus
-from tradewind.core import NotFoundError, TradewindError
+from tradewind.cluster import JobSpec, JobStatus
+from tradewind.core import InvalidInputError, NotFoundError
 from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import ToolContext
 from tradewind.tools.sampling import SampleTextRequest, sample_text
@@ -28,22 +28,29 @@ def test_sample_text_continues_the_prompt_with_max_tokens_bytes_and_is_repeatabl
 
 
 @pytest.mark.slow
-def test_sample_text_runs_a_callable_job_whose_kwargs_are_the_sample_job(trained_ctx):
-    options = {"prompt": "KING:", "max_tokens": 4, "temperature": 0, "top_p": 0.5, "step": 10}
-    result = sample_text(trained_ctx, SampleTextRequest(run_id="r1", **options))
-    spec = trained_ctx.backend.status(Path(result.output_file).stem).spec
-    assert (spec.callable, spec.command) == (SAMPLE_CALLABLE, None)
-    run_dir = str(trained_ctx.workspace.run_dir("r1"))
-    expected = SampleJob(run_dir=run_dir, output_file=result.output_file, **options)
-    assert SampleJob.model_validate(spec.kwargs) == expected
+def test_sample_text_gives_the_text_of_the_sample_job_for_the_same_options(trained_ctx):
+    options = {"prompt": "KING:", "max_tokens": 8, "temperature": 0.9, "top_k": 30, "top_p": 0.9, "seed": 7}
+    result = sample_text(trained_ctx, SampleTextRequest(run_id="r1", step=10, **options))
+    assert Path(result.output_file).with_suffix(".log").read_text(encoding="utf-8") == "KING:" + result.text + "\n"
+
+    # The process-per-call path sample_text took before the warm worker: a callable job on the local backend.
+    output = Path(result.output_file).with_name("by-job.json")
+    job = SampleJob(run_dir=str(trained_ctx.workspace.run_dir("r1")), output_file=str(output), **options)
+    spec = JobSpec(name="sample by job", callable=SAMPLE_CALLABLE, kwargs=job.model_dump())
+    record = trained_ctx.backend.submit(spec)
+    assert trained_ctx.backend.wait(record.id, timeout=120).status is JobStatus.SUCCEEDED
+    by_job = json.loads(output.read_text(encoding="utf-8"))
+    assert by_job == json.loads(Path(result.output_file).read_text(encoding="utf-8"))
+    assert (by_job["text"], by_job["step"]) == (result.text, 10)
 
 
 @pytest.mark.slow
 def test_sampling_a_step_without_a_checkpoint_fails_with_the_saved_steps_in_the_error(trained_ctx):
-    with pytest.raises(TradewindError, match=r"error: no checkpoint for step 7 in .*; saved steps: \[10\]"):
+    with pytest.raises(NotFoundError, match=r"no checkpoint for step 7 in .*; saved steps: \[10\]"):
         sample_text(trained_ctx, SampleTextRequest(run_id="r1", step=7, max_tokens=2))
-    failed = [record for record in trained_ctx.backend.list() if record.status is JobStatus.FAILED]
-    assert [record.spec.kwargs["step"] for record in failed] == [7]
+    with pytest.raises(InvalidInputError, match="exceeds the model's max_seq_len"):
+        sample_text(trained_ctx, SampleTextRequest(run_id="r1", prompt="x" * 60, max_tokens=10))
+    assert sample_text(trained_ctx, SampleTextRequest(run_id="r1", prompt="A", max_tokens=2)).tokens == 2  # serving
 
 
 @pytest.mark.slow

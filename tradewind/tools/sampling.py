@@ -1,15 +1,32 @@
-"""The tool that samples text from a training run's checkpoint."""
+"""The tool that samples text from a training run's checkpoint, through the workspace's warm sampling worker.
+
+The first call starts the worker (`tradewind.trainer.sample_worker`) as a job on the local backend and waits
+for its socket; later calls find it answering and pay only for the sampling itself (and, on a run or step
+the worker has not loaded yet, for loading and compiling it). A lock file makes two concurrent first calls
+start one worker; a worker that died leaves a socket nobody answers, and the next call starts a new one.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 from pydantic import BaseModel, Field
 
-from tradewind.cluster import JobSpec
-from tradewind.core import NotFoundError, make_id, read_json
+import tradewind.core
+from tradewind.cluster import JobSpec, Resources
+from tradewind.core import NotFoundError, TradewindError, make_id, read_json, tail_lines
 from tradewind.tools.bounds import LINE_CHARS, cut
-from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
+from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.tools.runs import RunRequest
-from tradewind.trainer import SAMPLE_CALLABLE, RunLayout, SampleJob, SampleOptions
+from tradewind.trainer import RunLayout, SampleJob, SampleOptions
+from tradewind.trainer.jobs import SAMPLE_WORKER_CALLABLE, SampleWorkerJob
+from tradewind.trainer.sample_worker import LOCK_NAME, idle_seconds, read_line, send_line, socket_path
 
 # The generated text as JSON: most of a result's 32,000 characters (max_tokens long tokens can decode to more).
 MAX_TEXT_CHARS = 28_000
@@ -36,8 +53,9 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
     checkpoint.
 
     A run saves checkpoints at its end, or as its checkpoint policy says. Sampling runs in a
-    separate process with a key/value cache; takes about as long as loading the checkpoint and compiling
-    the model, plus a few milliseconds per token on CPU.
+    separate worker process, kept warm per workspace, with a key/value cache: the first call on a run takes
+    about as long as starting it, loading the checkpoint and compiling the model; later calls with the same
+    options take a few milliseconds per token on CPU.
     """
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     if not layout.checkpoints.is_dir():
@@ -46,19 +64,12 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
     out_path = layout.samples / f"{sample_id}.json"
     options = request.model_dump(include=set(SampleOptions.model_fields))
     job = SampleJob(run_dir=str(layout.root), output_file=str(out_path), **options)
-    run_job(
-        ctx,
-        JobSpec(
-            name=f"sample {request.run_id}",
-            callable=SAMPLE_CALLABLE,
-            kwargs=job.model_dump(),
-            log_path=str(layout.samples / f"{sample_id}.log"),
-        ),
-        job_id=sample_id,
-        timeout_s=request.timeout_s,
-        activity=f"sampling run {request.run_id!r}",
-        progress=progress,
+    ask = {"op": "sample", "job": job.model_dump(), "log_file": str(layout.samples / f"{sample_id}.log")}
+    reply = ask_sample_worker(
+        ctx, ask, timeout_s=request.timeout_s, activity=f"sampling run {request.run_id!r}", progress=progress
     )
+    if error := reply.get("error"):
+        raise _worker_error(error)
     output = read_json(out_path)
     text = cut(output["text"], MAX_TEXT_CHARS)
     return SampleTextResult(
@@ -70,3 +81,94 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
         step=output["step"],
         output_file=str(out_path),
     )
+
+
+def _worker_error(error: dict[str, Any]) -> TradewindError:
+    """The worker's error as the `TradewindError` subclass it raised (a `TradewindError` for any other)."""
+    kind = getattr(tradewind.core, str(error.get("type")), None)
+    if not (isinstance(kind, type) and issubclass(kind, TradewindError)):
+        kind = TradewindError
+    return kind(str(error.get("message")))
+
+
+def _connect(path: Path) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError):  # no worker, or a dead one's socket
+        conn.close()
+        return None
+    return conn
+
+
+def ask_sample_worker(
+    ctx: ToolContext, request: dict[str, Any], *, timeout_s: float, activity: str, progress: Progress
+) -> dict[str, Any]:
+    """Send `request` to the workspace's sampling worker (started if none answers) and return its reply,
+    reporting elapsed seconds about twice a second.
+
+    Raises:
+        TradewindError: no reply within `timeout_s`, the worker did not start, or it ended before it answered.
+        Cancelled: the caller cancelled the call; the worker goes on serving others.
+    """
+    start = time.monotonic()
+
+    def tick() -> None:
+        elapsed = time.monotonic() - start
+        if elapsed >= timeout_s:
+            raise TradewindError(f"{activity} took longer than timeout_s={timeout_s}")
+        progress(elapsed, timeout_s, f"{activity} (seconds elapsed)")
+
+    path = socket_path(ctx.workspace.jobs_dir)
+    conn = _connect(path) or _start_worker(ctx, path, tick)
+    with conn:
+        conn.settimeout(min(5.0, timeout_s))
+        try:
+            send_line(conn, request)
+        except (BrokenPipeError, ConnectionResetError):  # it died after taking the connection
+            line = None
+        else:
+            conn.settimeout(0.5)
+            line = read_line(conn, on_timeout=tick)
+    if line is None:
+        raise TradewindError(
+            f"{activity} failed: the sampling worker ended before it answered (see the newest 'sample worker' "
+            f"job's log in {ctx.workspace.jobs_dir}); the next call starts a new one"
+        )
+    return json.loads(line)
+
+
+def _start_worker(ctx: ToolContext, path: Path, tick: Callable[[], None]) -> socket.socket:
+    """Start a worker unless another caller did meanwhile (under the workspace's lock), and connect to it."""
+    with open(ctx.workspace.jobs_dir / LOCK_NAME, "a") as lock:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:  # another call is starting one
+                tick()
+                time.sleep(0.05)
+        try:
+            if conn := _connect(path):
+                return conn
+            job_id = make_id("sample-worker")
+            spec = JobSpec(
+                name="sample worker",
+                callable=SAMPLE_WORKER_CALLABLE,
+                kwargs=SampleWorkerJob(socket_path=str(path), idle_s=idle_seconds()).model_dump(),
+                resources=Resources(cpus=0),  # idle most of its life; it must not hold a CPU training could use
+                env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},  # take accelerator memory as needed, not 75%
+            )
+            record = ctx.backend.submit(spec, job_id=job_id)
+            while (conn := _connect(path)) is None:
+                record = ctx.backend.status(job_id)
+                if record.status.finished:
+                    tail = "\n".join(tail_lines(record.log_path, LOG_TAIL_LINES))
+                    raise TradewindError(
+                        f"the sampling worker did not start ({record.reason}); log {record.log_path} ends:\n{tail}"
+                    )
+                tick()
+                time.sleep(0.05)
+            return conn
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

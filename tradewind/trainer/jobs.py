@@ -19,6 +19,7 @@ from tradewind.trainer.config import TrainConfig
 
 TRAIN_CALLABLE = "tradewind.trainer.loop:train_job"
 SAMPLE_CALLABLE = "tradewind.trainer.sample:sample_job"
+SAMPLE_WORKER_CALLABLE = "tradewind.trainer.sample_worker:sample_worker_job"
 PROFILE_CALLABLE = "tradewind.trainer.profile:profile_job"
 
 
@@ -54,6 +55,15 @@ class SampleJob(SampleOptions):
 
     run_dir: str = Field(description="The run folder whose checkpoints to sample from.")
     output_file: str = Field(description="Where the result (a `SampleOutput`) is written as JSON.")
+
+
+class SampleWorkerJob(BaseModel):
+    """The warm sampling worker's arguments: the socket it answers on and how long it waits for a request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    socket_path: str = Field(description="Unix socket the worker listens on; it exits once the file is gone.")
+    idle_s: float = Field(default=600, gt=0, le=86_400, description="Exit after this long without a request.")
 
 
 class ProfileOptions(BaseModel):

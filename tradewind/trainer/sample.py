@@ -6,7 +6,8 @@ As a job (what the `sample_text` tool submits; the keyword arguments are a `Samp
 
 writes a `SampleOutput` as JSON to the output file and prints the text. The prompt is encoded with the
 dataset's tokenizer, run through the model once to fill the cache (prefill), then one token at a time is
-drawn and fed back; the whole loop is one `jax.jit` program.
+drawn and fed back; the whole loop is one `jax.jit` program, kept (per model and options) for the next
+call in the same process, which is what the warm worker (`sample_worker.py`) relies on.
 
 Example:
     tokens = sample_tokens(graphdef, params, model_config, [72, 105], max_tokens=50, temperature=0.8)
@@ -14,6 +15,9 @@ Example:
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,11 +28,16 @@ from flax import nnx
 from pydantic import BaseModel
 
 from tradewind.core import InvalidInputError, atomic_write_json, parse_config
-from tradewind.data import load_tokenizer
+from tradewind.data import Tokenizer, load_tokenizer
 from tradewind.trainer.jobs import SampleJob, SampleOptions
 from tradewind.trainer.models import init_cache
 from tradewind.trainer.models.configs import ModelConfig
-from tradewind.trainer.restore import load_run_model
+from tradewind.trainer.restore import LoadedRun, load_run_model
+
+# Compiled sampling programs kept per process: (id(graphdef), config, options) -> (graphdef, jitted function).
+COMPILED_PROGRAMS = 16
+_compiled: OrderedDict[tuple, tuple[nnx.GraphDef, Callable]] = OrderedDict()
+_compiled_lock = threading.Lock()
 
 
 class SampleOutput(BaseModel):
@@ -96,25 +105,36 @@ def sample_tokens(
             f"argument 'max_tokens': prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the "
             f"model's max_seq_len ({model_config.max_seq_len})"
         )
-    generate = jax.jit(
-        partial(
-            _generate,
-            graphdef,
-            model_config=model_config,
-            max_tokens=max_tokens,
-            temperature=float(temperature),
-            top_k=int(top_k),
-            top_p=float(top_p),
-        )
-    )
+    generate = _generate_program(graphdef, model_config, max_tokens, float(temperature), int(top_k), float(top_p))
     tokens = generate(params, jnp.asarray(prompt, jnp.int32), jax.random.key(seed))
     return [int(t) for t in tokens]
+
+
+def _generate_program(graphdef, model_config, max_tokens, temperature, top_k, top_p) -> Callable:
+    """The jitted `_generate` for this model and these options: the same object for the same graph (so JAX's
+    trace and compile caches hit), a new one otherwise; the newest `COMPILED_PROGRAMS` are kept."""
+    key = (id(graphdef), model_config.model_dump_json(), max_tokens, temperature, top_k, top_p)
+    with _compiled_lock:
+        hit = _compiled.get(key)
+        if hit is not None and hit[0] is graphdef:  # an id is only reused once its graph is gone
+            _compiled.move_to_end(key)
+            return hit[1]
+        options = {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p}
+        program = jax.jit(partial(_generate, graphdef, model_config=model_config, **options))
+        _compiled[key] = (graphdef, program)
+        while len(_compiled) > COMPILED_PROGRAMS:
+            _compiled.popitem(last=False)
+        return program
 
 
 def sample_run(run_dir: Path, options: SampleOptions) -> SampleOutput:
     """Sample from run `run_dir`'s newest (or `options.step`'s) checkpoint, with the dataset's tokenizer."""
     loaded = load_run_model(run_dir, options.step)
-    tokenizer = load_tokenizer(loaded.manifest.tokenizer.name)
+    return sample_loaded(loaded, load_tokenizer(loaded.manifest.tokenizer.name), options)
+
+
+def sample_loaded(loaded: LoadedRun, tokenizer: Tokenizer, options: SampleOptions) -> SampleOutput:
+    """Sample from a run's model already loaded (`load_run_model`) with its dataset's tokenizer."""
     ids = tokenizer.encode_batch([options.prompt])[0]
     out = sample_tokens(
         loaded.graphdef,

@@ -1,0 +1,264 @@
+"""The warm sampling worker: one long-lived process per workspace that answers `sample_text` requests.
+
+Started as a callable job (`SAMPLE_WORKER_CALLABLE`, keyword arguments a `SampleWorkerJob`) by the first
+`sample_text` call that finds none answering. It listens on a Unix socket (`<workspace>/jobs/sample-worker.sock`),
+keeps the last `CACHED_RUNS` run models it loaded (keyed by run folder and step, dropped when the run's
+checkpoints or config change) and, through `sample.sample_tokens`, their compiled sampling programs, so a
+second call on a run skips the process start, the JAX import, the checkpoint read and the compilation.
+
+Protocol: one request per connection, one JSON line each way, at most `MAX_MESSAGE_BYTES`:
+    {"op": "sample", "job": SampleJob, "log_file": "runs/r1/samples/ID.log"}  -> {"pid": 123, "error": null}
+    {"op": "ping"}                                                            -> {"pid": 123, "error": null}
+A sample writes the job's output file (a `SampleOutput`) and the log file (prompt and text) as the sampling
+job does; a failure answers `{"error": {"type": "NotFoundError", "message": "..."}}`. Requests are served one
+at a time; a client that hangs up (cancelled, timed out) does not stop the worker. The worker exits after
+`idle_s` without a request, or once its socket file is removed or replaced (a newer worker took over).
+
+This module imports no JAX until the worker serves: the tools import its constants and `exchange`.
+
+Example:
+    reply = exchange(socket_path(jobs_dir), {"op": "ping"}, timeout_s=5)   # {"pid": ..., "error": None}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tradewind.core import TradewindError, atomic_write_json, parse_config
+from tradewind.trainer.jobs import SampleJob, SampleWorkerJob
+
+SOCKET_NAME = "sample-worker.sock"
+LOCK_NAME = "sample-worker.lock"
+IDLE_ENV = "TRADEWIND_SAMPLE_WORKER_IDLE_S"
+DEFAULT_IDLE_S = 600.0
+MAX_MESSAGE_BYTES = 1 << 20
+CACHED_RUNS = 4
+TICK_S = 0.5  # how often an idle worker checks its socket file and idle time
+_SUN_PATH_MAX = 100  # sockaddr_un holds 104 (macOS) to 108 (Linux) bytes
+
+
+def socket_path(jobs_dir: Path) -> Path:
+    """The worker's socket for the workspace whose jobs folder is `jobs_dir`: in it when the path fits a
+    socket address, else a name in the temporary folder derived from it."""
+    path = Path(jobs_dir).absolute() / SOCKET_NAME
+    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
+        return path
+    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:20]
+    return Path(tempfile.gettempdir()) / f"tradewind-{digest}.sock"
+
+
+def idle_seconds() -> float:
+    """The idle timeout of a worker started now: $TRADEWIND_SAMPLE_WORKER_IDLE_S, else 10 minutes."""
+    value = os.environ.get(IDLE_ENV)
+    return float(value) if value else DEFAULT_IDLE_S
+
+
+def read_line(conn: socket.socket, on_timeout: Callable[[], None] | None = None) -> bytes | None:
+    """One message (without its newline) from `conn`, or None if the peer closed (or died) first. Each time the
+    socket's timeout passes, `on_timeout()` is called (it may raise to give up) and reading goes on.
+
+    Raises:
+        TradewindError: the message is longer than `MAX_MESSAGE_BYTES`.
+        TimeoutError: the socket's timeout passed and there is no `on_timeout`.
+    """
+    data = b""
+    while b"\n" not in data:
+        try:
+            chunk = conn.recv(65536)
+        except TimeoutError:
+            if on_timeout is None:
+                raise
+            on_timeout()
+            continue
+        except ConnectionResetError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise TradewindError(f"a sampling worker message exceeds {MAX_MESSAGE_BYTES} bytes")
+    return data.split(b"\n", 1)[0]
+
+
+def send_line(conn: socket.socket, message: dict[str, Any]) -> None:
+    data = json.dumps(message).encode() + b"\n"
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise TradewindError(f"a sampling worker message exceeds {MAX_MESSAGE_BYTES} bytes")
+    conn.sendall(data)
+
+
+def exchange(path: Path, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+    """Send `request` to the worker at `path` and return its reply; None if no worker listens there.
+
+    Raises:
+        TradewindError: the worker hung up without answering (it died) or sent something unreadable.
+        TimeoutError: no answer within `timeout_s`.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout_s)
+        try:
+            conn.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return None
+        try:
+            send_line(conn, request)
+        except (BrokenPipeError, ConnectionResetError):
+            line = None
+        else:
+            line = read_line(conn)
+    if line is None:
+        raise TradewindError(f"the sampling worker at {path} ended before it answered")
+    return json.loads(line)
+
+
+class RunCache:
+    """The last `size` run models loaded, with their tokenizers, keyed by run folder and requested step."""
+
+    def __init__(self, size: int = CACHED_RUNS) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[str, int | None], tuple[tuple, Any, Any]] = OrderedDict()
+
+    @staticmethod
+    def fingerprint(run_dir: Path) -> tuple:
+        """What changes when a checkpoint is added, removed or rewritten, or the config is edited."""
+        from tradewind.trainer.layout import RunLayout
+
+        layout = RunLayout(run_dir)
+        marks: list[tuple[str, int]] = []
+        for path in (layout.config, *(sorted(layout.checkpoints.iterdir()) if layout.checkpoints.is_dir() else ())):
+            with contextlib.suppress(FileNotFoundError):
+                marks.append((path.name, path.stat().st_mtime_ns))
+        return tuple(marks)
+
+    def get(self, run_dir: Path, step: int | None):
+        """(the `LoadedRun`, its tokenizer) for the run's checkpoint `step` (None: the newest), loaded if
+        not kept or if the run's checkpoints changed since."""
+        from tradewind.data import load_tokenizer
+        from tradewind.trainer.restore import load_run_model
+
+        key = (str(Path(run_dir).resolve()), step)
+        mark = self.fingerprint(Path(key[0]))
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] == mark:
+            self._entries.move_to_end(key)
+            return entry[1], entry[2]
+        self._entries.pop(key, None)
+        loaded = load_run_model(Path(key[0]), step)
+        tokenizer = load_tokenizer(loaded.manifest.tokenizer.name)
+        self._entries[key] = (mark, loaded, tokenizer)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return loaded, tokenizer
+
+
+def _answer(request: dict[str, Any], cache: RunCache) -> dict[str, Any]:
+    from tradewind.trainer.sample import sample_loaded
+
+    reply: dict[str, Any] = {"pid": os.getpid(), "error": None}
+    try:
+        if request.get("op") == "ping":
+            return reply
+        if request.get("op") != "sample":
+            raise TradewindError(f"unknown sampling worker request {request.get('op')!r}")
+        job = parse_config(SampleJob, request.get("job"), source="sample request")
+        loaded, tokenizer = cache.get(Path(job.run_dir), job.step)
+        result = sample_loaded(loaded, tokenizer, job)
+        atomic_write_json(job.output_file, result.model_dump())
+        if log_file := request.get("log_file"):
+            Path(log_file).write_text(result.prompt + result.text + "\n", encoding="utf-8")
+    except TradewindError as error:
+        print(f"sample request failed: {error}", file=sys.stderr, flush=True)
+        reply["error"] = {"type": type(error).__name__, "message": str(error)}
+    except Exception as error:  # a bug: keep serving, tell the caller where the traceback is
+        traceback.print_exc(file=sys.stderr)
+        reply["error"] = {"type": "TradewindError", "message": f"sampling failed: {type(error).__name__}: {error}"}
+    return reply
+
+
+def _ours(path: Path, inode: int) -> bool:
+    try:
+        return path.stat().st_ino == inode
+    except FileNotFoundError:
+        return False
+
+
+def _serve_one(conn: socket.socket, cache: RunCache) -> None:
+    with conn:
+        conn.settimeout(30)  # a client writes its request at once
+        try:
+            line = read_line(conn)
+            if line is None:
+                return
+            reply = _answer(json.loads(line), cache)
+            conn.settimeout(5)
+            send_line(conn, reply)
+        except (OSError, ValueError, TradewindError) as error:  # the caller left, or sent garbage
+            print(f"sample request dropped: {error}", file=sys.stderr, flush=True)
+
+
+def serve(path: Path, idle_s: float) -> None:
+    """Answer requests on the Unix socket `path` until idle for `idle_s` or the socket file is gone."""
+    path = Path(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    inode = None
+    try:
+        path.unlink(missing_ok=True)  # a dead worker's; whoever starts a worker holds the lock
+        server.bind(str(path))
+        server.listen(64)
+        inode = path.stat().st_ino
+        print(f"sample worker {os.getpid()} listening on {path} (idle timeout {idle_s} s)", file=sys.stderr, flush=True)
+        import tradewind.trainer.sample  # noqa: F401  (JAX: loaded while the first caller connects)
+
+        cache = RunCache()
+        server.settimeout(TICK_S)
+        last = time.monotonic()
+        while True:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                if not _ours(path, inode):
+                    print("sample worker: socket file gone or replaced; exiting", file=sys.stderr, flush=True)
+                    return
+                if time.monotonic() - last >= idle_s:
+                    break
+                continue
+            _serve_one(conn, cache)
+            last = time.monotonic()
+        # Idle: take the socket away first, so new callers start a new worker, then answer who already connected.
+        if _ours(path, inode):
+            path.unlink(missing_ok=True)
+        server.setblocking(False)
+        while True:
+            try:
+                conn, _ = server.accept()
+            except BlockingIOError:
+                break
+            conn.setblocking(True)
+            _serve_one(conn, cache)
+        print(f"sample worker: idle for {idle_s} s; exiting", file=sys.stderr, flush=True)
+    finally:
+        server.close()
+        if inode is not None and _ours(path, inode):
+            path.unlink(missing_ok=True)
+
+
+def sample_worker_job(**job: Any) -> None:
+    """The entry of the worker job: validates its keyword arguments as a `SampleWorkerJob` and serves.
+
+    Raises:
+        ConfigError: an argument is missing or out of range.
+    """
+    request = parse_config(SampleWorkerJob, job, source="sample worker job")
+    serve(Path(request.socket_path), request.idle_s)
