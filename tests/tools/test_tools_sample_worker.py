@@ -51,6 +51,8 @@ def test_a_second_call_reuses_the_worker_the_first_started_and_gives_the_same_te
     assert worker_pid(ctx) == pid and len(worker_jobs(ctx)) == jobs_before + 1
     [running] = [record for record in worker_jobs(ctx) if not record.status.finished]
     assert running.pid == pid and running.spec.resources.cpus == 0
+    # A request names files to write, so only this user may connect.
+    assert socket_path(ctx.workspace.jobs_dir).stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.slow

@@ -216,6 +216,7 @@ def serve(path: Path, idle_s: float) -> None:
     try:
         path.unlink(missing_ok=True)  # a dead worker's; whoever starts a worker holds the lock
         server.bind(str(path))
+        os.chmod(path, 0o600)  # a request names files to write: only this user may send one
         server.listen(64)
         inode = path.stat().st_ino
         print(f"sample worker {os.getpid()} listening on {path} (idle timeout {idle_s} s)", file=sys.stderr, flush=True)
