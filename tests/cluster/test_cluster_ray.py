@@ -48,6 +48,18 @@ def test_a_job_runs_on_ray_and_its_logs_page_by_offset(backend, tmp_path):
     assert record.id in [job.id for job in backend.list()]
 
 
+def test_a_multibyte_log_is_mirrored_byte_for_byte_and_a_listing_carries_no_log_bytes(backend, tmp_path):
+    log_path = tmp_path / "mirror.log"
+    script = 'for i in $(seq 1500); do echo "ligne $i : café, naïve"; done'
+    record = backend.submit(shell(script, log_path=str(log_path)))
+    assert backend.wait(record.id, timeout=120).status is JobStatus.SUCCEEDED
+    whole = backend.logs(record.id, offset=0, limit=1 << 20)
+    assert log_path.read_bytes() == whole.text.encode() and whole.size == len(whole.text.encode())
+    assert "ligne 1 : café" in whole.text and "ligne 1500 : café, naïve" in whole.text
+    # Statuses and listings ask the launcher for the job's facts, not its log.
+    assert all(view["log"] == b"" for view in backend._call("views"))
+
+
 def test_a_job_outlives_the_process_that_submitted_it_and_another_one_finds_it(backend, ray_address):
     submit = (
         "from tradewind.cluster import JobSpec, RayBackend\n"

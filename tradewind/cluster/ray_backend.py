@@ -46,14 +46,13 @@ from tradewind.cluster.jobs import (
 )
 from tradewind.cluster.ray_entry import (
     RESULT_PREFIX,
-    STARTED_LINE,
     describe_bundles,
     format_resources,
     ray_bundles,
     replica_count,
 )
 from tradewind.cluster.ray_launcher import LAUNCHER_NAME, NAMESPACE, Launcher
-from tradewind.core import InvalidInputError, NotFoundError, atomic_write_text, check_id, make_id
+from tradewind.core import InvalidInputError, NotFoundError, atomic_write_bytes, check_id, make_id
 
 PROBE_TIMEOUT_S = 3.0  # Ray's own client retries an unreachable GCS for about 40 s
 TPU_HEAD = re.compile(r"TPU-(.+)-head")  # the resource Ray's TPU support gives a slice's first host
@@ -203,8 +202,8 @@ class RayBackend:
             raise InvalidInputError(f"argument 'job_id': a Ray job with id {job_id!r} exists already")
         return JobRecord(id=job_id, spec=spec, backend=self.name, log_path=spec.log_path)
 
-    def _view(self, job_id: str) -> dict[str, Any]:
-        view = self._call("view", check_id(job_id, "job_id"))
+    def _view(self, job_id: str, offset: int = 0, limit: int | None = 0) -> dict[str, Any]:
+        view = self._call("view", check_id(job_id, "job_id"), offset, limit)
         if view is None:
             raise NotFoundError(f"unknown job id {job_id!r} on the Ray cluster at {self.address}")
         return view
@@ -215,20 +214,16 @@ class RayBackend:
         record = JobRecord(
             id=view["id"], spec=spec, backend=self.name, log_path=spec.log_path, submitted_at=view["submitted_at"]
         )
-        text = view["log"].decode(errors="replace")
-        if spec.log_path and text:
-            atomic_write_text(Path(spec.log_path), text)
         ended = "ended_at" in view
-        if not ended and STARTED_LINE not in text:
+        if not ended and not view["started"]:
             record.reason = f"waiting for Ray to place {describe_bundles(*ray_bundles(spec))}"
             return record
         record.status, record.started_at = JobStatus.RUNNING, view["submitted_at"]
         if not ended:
             return record
         record.ended_at = view["ended_at"]
-        result = next((line for line in reversed(text.splitlines()) if line.startswith(RESULT_PREFIX)), None)
-        if result is not None:
-            outcome = json.loads(result[len(RESULT_PREFIX) :])
+        if view["result"] is not None:
+            outcome = json.loads(view["result"][len(RESULT_PREFIX) :])
             record.status, record.reason, record.exit_code = (
                 JobStatus(outcome["status"]),
                 outcome["reason"],
@@ -245,8 +240,19 @@ class RayBackend:
         return record
 
     def status(self, job_id: str) -> JobRecord:
-        """The job's current record; raises `NotFoundError` for an unknown id."""
-        return self._record(self._view(job_id))
+        """The job's current record, its log mirrored to `spec.log_path`; raises `NotFoundError` for an unknown id."""
+        view = self._view(job_id)
+        record = self._record(view)
+        if record.spec.log_path:
+            self._mirror(job_id, Path(record.spec.log_path), view["size"])
+        return record
+
+    def _mirror(self, job_id: str, path: Path, size: int) -> None:
+        """Bring the local copy of the job's log at `path` up to `size` bytes, fetching only what it lacks."""
+        have = path.read_bytes() if path.exists() else b""
+        if len(have) < size:
+            new = self._view(job_id, offset=len(have), limit=size - len(have))["log"]
+            atomic_write_bytes(path, have + new)
 
     def wait(self, job_id: str, timeout: float, poll_interval: float = 0.25) -> JobRecord:
         """Wait until the job finishes or `timeout` seconds pass; return its record either way."""
@@ -254,10 +260,9 @@ class RayBackend:
 
     def logs(self, job_id: str, offset: int = 0, limit: int = LOG_PAGE_BYTES, replica: int = 0) -> LogChunk:
         """Up to `limit` bytes of the job's log (driver and every replica, as Ray collects it) from `offset`."""
-        view = self._view(job_id)
-        record, data = self._record(view), view["log"]
-        page = data[offset : offset + limit]
-        return decode_log_page(job_id, page, offset=offset, size=len(data), finished=record.status.finished)
+        view = self._view(job_id, offset, limit)
+        record = self._record(view)
+        return decode_log_page(job_id, view["log"], offset=offset, size=view["size"], finished=record.status.finished)
 
     def cancel(self, job_id: str) -> JobRecord:
         """Stop the job's driver; it cancels the replicas, whose process groups get SIGTERM."""

@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from tradewind.cluster.process import process_alive, process_start_time
+from tradewind.cluster.ray_entry import RESULT_PREFIX, STARTED_LINE
 
 NAMESPACE = "tradewind"
 LAUNCHER_NAME = "tradewind-launcher"
+RESULT_TAIL_BYTES = 65536  # the driver's result line is among its last lines
 
 
 def _now() -> str:
@@ -113,16 +115,33 @@ class Launcher:
         path.write_text(json.dumps(state))
         return state
 
-    def view(self, job_id: str) -> dict[str, Any] | None:
-        """The job's state and its whole log, or None for an unknown id."""
+    def view(self, job_id: str, offset: int = 0, limit: int | None = 0) -> dict[str, Any] | None:
+        """The job's state, its log's size, whether its replicas started, its result line once it printed
+        one, and `limit` bytes of its log from `offset` (None: to the end); None for an unknown id.
+
+        Only the asked-for bytes travel: a status needs the two lines, not the log.
+        """
         if not (self.root / f"{job_id}.json").exists():
             return None
         state = self._state(job_id)
         log = self.root / f"{job_id}.log"
-        return {**state, "id": job_id, "log": log.read_bytes() if log.exists() else b""}
+        if not log.exists():
+            return {**state, "id": job_id, "size": 0, "log": b"", "started": False, "result": None}
+        with open(log, "rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            file.seek(offset)
+            page = file.read(-1 if limit is None else limit)
+            file.seek(max(0, size - RESULT_TAIL_BYTES))
+            tail = file.read().decode(errors="replace")
+        if not state.get("started"):
+            state["started"] = STARTED_LINE.encode() in log.read_bytes()  # an early line: read until it shows
+            if state["started"]:
+                (self.root / f"{job_id}.json").write_text(json.dumps(state))
+        result = next((line for line in reversed(tail.splitlines()) if line.startswith(RESULT_PREFIX)), None)
+        return {**state, "id": job_id, "size": size, "log": page, "result": result}
 
     def views(self) -> list[dict[str, Any]]:
-        """Every job's view, in no particular order."""
+        """Every job's view without log bytes, in no particular order."""
         return [view for path in self.root.glob("*.json") if (view := self.view(path.stem)) is not None]
 
     def stop(self, job_id: str) -> None:
