@@ -26,7 +26,7 @@ from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_pr
 from tradewind.tools.runs import RunRequest
 from tradewind.trainer import RunLayout, SampleJob, SampleOptions
 from tradewind.trainer.jobs import SAMPLE_WORKER_CALLABLE, SampleWorkerJob
-from tradewind.trainer.sample_worker import LOCK_NAME, idle_seconds, read_line, send_line, socket_path
+from tradewind.trainer.sample_worker import LOCK_NAME, ask, connect, idle_seconds, socket_path
 
 # The generated text as JSON: most of a result's 32,000 characters (max_tokens long tokens can decode to more).
 MAX_TEXT_CHARS = 28_000
@@ -91,16 +91,6 @@ def _worker_error(error: dict[str, Any]) -> TradewindError:
     return kind(str(error.get("message")))
 
 
-def _connect(path: Path) -> socket.socket | None:
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(str(path))
-    except (FileNotFoundError, ConnectionRefusedError):  # no worker, or a dead one's socket
-        conn.close()
-        return None
-    return conn
-
-
 def ask_sample_worker(
     ctx: ToolContext, request: dict[str, Any], *, timeout_s: float, activity: str, progress: Progress
 ) -> dict[str, Any]:
@@ -120,16 +110,9 @@ def ask_sample_worker(
         progress(elapsed, timeout_s, f"{activity} (seconds elapsed)")
 
     path = socket_path(ctx.workspace.jobs_dir)
-    conn = _connect(path) or _start_worker(ctx, path, tick)
-    with conn:
-        conn.settimeout(min(5.0, timeout_s))
-        try:
-            send_line(conn, request)
-        except (BrokenPipeError, ConnectionResetError):  # it died after taking the connection
-            line = None
-        else:
-            conn.settimeout(0.5)
-            line = read_line(conn, on_timeout=tick)
+    conn = connect(path) or _start_worker(ctx, path, tick)
+    conn.settimeout(0.5)  # so that waiting ticks: progress, the timeout, cancellation
+    line = ask(conn, request, on_timeout=tick)
     if line is None:
         raise TradewindError(
             f"{activity} failed: the sampling worker ended before it answered (see the newest 'sample worker' "
@@ -149,7 +132,7 @@ def _start_worker(ctx: ToolContext, path: Path, tick: Callable[[], None]) -> soc
                 tick()
                 time.sleep(0.05)
         try:
-            if conn := _connect(path):
+            if conn := connect(path):
                 return conn
             job_id = make_id("sample-worker")
             spec = JobSpec(
@@ -160,7 +143,7 @@ def _start_worker(ctx: ToolContext, path: Path, tick: Callable[[], None]) -> soc
                 env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},  # take accelerator memory as needed, not 75%
             )
             record = ctx.backend.submit(spec, job_id=job_id)
-            while (conn := _connect(path)) is None:
+            while (conn := connect(path)) is None:
                 record = ctx.backend.status(job_id)
                 if record.status.finished:
                     tail = "\n".join(tail_lines(record.log_path, LOG_TAIL_LINES))

@@ -99,6 +99,30 @@ def send_line(conn: socket.socket, message: dict[str, Any]) -> None:
     conn.sendall(data)
 
 
+def connect(path: Path) -> socket.socket | None:
+    """A connection to the worker listening at `path`, or None if none does (no socket, or a dead one's)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError):
+        conn.close()
+        return None
+    return conn
+
+
+def ask(conn: socket.socket, request: dict[str, Any], on_timeout: Callable[[], None] | None = None) -> bytes | None:
+    """Send `request` over `conn` (then closed) and return the reply line; None if the worker died first.
+
+    Reading waits in steps of the socket's timeout, calling `on_timeout` after each (see `read_line`).
+    """
+    with conn:
+        try:
+            send_line(conn, request)
+        except (BrokenPipeError, ConnectionResetError):  # it died after taking the connection
+            return None
+        return read_line(conn, on_timeout=on_timeout)
+
+
 def exchange(path: Path, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
     """Send `request` to the worker at `path` and return its reply; None if no worker listens there.
 
@@ -106,18 +130,11 @@ def exchange(path: Path, request: dict[str, Any], timeout_s: float) -> dict[str,
         TradewindError: the worker hung up without answering (it died) or sent something unreadable.
         TimeoutError: no answer within `timeout_s`.
     """
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(timeout_s)
-        try:
-            conn.connect(str(path))
-        except (FileNotFoundError, ConnectionRefusedError):
-            return None
-        try:
-            send_line(conn, request)
-        except (BrokenPipeError, ConnectionResetError):
-            line = None
-        else:
-            line = read_line(conn)
+    conn = connect(path)
+    if conn is None:
+        return None
+    conn.settimeout(timeout_s)
+    line = ask(conn, request)
     if line is None:
         raise TradewindError(f"the sampling worker at {path} ended before it answered")
     return json.loads(line)
