@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from tradewind.trainer.cross_entropy import fused_cross_entropy
+
 Params = Any  # an nnx.State of the model's parameters
 TrainStep = Callable[[Params, optax.OptState, Any], tuple[Params, optax.OptState, dict[str, jax.Array]]]
 EvalStep = Callable[[Params, Any], jax.Array]
@@ -29,7 +31,9 @@ def next_token_loss(
 ) -> tuple[jax.Array, jax.Array]:
     """Mean loss of predicting `batch[:, 1:]` from `batch[:, :-1]`: `(objective, cross-entropy)`, float32.
 
-    The objective adds `z_loss * mean(logsumexp(logits)^2)`, which keeps the softmax normaliser near 1.
+    The objective adds `z_loss * mean(logsumexp(logits)^2)`, which keeps the softmax normaliser near 1. The
+    output projection and the cross-entropy are one fused, blockwise step (`tradewind.trainer.cross_entropy`):
+    the [batch, seq, vocab] logits are never materialised.
 
     Args:
         graphdef: the model's static structure, from `nnx.split`.
@@ -38,13 +42,9 @@ def next_token_loss(
         z_loss: weight of the z-loss term (0 leaves it out of the graph).
     """
     model = nnx.merge(graphdef, params)
-    logits = model(batch[:, :-1]).astype(jnp.float32)  # [batch, seq, vocab]
-    targets = batch[:, 1:]  # [batch, seq]
-    cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
-    if not z_loss:
-        return cross_entropy, cross_entropy
-    log_z = jax.nn.logsumexp(logits, axis=-1)  # [batch, seq]
-    return cross_entropy + z_loss * jnp.mean(jnp.square(log_z)), cross_entropy
+    hidden, _ = model.features(batch[:, :-1])  # [batch, seq, d_model]
+    rows = hidden.reshape(-1, hidden.shape[-1]).astype(model.dtype)  # [batch * seq, d_model]
+    return fused_cross_entropy(rows, model.head_weight(), batch[:, 1:].reshape(-1), z_loss)
 
 
 def loss_and_grads(

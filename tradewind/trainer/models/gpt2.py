@@ -1,6 +1,6 @@
 """The GPT-2-style decoder: LayerNorm, learned position embeddings, a GELU MLP and biases.
 
-Model type "gpt2"; same call contract as `Llama` (see `layers.decode`).
+Model type "gpt2"; same call contract as `Llama` (`layers.Decoder`).
 
 Example:
     model = build_model(GPT2Config(vocab_size=258), rngs=nnx.Rngs(0))
@@ -16,9 +16,11 @@ from flax import nnx
 
 from tradewind.trainer.models.configs import GPT2Config
 from tradewind.trainer.models.layers import (
+    Decoder,
     KVCache,
     attend,
     decode,
+    head_weight,
     output_head,
     over_token_rows,
     require_vocab,
@@ -61,12 +63,12 @@ class GPT2Block(nnx.Module):
         return x + over_token_rows(lambda rows: self.fc_out(jax.nn.gelu(self.fc(rows))), self.ln_2(x)), layer_cache
 
 
-class GPT2(nnx.Module):
+class GPT2(Decoder):
     """A GPT-2-style decoder-only transformer; same call contract as `Llama`."""
 
     def __init__(self, config: GPT2Config, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         vocab = require_vocab(config)
-        self.max_seq_len = config.max_seq_len
+        self.max_seq_len, self.dtype = config.max_seq_len, dtype
         init = nnx.initializers.normal(config.init_std)
         self.wte = nnx.Embed(vocab, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
         self.wpe = nnx.Embed(config.max_seq_len, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
@@ -74,12 +76,9 @@ class GPT2(nnx.Module):
         self.ln_f = nnx.LayerNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 
-    def __call__(self, tokens: jax.Array, cache: KVCache | None = None):
-        """Logits [batch, seq, vocab] of tokens [batch, seq]; with a cache, also the cache updated (`decode`)."""
-
-        def head(x: jax.Array) -> jax.Array:
-            x = self.ln_f(x)
-            return self.wte.attend(x) if self.lm_head is None else self.lm_head(x)
-
+    def features(self, tokens: jax.Array, cache: KVCache | None = None):
         embed = lambda tokens, positions: self.wte(tokens) + self.wpe(positions)[None]  # noqa: E731
-        return decode(tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, head=head)
+        return decode(tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, norm=self.ln_f)
+
+    def head_weight(self) -> jax.Array:
+        return head_weight(self.wte, self.lm_head, self.dtype)

@@ -1,7 +1,8 @@
 """The pieces both architectures are made of, and the forward pass they share.
 
 Norm, rotary position embedding, causal attention (with the key/value cache for sampling), the row-wise
-MLP helper, and `decode`: positions, embedding, blocks and head, with or without a cache. Everything is
+MLP helper, `decode` (positions, embedding, blocks and final norm, with or without a cache), and `Decoder`, the
+call contract of a model (hidden states, the head's weight, logits). Everything is
 float32 unless a module is given a compute dtype; attention scores and softmax are float32 always.
 """
 
@@ -168,13 +169,13 @@ def decode(
     max_seq_len: int,
     embed: Callable[[jax.Array, jax.Array], jax.Array],
     blocks: Sequence[BlockFn],
-    head: Callable[[jax.Array], jax.Array],
-):
-    """The forward pass of a decoder: tokens [batch, seq] (int) -> logits [batch, seq, vocab] (float32).
+    norm: Callable[[jax.Array], jax.Array],
+) -> tuple[jax.Array, KVCache | None]:
+    """The body of a decoder: tokens [batch, seq] (int) -> final normalised hidden states [batch, seq, d_model].
 
-    `embed(tokens, positions)` gives the residual stream, each block updates it, `head` maps it to logits.
-    With a `cache` (from `init_cache`), `tokens` continue the cached sequence at `cache["index"]`, and the
-    result is `(logits, updated cache)`.
+    `embed(tokens, positions)` gives the residual stream, each block updates it, `norm` closes it. With a
+    `cache` (from `init_cache`), `tokens` continue the cached sequence at `cache["index"]`; the second
+    result is the cache updated (None without one).
     """
     seq = tokens.shape[1]
     if seq > max_seq_len:
@@ -186,7 +187,35 @@ def decode(
     for i, block in enumerate(blocks):
         x, layer_cache = block(x, positions, None if cache is None else cache["layers"][i])
         layers.append(layer_cache)
-    logits = head(x).astype(jnp.float32)  # [batch, seq, vocab]
+    x = norm(x)
     if cache is None:
-        return logits
-    return logits, {"layers": layers, "index": cache["index"] + seq}
+        return x, None
+    return x, {"layers": layers, "index": cache["index"] + seq}
+
+
+class Decoder(nnx.Module):
+    """The contract both architectures keep: `features` (the decoder body) and `head_weight` (the output
+    projection), from which the call computes logits. The training loss takes the two separately, so that
+    it can fuse the projection with the cross-entropy (`tradewind.trainer.cross_entropy`)."""
+
+    dtype: Any  # compute dtype of the matmuls
+
+    def features(self, tokens: jax.Array, cache: KVCache | None = None) -> tuple[jax.Array, KVCache | None]:
+        """Final normalised hidden states [batch, seq, d_model] of tokens [batch, seq], and the cache (`decode`)."""
+        raise NotImplementedError
+
+    def head_weight(self) -> jax.Array:
+        """The output projection [d_model, vocab] in the compute dtype."""
+        raise NotImplementedError
+
+    def __call__(self, tokens: jax.Array, cache: KVCache | None = None):
+        """Logits [batch, seq, vocab] (float32) of tokens [batch, seq]; with a cache, `(logits, cache updated)`."""
+        x, updated = self.features(tokens, cache)
+        logits = jnp.dot(x.astype(self.dtype), self.head_weight(), preferred_element_type=jnp.float32)
+        return logits if cache is None else (logits, updated)
+
+
+def head_weight(embed: nnx.Embed, lm_head: nnx.Linear | None, dtype: Any) -> jax.Array:
+    """The untied head's kernel, or the transposed embedding when the head is tied; [d_model, vocab] in `dtype`."""
+    weight = embed.embedding[...].T if lm_head is None else lm_head.kernel[...]
+    return weight.astype(dtype)

@@ -17,11 +17,13 @@ from flax import nnx
 
 from tradewind.trainer.models.configs import LlamaConfig
 from tradewind.trainer.models.layers import (
+    Decoder,
     KVCache,
     RMSNorm,
     apply_rotary,
     attend,
     decode,
+    head_weight,
     output_head,
     over_token_rows,
     require_vocab,
@@ -89,7 +91,7 @@ class Block(nnx.Module):
         return x + self.mlp(self.mlp_norm(x)), layer_cache  # [batch, seq, d_model]
 
 
-class Llama(nnx.Module):
+class Llama(Decoder):
     """A Llama-style decoder-only transformer.
 
     Args:
@@ -103,19 +105,16 @@ class Llama(nnx.Module):
 
     def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs, dtype: Any = jax.numpy.float32):
         vocab = require_vocab(config)
-        self.max_seq_len = config.max_seq_len
+        self.max_seq_len, self.dtype = config.max_seq_len, dtype
         init = nnx.initializers.normal(config.init_std)
         self.embed = nnx.Embed(vocab, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
         self.blocks = nnx.List([Block(config, dtype=dtype, rngs=rngs) for _ in range(config.n_layers)])
         self.norm = RMSNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 
-    def __call__(self, tokens: jax.Array, cache: KVCache | None = None):
-        """Logits [batch, seq, vocab] of tokens [batch, seq]; with a cache, also the cache updated (`decode`)."""
-
-        def head(x: jax.Array) -> jax.Array:
-            x = self.norm(x)
-            return self.embed.attend(x) if self.lm_head is None else self.lm_head(x)
-
+    def features(self, tokens: jax.Array, cache: KVCache | None = None):
         embed = lambda tokens, positions: self.embed(tokens)  # noqa: E731 (positions enter through rotary)
-        return decode(tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, head=head)
+        return decode(tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, norm=self.norm)
+
+    def head_weight(self) -> jax.Array:
+        return head_weight(self.embed, self.lm_head, self.dtype)
