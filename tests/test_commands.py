@@ -2,14 +2,17 @@
 and `--allow-path` / `--allow-code` become the workspace's grants."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tradewind.cli import build_parser, main
 from tradewind.commands import context
+from tradewind.core import read_json
 from tradewind.data import open_token_cache
 from tradewind.tools import TokenizeDatasetRequest, tokenize_dataset
 from tradewind.tools.sampling import SampleTextRequest, sample_text
+from tradewind.trainer import ProfileSummary, RunLayout
 
 
 def test_cli_tokenize_options_make_the_dataset_the_tool_makes_and_keep_the_old_no_eos(workspace, capsys):
@@ -58,3 +61,22 @@ def test_allow_code_is_a_repeatable_command_line_grant_apart_from_allow_path(tmp
     workspace = context(args).workspace
     assert workspace.code_roots == ((tmp_path / "a").resolve(), (tmp_path / "b").resolve())
     assert workspace.allowed_roots == ((tmp_path / "in").resolve(),)
+
+
+@pytest.mark.slow
+def test_tradewind_profile_and_report_print_what_their_tools_wrote(ctx, finished_run, capsys):
+    run = finished_run.run_id
+    common = ["--workspace", str(ctx.workspace.root), "--log-level", "WARNING"]
+    assert main(["profile", run, "--steps", "2", "--start-step", "3", *common]) == 0
+    shown = capsys.readouterr().out
+    summary = ProfileSummary.model_validate(read_json(RunLayout(ctx.workspace.run_dir(run)).profile / "summary.json"))
+    assert (summary.steps, summary.start_step) == (2, 3)
+    assert f"{summary.diagnosis.verdict}: {summary.diagnosis.suggestion}" in shown
+    assert f"compute {summary.split.compute:.0%}" in shown and all(op.name in shown for op in summary.top_ops)
+
+    assert main(["report", run, "--no-sample", *common]) == 0
+    markdown, html = capsys.readouterr().out.split()
+    assert Path(markdown) == ctx.workspace.reports_dir / f"{run}.md" and Path(html).suffix == ".html"
+    assert f"# Training report: {run}" in Path(markdown).read_text(encoding="utf-8")
+    assert main(["report", run, run, *common]) == 2  # a comparison needs two different runs
+    assert "run_ids" in capsys.readouterr().err

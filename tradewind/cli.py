@@ -10,6 +10,8 @@
     tradewind inspect DATASET_ID [--split train] [--samples 3] [--sample-chars 400] [--json]
     tradewind sample RUN_ID [--prompt TEXT] [--max-tokens 200] [--temperature 0.8] [--top-k 0] [--top-p 1.0]
         [--seed 0] [--step N] [--timeout-s 300] [--json]
+    tradewind profile RUN_ID [--steps 5] [--start-step 2] [--timeout-s 600] [--json]
+    tradewind report RUN [RUN ...] [--metric eval_loss|loss] [--no-sample] [--json]
     tradewind train CONFIG.yaml [--set key=value ...] [--detach]
     tradewind runs list [--limit N] [--json] | show RUN [--json] | cancel RUN
     tradewind export RUN --format hf --out DIR
@@ -22,7 +24,7 @@ commands and inside configs (datasets, runs, inputs) are relative to the workspa
 own CONFIG file is a plain path. Commands import what they need when they run, so `tradewind --help`
 answers at once and nothing loads JAX before it has to.
 
-The options of `tokenize`, `train-tokenizer`, `inspect` and `sample` are generated from their tools'
+The options of `tokenize`, `train-tokenizer`, `inspect`, `sample` and `profile` are generated from their tools'
 request models (`tradewind.core.cli_options`), so a field added to a request is an option at once, with
 its description as help; they are generated only when that command runs (pydantic loads no sooner).
 What those commands do is in `tradewind.commands`.
@@ -183,6 +185,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     train.add_argument("--detach", action="store_true", help="print the run id and return; the run goes on")
     train.set_defaults(handler=commands.train)
+
+    profile = subcommands.add_parser(
+        "profile", parents=[common], help="profile a run's steps: where the time goes, a verdict, one suggestion"
+    )
+    from_model(profile, "ProfileRunRequest", positional=("run_id",))
+    profile.add_argument("--json", action="store_true", help="print the result as JSON")
+    profile.set_defaults(handler=commands.profile)
+
+    report = subcommands.add_parser(
+        "report", parents=[common], help="write a run's report, or compare several runs; prints the report paths"
+    )
+    report.add_argument("runs", nargs="+", metavar="RUN", help="a run id; two or more: a comparison")
+    report.add_argument("--metric", choices=["eval_loss", "loss"], default="eval_loss", help="compare runs on it")
+    report.add_argument("--no-sample", action="store_true", help="no text sampled from the run's checkpoint")
+    report.add_argument("--json", action="store_true", help="print the result as JSON")
+    report.set_defaults(handler=commands.report)
 
     runs = subcommands.add_parser("runs", parents=[common], help="list, show or cancel training runs (any backend)")
     actions = runs.add_subparsers(dest="action", required=True)

@@ -206,3 +206,58 @@ def runs(args: argparse.Namespace) -> int:
         print(f"{bad.run_id}  UNREADABLE  {bad.reason}")
     print(f"{listed.total} run folder(s) in {ctx.workspace.runs_dir}")
     return 0
+
+
+def profile(args: argparse.Namespace) -> int:
+    """Profile a run's steps (`profile_run`): the step split, the top ops, the verdict and one suggestion."""
+    from tradewind.core.cli_options import model_from_args
+    from tradewind.tools import ProfileRunRequest, profile_run
+
+    request = model_from_args(ProfileRunRequest, args)
+    result = with_progress("profiling", lambda progress: profile_run(context(args), request, progress))
+    if args.json:
+        print_result(result)
+        return 0
+    print(
+        f"compile {result.compile_s:.1f} s; steps {result.start_step}-{result.start_step + result.steps - 1}: "
+        f"mean {result.mean_step_s * 1000:.1f} ms, {result.tokens_per_s:,.0f} tokens/s, MFU {result.mfu:.1%}"
+    )
+    split = result.split
+    print(
+        f"step split: compute {split.compute:.0%}, data wait {split.data_wait:.0%}, host {split.host:.0%}, "
+        f"checkpoint {split.checkpoint:.0%}; peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB "
+        f"({result.peak_memory_source})"
+    )
+    for op in result.top_ops:
+        print(f"  {op.share:6.1%}  {op.total_ms:9.1f} ms  {op.name}")
+    print(f"{result.diagnosis.verdict}: {result.diagnosis.suggestion}")
+    print(f"trace: {result.trace_dir}", file=sys.stderr)
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    """One run: its report (`summarize_report`); several: their comparison (`compare_runs`). Prints the paths."""
+    from tradewind.tools import CompareRunsRequest, SummarizeReportRequest, compare_runs, summarize_report
+
+    ctx = context(args)
+    if len(args.runs) == 1:
+        result = summarize_report(ctx, SummarizeReportRequest(run_id=args.runs[0], sample=not args.no_sample))
+        anomalies = result.anomalies
+    else:
+        result = compare_runs(ctx, CompareRunsRequest(run_ids=args.runs, metric=args.metric))
+        anomalies = [anomaly for run in result.runs for anomaly in run.anomalies]
+    if args.json:
+        print_result(result)
+        return 0
+    if len(args.runs) > 1:
+        print(f"better on {args.metric} at {result.at_tokens:,} tokens: {result.best_run or 'none'}")
+    print(f"{len(anomalies)} anomal{'y' if len(anomalies) == 1 else 'ies'}", file=sys.stderr)
+    print(result.report_path)
+    print(result.html_path)
+    return 0
+    if hasattr(result, "best_run"):
+        print(f"better on {args.metric} at {result.at_tokens:,} tokens: {result.best_run or 'none'}")
+    print(f"{len(anomalies)} anomal{'y' if len(anomalies) == 1 else 'ies'}", file=sys.stderr)
+    print(result.report_path)
+    print(result.html_path)
+    return 0

@@ -172,7 +172,7 @@ async def test_both_tools_work_through_an_mcp_client(tool_ctx):
     async with Client(server) as client:
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert listed["run_pipeline"].input_schema["required"] == ["pipeline"]
-        assert listed["run_pipeline"].description.startswith("Run a pipeline file's Python code")
+        assert listed["run_pipeline"].description.startswith("Plan or run a pipeline file's cached steps")
         status = await client.call_tool("cluster_status", {})
         plan = await client.call_tool("run_pipeline", {"pipeline": "pipelines/pipe.py"})
         bad = await client.call_tool("cluster_status", {"backend": "slurm"})

@@ -25,10 +25,12 @@ def test_profile_run_runs_a_callable_job_whose_kwargs_are_the_profile_job(tmp_pa
     )
     layout.config.write_text(config.model_dump_json(), encoding="utf-8")
 
-    result = profile_run(ctx, ProfileRunRequest(run_id="r1", steps=2))
+    result = profile_run(ctx, ProfileRunRequest(run_id="r1", steps=2, start_step=3))
 
     assert result.steps == 2 and result.run_id == "r1" and result.log_file == str(layout.profile / "profile.log")
-    assert ProfileSummary.model_validate(read_json(layout.profile / "summary.json")).mean_step_s == result.mean_step_s
+    summary = ProfileSummary.model_validate(read_json(layout.profile / "summary.json"))
+    assert summary == ProfileSummary.model_validate(result.model_dump(exclude={"run_id", "log_file"}))
+    assert result.start_step == 3 and result.diagnosis.verdict and result.diagnosis.suggestion and result.top_ops
     [record] = ctx.backend.list()
     assert (record.spec.callable, record.spec.command) == (PROFILE_CALLABLE, None)
-    assert ProfileJob.model_validate(record.spec.kwargs) == ProfileJob(run_dir=str(layout.root), steps=2)
+    assert ProfileJob.model_validate(record.spec.kwargs) == ProfileJob(run_dir=str(layout.root), steps=2, start_step=3)

@@ -1,15 +1,27 @@
 """summarize_report: a run's markdown report and loss plot, from the files a run leaves in its folder."""
 
+import base64
 import os
+import re
 import socket
 from pathlib import Path
 
 import pytest
+from runs_helpers import metric_rows
 
 from tradewind.cluster import JobStatus
 from tradewind.cluster.process import process_start_time
 from tradewind.core import NotFoundError, atomic_write_json
-from tradewind.tools import RunRequest, ToolContext, summarize_report
+from tradewind.tools import (
+    LaunchTrainingRequest,
+    RunRequest,
+    SummarizeReportRequest,
+    ToolContext,
+    WaitForRunRequest,
+    launch_training,
+    summarize_report,
+    wait_for_run,
+)
 from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, RunRecord, TrainConfig, TrainSummary, write_record
 
 SUMMARY = TrainSummary(
@@ -46,10 +58,10 @@ def write_run(
 
 
 ROWS = [
-    MetricRow(step=0, eval_loss=5.5, elapsed=0.5),
+    MetricRow(step=0, eval_loss=5.5, eval_perplexity=244.69, elapsed=0.5),
     MetricRow(step=10, loss=4.0, lr=1e-3, elapsed=2.0),
-    MetricRow(step=20, loss=3.0, eval_loss=3.25, elapsed=4.0),
-    MetricRow(step=30, loss=2.5, eval_loss=2.75, elapsed=6.0),
+    MetricRow(step=20, loss=3.0, eval_loss=3.25, eval_perplexity=25.79, elapsed=4.0),
+    MetricRow(step=30, loss=2.5, eval_loss=2.75, eval_perplexity=15.64, elapsed=6.0),
 ]
 
 
@@ -62,8 +74,10 @@ def test_a_finished_runs_report_has_its_config_figures_and_a_png_plot(fresh):
     write_run(fresh, "run-done", JobStatus.SUCCEEDED, ROWS, SUMMARY)
     report = summarize_report(fresh, RunRequest(run_id="run-done"))
     assert report.status is JobStatus.SUCCEEDED and report.report_uri == "tradewind://runs/run-done/report"
-    assert (report.final_loss, report.first_eval_loss, report.final_eval_loss) == (2.5, 5.5, 2.75)
-    assert (report.best_eval_loss, report.tokens_per_s) == (2.625, 4_321.0)
+    assert (report.final_loss, report.final_eval_loss) == (2.5, 2.75)
+    (figures,) = report.runs  # from the metrics rows, not summary.json
+    assert (figures.first_eval_loss, figures.best_eval_loss, figures.best_eval_step) == (5.5, 2.75, 30)
+    assert figures.tokens_seen == 30 * 8 * 32 and figures.tokens_per_s is None and figures.checkpoints == []
     markdown = fresh.workspace.reports_dir.joinpath("run-done.md").read_text(encoding="utf-8")
     assert report.report_path == str(fresh.workspace.reports_dir / "run-done.md")
     assert markdown.startswith("# Training report: run-done\n\nStatus: **SUCCEEDED**\n")
@@ -72,12 +86,15 @@ def test_a_finished_runs_report_has_its_config_figures_and_a_png_plot(fresh):
         "| parameters | 12,345 |",
         "| steps | 30 |",
         "| batch x sequence | 8 x 32 |",
-        "| best eval loss | 2.6250 |",
+        "| best eval loss | 2.7500 |",
+        "| tokens seen | 7,680 |",
         "| final eval perplexity | 15.64 |",
-        "| throughput | 4,321 tokens/s |",
-        "| model FLOPs utilisation | 1.2 % (table) |",
+        "| throughput | n/a tokens/s |",
+        "| model FLOPs utilisation | n/a % (table) |",
         "| wall time | 12.5 s |",
-        "![loss curve](run-done-loss.png)",
+        "| checkpoints kept | none |",
+        "![training curves](run-done-loss.png)",
+        "The run has no checkpoint, so there is no sample.",
     ):
         assert line in markdown.splitlines(), line
     assert "## Profile" not in markdown
@@ -94,7 +111,7 @@ def test_a_running_run_is_reported_as_it_stands_from_its_latest_rows(fresh):
     markdown = Path(report.report_path).read_text(encoding="utf-8")
     assert report.status is JobStatus.RUNNING and "Status: **RUNNING**" in markdown
     assert report.final_loss == 3.0 and report.final_eval_loss == 3.25
-    assert report.first_eval_loss is None and report.best_eval_loss is None and report.tokens_per_s is None
+    assert report.runs[0].first_eval_loss == 5.5 and report.runs[0].best_eval_loss == 3.25
     assert "| parameters | n/a |" in markdown and "| final eval loss | 3.2500 |" in markdown
 
 
@@ -115,3 +132,105 @@ def test_a_run_with_no_metrics_yet_is_not_found_saying_to_wait(fresh):
     with pytest.raises(NotFoundError, match="run 'run-new' has logged no metrics yet; wait for it"):
         summarize_report(fresh, RunRequest(run_id="run-new"))
     assert not (fresh.workspace.reports_dir / "run-new.md").exists()
+
+
+def cell(markdown: str, figure: str) -> str:
+    """The value cell of the results-table row `figure`."""
+    (line,) = [line for line in markdown.splitlines() if line.startswith(f"| {figure} |")]
+    return line.split("|")[2].strip()
+
+
+def test_every_number_in_a_report_is_the_metrics_files(fresh):
+    rows = metric_rows(steps=300)
+    write_run(fresh, "run-long", JobStatus.SUCCEEDED, rows, SUMMARY)
+    report = summarize_report(fresh, RunRequest(run_id="run-long"))
+    markdown = Path(report.report_path).read_text(encoding="utf-8")
+    losses = [row.loss for row in rows if row.loss is not None]
+    evals = [(row.eval_loss, row.step) for row in rows if row.eval_loss is not None]
+    assert float(cell(markdown, "final train loss")) == round(losses[-1], 4)
+    assert float(cell(markdown, "best train loss")) == round(min(losses), 4)
+    assert float(cell(markdown, "best eval loss")) == round(min(evals)[0], 4)
+    assert int(cell(markdown, "best eval step")) == min(evals)[1]
+    assert float(cell(markdown, "first eval loss")) == round(evals[0][0], 4)
+    assert int(cell(markdown, "tokens seen").replace(",", "")) == rows[-1].step * 8 * 32
+    assert int(cell(markdown, "last step")) == rows[-1].step
+    # Every eval point in the eval-curve table is a row's eval loss at that step.
+    by_step = {row.step: row.eval_loss for row in rows}
+    table = markdown.split("## Eval curve")[1].split("## Anomalies")[0]
+    points = [line.split("|")[1:4] for line in table.splitlines() if line.startswith("| ") and "step" not in line]
+    assert points and all(float(loss) == round(by_step[int(step)], 4) for step, _, loss in points)
+    assert report.final_loss == losses[-1] and report.runs[0].best_eval_loss == min(evals)[0]
+
+
+def test_the_html_report_is_one_self_contained_file_with_the_png_inlined(fresh):
+    write_run(fresh, "run-html", JobStatus.SUCCEEDED, metric_rows(steps=100), SUMMARY)
+    report = summarize_report(fresh, RunRequest(run_id="run-html"))
+    page = Path(report.html_path).read_text(encoding="utf-8")
+    assert report.html_path == str(fresh.workspace.reports_dir / "run-html.html")
+    assert page.startswith("<!DOCTYPE html>") and "<table>" in page and "Training report: run-html" in page
+    assert 'src="http' not in page and 'href="' not in page and "<link" not in page and "<script" not in page
+    (inlined,) = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    (plot,) = report.plot_paths
+    assert base64.b64decode(inlined) == Path(plot).read_bytes()
+    png = Path(plot).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) <= 120_000
+
+
+def test_a_failed_runs_report_names_the_cause_from_its_log_and_the_step_it_stopped_at(fresh):
+    layout = write_run(fresh, "run-nan", JobStatus.FAILED, ROWS[:2], reason="exited with code 1")
+    layout.log.write_text(
+        "step 5 loss 3.1\nTraceback (most recent call last):\ntradewind.core.errors.TradewindError: training loss "
+        "became nan at step 7; lower optimizer.learning_rate, add warmup\n"
+    )
+    report = summarize_report(fresh, RunRequest(run_id="run-nan"))
+    markdown = Path(report.report_path).read_text(encoding="utf-8")
+    assert [(a.kind, a.step) for a in report.anomalies] == [("non_finite", 7)]
+    assert "NaN or infinite" in report.runs[0].cause and "at step 7" in report.runs[0].cause
+    assert "Cause: the training loss became NaN or infinite" in markdown
+    assert "- step 7: non_finite (training loss became nan)" in markdown
+
+
+def test_a_report_on_several_runs_compares_them_and_has_each_runs_section(fresh):
+    write_run(fresh, "run-a", JobStatus.SUCCEEDED, ROWS, SUMMARY)
+    write_run(fresh, "run-b", JobStatus.SUCCEEDED, ROWS[:3])
+    report = summarize_report(fresh, SummarizeReportRequest(run_ids=["run-a", "run-b"], sample=False))
+    markdown = Path(report.report_path).read_text(encoding="utf-8")
+    assert report.report_uri is None and [run.run_id for run in report.runs] == ["run-a", "run-b"]
+    assert Path(report.report_path).name == "compare-run-a-run-b.md"
+    assert "## Training report: run-a" in markdown and "## Training report: run-b" in markdown
+    assert "The runs' configs are the same." in markdown and "at 5,120 tokens seen" in markdown
+    assert len(report.plot_paths) == 3 and all(Path(plot).is_file() for plot in report.plot_paths)
+
+
+def test_a_report_takes_run_id_or_run_ids_not_both():
+    for bad in ({}, {"run_id": "a", "run_ids": ["b"]}):
+        with pytest.raises(ValueError, match="give run_id or run_ids"):
+            SummarizeReportRequest(**bad)
+
+
+@pytest.mark.slow
+def test_a_real_run_stopped_by_a_non_finite_loss_is_reported_at_that_step(ctx, dataset_id, tiny_run_settings):
+    settings = {**tiny_run_settings, "log_every": 1, "optimizer": {"learning_rate": 1e10, "warmup_steps": 0}}
+    run = launch_training(ctx, LaunchTrainingRequest(dataset=dataset_id, steps=6, checkpoint=False, **settings))
+    done = wait_for_run(ctx, WaitForRunRequest(run_id=run.run_id, timeout_s=240))
+    assert done.status is JobStatus.FAILED, done.log_tail
+    log = RunLayout(Path(done.run_dir)).log.read_text(encoding="utf-8")
+    step = int(re.search(r"loss became \S+ at step (\d+)", log).group(1))
+    report = summarize_report(ctx, RunRequest(run_id=run.run_id))
+    markdown = Path(report.report_path).read_text(encoding="utf-8")
+    assert ("non_finite", step) in [(a.kind, a.step) for a in report.anomalies]
+    assert f"at step {step}" in report.runs[0].cause and "NaN or infinite" in report.runs[0].cause
+    assert f"- step {step}: non_finite" in markdown and "Cause: " in markdown
+    assert "The run has no checkpoint, so there is no sample." in markdown
+
+
+@pytest.mark.slow
+def test_a_finished_runs_report_lists_its_checkpoints_and_a_sample_from_the_last(ctx, constant_run):
+    done, _ = constant_run
+    report = summarize_report(ctx, RunRequest(run_id=done.run_id))
+    markdown = Path(report.report_path).read_text(encoding="utf-8")
+    figures = report.runs[0]
+    assert figures.checkpoints == [25, 30]  # keep_last 2 of every 5 steps
+    assert "| checkpoints kept | 25, 30 |" in markdown
+    assert figures.sample and figures.sample.startswith("The") and "(sampling failed" not in figures.sample
+    assert "60 tokens from checkpoint 30" in markdown and figures.sample in markdown

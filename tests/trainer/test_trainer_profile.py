@@ -1,31 +1,148 @@
-"""Profiling builds the run as training does, times its steps and leaves a trace behind."""
+"""Profiling builds the run as training does, times and traces its steps, splits where the time goes and
+names what limits it."""
+
+import dataclasses
+import time
+from types import SimpleNamespace
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend
 from tradewind.cluster.entry import load_callable
 from tradewind.core import ConfigError, InvalidInputError, read_json
 from tradewind.trainer import ProfileSummary, RunLayout, profile_training
+from tradewind.trainer.hooks import Interval, ProfileHook, StepTiming
 from tradewind.trainer.jobs import PROFILE_CALLABLE, ProfileJob
-from tradewind.trainer.profile import profile_job
+from tradewind.trainer.metrics import StepSplit
+from tradewind.trainer.profile import (
+    DATA_BOUND_SHARE,
+    Measured,
+    diagnose,
+    profile_job,
+    profile_setup,
+    suggested_batch_size,
+)
+from tradewind.trainer.setup import setup_training
 
 
 @pytest.mark.slow
-def test_profile_writes_a_summary_and_a_trace_folder_with_files(tiny_config, tmp_path):
-    summary = profile_training(tiny_config(), tmp_path / "profile", steps=2)
+def test_profile_writes_a_summary_with_the_step_split_top_ops_and_a_verdict_and_a_trace(tiny_config, tmp_path):
+    summary = profile_training(tiny_config(), tmp_path / "profile", steps=3, start_step=3)
     assert ProfileSummary.model_validate(read_json(tmp_path / "profile" / "summary.json")) == summary
-    assert summary.steps == 2
+    assert (summary.steps, summary.start_step) == (3, 3)
     assert summary.backend == jax.default_backend()
     assert summary.parameters > 0 and summary.compile_s > 0 and summary.mean_step_s > 0
     assert summary.tokens_per_s == pytest.approx(8 * 32 / summary.mean_step_s)
-    trace_files = [path for path in (tmp_path / "profile" / "trace").rglob("*") if path.is_file()]
-    assert trace_files and all(path.stat().st_size > 0 for path in trace_files)
+    assert summary.median_step_s > 0 and summary.first_step_s > 0
+    shares = list(summary.split.model_dump().values())
+    assert all(share >= 0 for share in shares) and sum(shares) == pytest.approx(1.0, abs=1e-6)
+    assert summary.split.checkpoint == 0 and summary.compiles == 0
+    assert summary.diagnosis.verdict in {"data-bound", "host-bound", "compute-bound"}
+    assert summary.diagnosis.evidence and summary.diagnosis.suggestion
+    assert len(summary.top_ops) == 10 and all(0 < op.share <= 1 for op in summary.top_ops)
+    assert [op.total_ms for op in summary.top_ops] == sorted((op.total_ms for op in summary.top_ops), reverse=True)
+    assert summary.peak_memory_bytes > 0 and summary.peak_memory_source == "process peak RSS"
+    assert 0 < summary.mfu < 1
+    trace_dir = tmp_path / "profile" / "trace"
+    assert summary.trace_file.endswith(".trace.json.gz") and summary.trace_file.startswith(str(trace_dir))
+    assert list(trace_dir.glob("plugins/profile/*/*.trace.json.gz")) and list(
+        trace_dir.glob("plugins/profile/*/*.xplane.pb")
+    )
 
 
-def test_profiling_zero_steps_is_refused(tiny_config, tmp_path):
+def test_the_profile_hook_times_each_traced_step_from_the_loops_totals_and_counts_compilations(tmp_path):
+    hook = ProfileHook(tmp_path / "trace", first=2, last=3)
+    x = jnp.ones(7)
+    hook(SimpleNamespace(step=1), Interval(seconds=1.0, data_s=0.5, device_s=0.25))  # starts the trace
+    jax.jit(lambda a: a * 3)(x).block_until_ready()  # a compilation while tracing
+    hook(SimpleNamespace(step=2), Interval(seconds=1.5, data_s=0.625, device_s=0.5))
+    hook(SimpleNamespace(step=3), Interval(seconds=2.5, data_s=0.625, device_s=1.25))  # stops it
+    jax.jit(lambda a: a * 5)(x).block_until_ready()  # after the window: not counted
+    assert hook.steps == [StepTiming(0.5, 0.125, 0.25), StepTiming(1.0, 0.0, 0.75)]
+    assert [step.host_s for step in hook.steps] == [0.125, 0.25]
+    assert hook.compiles == 1
+    assert list((tmp_path / "trace").glob("plugins/profile/*/*.xplane.pb"))
+
+
+class SlowLoader:
+    """The run's loader, 30 ms slower per batch: the injected slow data source of a data-starved run (the
+    only sleep here; it stands for a loader reading from slow storage, not for synchronisation)."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def batch(self, step):
+        time.sleep(0.03)
+        return self.loader.batch(step)
+
+
+@pytest.mark.slow
+def test_a_run_whose_loader_is_slower_than_its_step_is_called_data_bound(tiny_config, tmp_path):
+    setup = setup_training(tiny_config())
+    starved = dataclasses.replace(setup, train_loader=SlowLoader(setup.train_loader))
+    summary = profile_setup(starved, tmp_path / "profile", steps=3)
+    assert summary.diagnosis.verdict == "data-bound", summary.diagnosis.evidence
+    assert summary.split.data_wait > DATA_BOUND_SHARE
+    assert "loader workers" in summary.diagnosis.suggestion
+
+
+def measured(**fields) -> Measured:
+    """A 30 ms step on a batch of 8 that is mostly compute, with `fields` changed (`compute`, `data_wait`,
+    `host` and `checkpoint` change the split)."""
+    split = {"compute": 0.8, "data_wait": 0.1, "host": 0.1, "checkpoint": 0.0}
+    values = dict(step_s=0.030, compiles=0, batch_size=8, grad_accum=1, max_batch_size=1024)
+    for name, value in fields.items():
+        (split if name in split else values)[name] = value
+    return Measured(split=StepSplit(**split), **values)
+
+
+@pytest.mark.parametrize(
+    ("fields", "verdict", "suggestion"),
+    [
+        (dict(compiles=2, data_wait=0.5), "recompiling", "shapes change between steps: XLA compiled 2 time(s)"),
+        (dict(checkpoint=0.3, compute=0.5), "checkpoint-bound", "raise checkpoints.every_steps"),
+        (dict(data_wait=0.35, compute=0.55), "data-bound", "prefetch more batches"),
+        (dict(step_s=0.004, host=0.5, compute=0.4), "host-bound", "raise batch_size to 128: more work"),
+        (
+            dict(step_s=0.004, host=0.5, compute=0.4, max_batch_size=8),
+            "host-bound",
+            "raise batch_size to 16 with grad_accum 2",
+        ),
+        (dict(step_s=0.030, host=0.5, compute=0.4), "compute-bound", "raise batch_size to 16"),
+        (dict(), "compute-bound", "raise batch_size to 16: a 30.0 ms step"),
+        (dict(step_s=0.2), "compute-bound", "the device is the limit"),
+    ],
+    ids=[
+        "recompiling-first",
+        "checkpoint",
+        "data",
+        "host",
+        "host-at-memory-limit",
+        "long-step-host-share-is-compute",
+        "compute-short-step",
+        "compute-long-step",
+    ],
+)
+def test_the_verdict_is_the_first_rule_that_holds_with_one_suggestion(fields, verdict, suggestion):
+    diagnosis = diagnose(measured(**fields))
+    assert diagnosis.verdict == verdict
+    assert suggestion in diagnosis.suggestion
+    assert diagnosis.evidence.startswith(f"{measured(**fields).step_s * 1000:.1f} ms/step: compute ")
+
+
+def test_a_suggested_batch_doubles_until_the_step_would_reach_50_ms_or_memory_runs_out():
+    assert suggested_batch_size(measured(step_s=0.004)) == 128  # 4 ms x 16 = 64 ms
+    assert suggested_batch_size(measured(step_s=0.004, max_batch_size=40)) == 32
+    assert suggested_batch_size(measured(step_s=0.060)) == 8
+
+
+def test_profiling_zero_steps_or_tracing_the_first_step_is_refused(tiny_config, tmp_path):
     with pytest.raises(InvalidInputError, match="'steps'"):
         profile_training(tiny_config(), tmp_path / "profile", steps=0)
+    with pytest.raises(InvalidInputError, match="'start_step': must be at least 2"):
+        profile_training(tiny_config(), tmp_path / "profile", start_step=1)
 
 
 def profile_as_a_job(tmp_path, run_dir, steps=2):
@@ -47,6 +164,7 @@ def test_a_profiling_job_profiles_the_run_folder_from_its_config_json(tiny_confi
     assert summary.steps == 2
     assert summary.trace_dir == str(layout.profile / "trace")
     assert "ms/step" in log and str(layout.profile / "trace") in log
+    assert f"{summary.diagnosis.verdict}: " in log and f"suggestion: {summary.diagnosis.suggestion}" in log
     assert not layout.metrics.exists()  # profiling leaves the run's own files alone
 
 

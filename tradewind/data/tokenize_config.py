@@ -38,13 +38,11 @@ class TokenizeConfig(BaseModel):
         default="auto",
         description="'auto': JSONL for .jsonl/.ndjson, Parquet for .parquet/.pq, else plain text.",
     )
-    text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted for nested fields.")
+    text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted if nested.")
     val_fraction: float = Field(
         default=0.1, gt=0, lt=1, description="Share of documents held out for validation (chosen by content hash)."
     )
-    strict: bool = Field(
-        default=False, description="Fail on the first bad record instead of skipping and counting bad records."
-    )
+    strict: bool = Field(default=False, description="Fail on the first bad record instead of skipping and counting it.")
     prepend_bos: bool = Field(default=False, description="Put the tokenizer's BOS token before every document.")
     append_eos: bool = Field(default=True, description="Put the tokenizer's EOS token after every document.")
 

@@ -9,16 +9,19 @@ through (`_Unchecked`), and the wrapper validates exactly what the client sent, 
 an error naming the nearest valid one rather than silently dropped. Errors Tradewind raises on purpose
 become MCP error results carrying their message, with long echoed values cut to 200 characters. A result
 is sent as compact JSON text and structured content, followed by links to the resources that hold more
-(a run's log, metrics, report; see `resources.result_links`).
+(a run's log, metrics, report; see `resources.result_links`). A result model that names fields of PNG paths in
+its class variable `image_fields` (reports, comparisons) also sends those PNGs as image content.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import inspect
 import threading
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -28,7 +31,7 @@ import anyio.to_thread
 import pydantic
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, ImageContent, TextContent
 from pydantic_core import core_schema
 
 from tradewind.core import TradewindError, describe_validation_error, listed_fields
@@ -37,6 +40,8 @@ from tradewind.server.resources import result_links
 from tradewind.tools import ToolContext
 from tradewind.tools.context import Cancelled, Progress
 
+MAX_IMAGE_BYTES = 512_000  # a PNG larger than this is left to its path (and resource)
+MAX_IMAGES = 3  # per result: a report on eight runs has nine plots; the first (the overlay) says the most
 _UNSENT = object()  # what the SDK's argument model holds for a required argument the call left out
 
 
@@ -150,12 +155,26 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
             result = await anyio.to_thread.run_sync(run, mcp_context, cancelled, arguments)
         structured = result.model_dump(mode="json")
         text = TextContent(type="text", text=result.model_dump_json())  # compact: the SDK's own is indented
-        return CallToolResult(content=[text, *result_links(tool.__name__, structured)], structured_content=structured)
+        content = [text, *result_links(tool.__name__, structured), *result_images(result)]
+        return CallToolResult(content=content, structured_content=structured)
 
     call.__signature__ = _signature(request_model, result_model)  # type: ignore[attr-defined]
     call.__annotations__ = {"mcp_context": Context, "return": result_model}
     del call.__wrapped__  # make inspect use __signature__, not the tool's own parameters
     return call
+
+
+def result_images(result: pydantic.BaseModel) -> list[ImageContent]:
+    """The PNG files named by the fields in `result`'s `image_fields`, as image content (the first few small ones)."""
+    images = []
+    for name in getattr(result, "image_fields", ()):
+        for path in map(Path, getattr(result, name, ())):
+            if len(images) == MAX_IMAGES:
+                return images
+            if path.suffix == ".png" and path.is_file() and path.stat().st_size <= MAX_IMAGE_BYTES:
+                data = base64.b64encode(path.read_bytes()).decode("ascii")
+                images.append(ImageContent(type="image", data=data, mime_type="image/png"))
+    return images
 
 
 async def _run_cancellable(

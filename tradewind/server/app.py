@@ -2,7 +2,7 @@
 
 Commands:
     tradewind serve                                        # stdio, for an agent that starts the server
-    tradewind serve --transport http --host 127.0.0.1 --port 8765   # streamable HTTP at /mcp
+    tradewind serve --transport http --host 127.0.0.1 --port 8765   # streamable HTTP at /mcp, dashboard at /dashboard
 
 HTTP requests need the bearer token and pass Host/Origin allowlists and a body cap; see `security`.
 """
@@ -14,6 +14,7 @@ import sys
 import typing
 from typing import Any, Literal
 
+from mcp.server.apps import Apps
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
@@ -22,6 +23,7 @@ from pydantic import BaseModel
 from tradewind import __version__
 from tradewind.prompts import server_instructions
 from tradewind.server.adapter import as_mcp_tool, lean_input_schema
+from tradewind.server.dashboard import DASHBOARD_TOOLS, DASHBOARD_URI, dashboard_app_html, dashboard_routes
 from tradewind.server.http import run_http
 from tradewind.server.resources import register_prompts, register_resources
 from tradewind.server.security import (
@@ -80,6 +82,7 @@ TOOL_HINTS: dict[str, ToolAnnotations] = {
     "summarize_report": _hints(
         "Write a run report", read_only=False, destructive=False, idempotent=True, open_world=False
     ),
+    "compare_runs": _hints("Compare runs", read_only=False, destructive=False, idempotent=True, open_world=False),
     "sample_text": _hints(
         "Sample text from a run", read_only=False, destructive=False, idempotent=False, open_world=False
     ),
@@ -104,6 +107,7 @@ def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
         description=" ".join(inspect.cleandoc(tool.__doc__ or "").split("\n\n")[0].split()),
         annotations=hints.model_copy(update={"title": None}),  # the title is the tool's own, once
         structured_output=True,
+        meta={"ui": {"resourceUri": DASHBOARD_URI}} if tool.__name__ in DASHBOARD_TOOLS else None,
     )
     listed.parameters = lean_input_schema(listed.parameters)
     result_model = typing.get_type_hints(tool)["return"]
@@ -140,11 +144,15 @@ def build_server(ctx: ToolContext, *, read_only: bool = False) -> MCPServer:
     """An MCP server whose tools act on `ctx`'s workspace; with `read_only`, only the tools that change nothing."""
     tools = [tool for tool in TOOLS if TOOL_HINTS[tool.__name__].read_only_hint or not read_only]
     listed_results: dict[type, str] = {}
+    # MCP Apps hosts render the dashboard beside get_run and read_metrics; other hosts ignore it.
+    apps = Apps()
+    apps.add_html_resource(DASHBOARD_URI, dashboard_app_html(), title="Tradewind run dashboard")
     server = MCPServer(
         name="tradewind",
         version=__version__,
         instructions=server_instructions() + (READ_ONLY_NOTE if read_only else ""),
         tools=[_mcp_tool(tool, ctx, listed_results) for tool in tools],
+        extensions=[apps],
     )
     register_resources(server, ctx)
     register_prompts(server)
@@ -180,13 +188,16 @@ def serve(
         transport_security=security,
         host=host,
     )
+    app.router.routes.extend(dashboard_routes(ctx))
     if auth:
         token, source = load_or_create_token(ctx.workspace.root)
         app = BearerTokenMiddleware(app, token)
         print(f"tradewind serve: HTTP needs 'Authorization: Bearer <token>'; token from {source}", file=sys.stderr)
+        print(f"tradewind serve: run dashboard at http://{host}:{port}/dashboard?token=<token>", file=sys.stderr)
     else:
         print(
             f"tradewind serve: WARNING: --no-auth: any local process can use http://{host}:{port}/mcp",
             file=sys.stderr,
         )
+        print(f"tradewind serve: run dashboard at http://{host}:{port}/dashboard", file=sys.stderr)
     run_http(app, host, port, server.settings.log_level)

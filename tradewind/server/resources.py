@@ -6,7 +6,7 @@ Resource templates, all read through the workspace's id rules and each bounded t
     tradewind://runs/{run_id}/metrics       text/plain         metrics.jsonl, its last part when long
     tradewind://runs/{run_id}/logs          text/plain         the training log, its last part when long
     tradewind://runs/{run_id}/report        text/markdown      the report `summarize_report` wrote
-    tradewind://runs/{run_id}/plot          image/png          the report's loss curve
+    tradewind://runs/{run_id}/plot          image/png          the report's plots (loss, lr, grad norm, tokens/s)
     tradewind://runs/{run_id}/profile       application/json   what `profile_run` measured, and where the trace is
     tradewind://datasets/{dataset_id}/manifest  application/json  the token cache's manifest
     tradewind://skills/{name}               text/markdown      an agent skill's SKILL.md
@@ -147,7 +147,11 @@ def register_resources(server: MCPServer, ctx: ToolContext) -> None:
         path = report_file(run_id, f"{run_id}.md")
         return _head(path, f"the whole report is {path}")
 
-    @_run_resource(server, "plot", "A run's loss curve (PNG), once the `summarize_report` tool has drawn it.")
+    @_run_resource(
+        server,
+        "plot",
+        "A run's loss, learning-rate, grad-norm and throughput plots (PNG), once `summarize_report` has drawn them.",
+    )
     def run_plot(run_id: str) -> bytes:
         path = report_file(run_id, f"{run_id}-loss.png")
         if path.stat().st_size > MAX_IMAGE_BYTES:

@@ -22,7 +22,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import PlainTextResponse
@@ -132,11 +132,15 @@ def normalize_origin(url: str) -> str:
 
 
 class BearerTokenMiddleware:
-    """ASGI middleware: a request without `Authorization: Bearer <token>` gets 401 and goes no further."""
+    """ASGI middleware: a request without `Authorization: Bearer <token>` gets 401 and goes no further.
+
+    A GET of a dashboard page (`/dashboard...`) may carry the token as `?token=` instead: a browser opening a
+    link cannot send the header. The page then sends it as the header when it polls.
+    """
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self._expected = f"bearer {token}".encode()
+        self._token = token.encode()
 
     def _authorized(self, scope: Scope) -> bool:
         supplied = b""
@@ -146,7 +150,14 @@ class BearerTokenMiddleware:
                 break
         # Scheme names are case-insensitive; the token is compared in constant time.
         scheme, _, rest = supplied.partition(b" ")
-        return hmac.compare_digest(scheme.lower() + b" " + rest.strip(), self._expected)
+        if scheme.lower() == b"bearer" and hmac.compare_digest(rest.strip(), self._token):
+            return True
+        return self._dashboard_get(scope) and hmac.compare_digest(_query_token(scope), self._token)
+
+    @staticmethod
+    def _dashboard_get(scope: Scope) -> bool:
+        path = scope.get("path", "")
+        return scope.get("method") == "GET" and (path == "/dashboard" or path.startswith("/dashboard/"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or self._authorized(scope):
@@ -161,3 +172,9 @@ class BearerTokenMiddleware:
                 headers={"WWW-Authenticate": 'Bearer realm="tradewind"'},
             )
             await response(scope, receive, send)
+
+
+def _query_token(scope: Scope) -> bytes:
+    """The `token` query parameter of a request, or b"" without one."""
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])
+    return values[0].encode()

@@ -5,6 +5,7 @@ line of its docstring is what an agent reads. Plain Python, no MCP: the server a
 and the CLI and tests call them directly. May import `core`, `prompts`, `cluster`, `data`, `trainer`.
 """
 
+from tradewind.tools.anomalies import Anomaly, detect_anomalies
 from tradewind.tools.cluster import (
     ClusterStatus,
     ClusterStatusRequest,
@@ -13,6 +14,7 @@ from tradewind.tools.cluster import (
     cluster_status,
     run_pipeline,
 )
+from tradewind.tools.comparing import CompareRunsRequest, Comparison, compare_runs
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import (
     DatasetList,
@@ -26,7 +28,8 @@ from tradewind.tools.launching import LaunchTrainingRequest, launch_training
 from tradewind.tools.logs import LogHint, LogPage, TailLogsRequest, tail_logs
 from tradewind.tools.metrics import Metrics, MetricsSummary, ReadMetricsRequest, Series, read_metrics
 from tradewind.tools.profiling import ProfileResult, ProfileRunRequest, profile_run
-from tradewind.tools.reports import ReportInfo, summarize_report
+from tradewind.tools.report_data import RunFigures
+from tradewind.tools.reports import ReportInfo, SummarizeReportRequest, summarize_report
 from tradewind.tools.runs import (
     ListRunsRequest,
     RunEntry,
@@ -67,6 +70,7 @@ TOOLS = (
     tail_logs,
     profile_run,
     summarize_report,
+    compare_runs,
     sample_text,
     run_pipeline,
     cluster_status,
@@ -74,6 +78,13 @@ TOOLS = (
 
 __all__ = [
     "TOOLS",
+    "Anomaly",
+    "CompareRunsRequest",
+    "Comparison",
+    "RunFigures",
+    "SummarizeReportRequest",
+    "compare_runs",
+    "detect_anomalies",
     "ClusterStatus",
     "ClusterStatusRequest",
     "RunPipelineRequest",

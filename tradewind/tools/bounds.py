@@ -91,6 +91,6 @@ class PageRequest(BaseModel):
         default=50,
         ge=1,
         le=500,
-        description="Most entries per page, newest first (a page also ends before 32,000 characters).",
+        description="Most entries per page, newest first (pages end before 32,000 characters).",
     )
-    cursor: str | None = Field(default=None, description="next_cursor of the previous page; null: the first page.")
+    cursor: str | None = Field(default=None, description="next_cursor of the last page; null: the first.")

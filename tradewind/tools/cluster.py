@@ -37,8 +37,7 @@ class ClusterStatusRequest(BaseModel):
         default=50,
         ge=1,
         le=500,
-        description="Most queued and most running jobs per backend (fewer past 32,000 characters; counts give "
-        "the totals).",
+        description="Most queued and most running jobs per backend (fewer past 32,000 characters).",
     )
 
 
@@ -74,13 +73,12 @@ class RunPipelineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pipeline: str = Field(
-        description="A Python file defining `steps` (tradewind.cluster.Step objects) in the workspace's "
-        "pipelines/ folder or under an --allow-code folder."
+        description="A Python file defining `steps` (tradewind.cluster.Step objects) in pipelines/ or an "
+        "--allow-code folder."
     )
     dry_run: bool = Field(
         default=True,
-        description="Only plan: which steps would run, which are cached. The file is still imported (its "
-        "top-level code runs).",
+        description="Only plan: which steps would run or are cached (the file is still imported).",
     )
     force: bool = Field(default=False, description="Rerun steps that failed in an earlier run.")
 
@@ -207,8 +205,8 @@ def _pipeline_result(path: Path, steps: list[PlannedStep], **fields: Any) -> Run
 
 
 def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progress = no_progress) -> RunPipelineResult:
-    """Run a pipeline file's Python code (even a dry run imports it) to plan or run its cached steps. Use
-    it for multi-step work such as tokenize, train, evaluate.
+    """Plan or run a pipeline file's cached steps (even a dry run imports its code). Use it for multi-step
+    work: tokenize, train, evaluate.
 
     The file must be in the workspace's pipelines/ folder or under a folder allowed with --allow-code. Even
     a dry run imports the file, so its top-level code runs (in a separate job process, in a fresh temporary

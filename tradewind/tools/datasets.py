@@ -29,8 +29,7 @@ from tradewind.tools.tokenizing import (
 )
 
 DATASET_HELP = (
-    "A dataset id (from tokenize_dataset or list_datasets), a token-cache folder in the workspace or an allowed "
-    f"root, or {BUILTINS} (tokenized on first use)."
+    f"Dataset id (tokenize_dataset, list_datasets), token-cache folder (workspace or allowed root), or {BUILTINS}."
 )
 
 
@@ -107,7 +106,7 @@ class InspectDatasetRequest(BaseModel):
         default=400,
         ge=1,
         le=10_000,
-        description="Characters shown of each sample; all samples share what is left of 32,000.",
+        description="Characters shown per sample; all share what is left of 32,000.",
     )
 
 
@@ -236,8 +235,7 @@ class DatasetList(BaseModel):
 
 
 def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList:
-    """List the workspace's token caches, newest first, a page at a time. Use it to find a dataset id to
-    train on or inspect.
+    """List the workspace's token caches, newest first, a page at a time. Use it to find a dataset id.
 
     Unfinished builds are not listed. Pass next_cursor
     on for older datasets.

@@ -45,8 +45,8 @@ class LaunchTrainingRequest(TrainConfig):
     distributed: SkipJsonSchema[DistributedConfig] = Field(default_factory=DistributedConfig, exclude=True)
     dataset: str | None = Field(
         default=None,
-        description="A dataset id, a token-cache folder in the workspace or an allowed root, or "
-        "builtin:tinyshakespeare (tokenized on first use). Required unless resume_from is given.",
+        description="Dataset id, token-cache folder (workspace or allowed root), or builtin:tinyshakespeare. "
+        "Required unless resume_from is set.",
     )
 
     @field_validator("distributed", mode="before")
@@ -65,8 +65,8 @@ class LaunchTrainingRequest(TrainConfig):
 
 
 def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> RunInfo:
-    """Start training a language model on a tokenized dataset; returns the run id at once. Use it after
-    tokenize_dataset (or on builtin:tinyshakespeare), then follow the run with wait_for_run.
+    """Start training a model on a tokenized dataset; returns the run id at once. Use it after
+    tokenize_dataset (or on builtin:tinyshakespeare); follow it with wait_for_run.
 
     The run trains as a job on the backend it names (local processes, or a Ray cluster with GPUs or TPU
     slices); stop it with cancel_run. A run killed from outside

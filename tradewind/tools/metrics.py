@@ -12,9 +12,11 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, model_validator
 
+from tradewind.core import TradewindError
+from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies
 from tradewind.tools.context import ToolContext
 from tradewind.tools.runs import MAX_STEP, RunRequest
-from tradewind.trainer import MetricRow, RunLayout
+from tradewind.trainer import MetricRow, RunLayout, read_record
 from tradewind.trainer import read_metrics as read_metric_rows
 
 # The series read_metrics can return, in MetricRow's order; the first five unless asked.
@@ -43,21 +45,18 @@ class ReadMetricsRequest(RunRequest):
         default=list(DEFAULT_SERIES),
         min_length=1,
         max_length=len(get_args(MetricName)),
-        description="Metrics to return, each as a series of (step, value) points.",
+        description="Metrics to return as (step, value) series.",
     )
     max_points: int = Field(
         default=200,
         ge=4,
         le=MAX_POINTS,
-        description="Most rows per series; more are downsampled keeping the first, last, lowest-loss and eval "
-        f"rows. At most {MAX_POINTS:,} points in all (5 series: 200 each).",
+        description=f"Most rows per series; more are downsampled. At most {MAX_POINTS:,} points in all.",
     )
     start_step: int | None = Field(
-        default=None, ge=0, le=MAX_STEP, description="First step to show (inclusive); null: the first row."
+        default=None, ge=0, le=MAX_STEP, description="First step shown; null: the first row."
     )
-    end_step: int | None = Field(
-        default=None, ge=0, le=MAX_STEP, description="Last step to show (inclusive); null: the latest row."
-    )
+    end_step: int | None = Field(default=None, ge=0, le=MAX_STEP, description="Last step shown; null: the latest.")
 
     @model_validator(mode="after")
     def _ordered(self) -> ReadMetricsRequest:
@@ -86,6 +85,9 @@ class MetricsSummary(BaseModel):
         description="Training tokens per second of step time, over the logged steps (as get_run's summary at the end)."
     )
     mean_mfu: float | None = Field(description="Model FLOPs utilisation over the logged steps' time (0 to 1).")
+    anomalies: list[Anomaly] = Field(
+        description=f"Loss spikes, non-finite values, stalls and restarts with their steps (the first {MAX_ANOMALIES})."
+    )
 
 
 class Metrics(BaseModel):
@@ -101,14 +103,16 @@ class Metrics(BaseModel):
 
 
 def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
-    """A run's metrics as (step, value) series, downsampled to max_points, with a summary. Use it to read
-    loss curves; zoom in with start_step/end_step.
+    """A run's metrics as (step, value) series, downsampled, with a summary and anomalies. Use it to read
+    loss curves; zoom with start_step/end_step.
 
-    The summary gives the last step and loss, the best eval loss and its step, mean tokens/s and MFU. A long
-    run is downsampled keeping the first, last, lowest-loss and eval rows; a range given with
-    start_step/end_step shows every row of it, up to max_points.
+    The summary gives the last step and loss, the best eval loss and its step, mean tokens/s and MFU, and
+    anomalies (loss spikes, non-finite values, stalls, restarts) with their steps. A long run is downsampled
+    keeping the first, last, lowest-loss and eval rows; a range given with start_step/end_step shows every row
+    of it, up to max_points.
     """
-    rows = read_metric_rows(RunLayout(ctx.workspace.run_dir(request.run_id)).metrics)
+    layout = RunLayout(ctx.workspace.run_dir(request.run_id))
+    rows = read_metric_rows(layout.metrics)
     low = request.start_step if request.start_step is not None else -1
     high = request.end_step if request.end_step is not None else math.inf
     in_range = [row for row in rows if low <= row.step <= high]
@@ -133,8 +137,17 @@ def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
         series={name: _series(kept, name) for name in names},
         truncated=truncated,
         hint=hint,
-        summary=_metrics_summary(rows),
+        summary=metrics_summary(rows, _record_parent(layout)),
     )
+
+
+def _record_parent(layout: RunLayout) -> tuple[str | None, int | None]:
+    """The run this one continues and the step it continued from, as its record says (none without one)."""
+    try:
+        record = read_record(layout.record)
+    except TradewindError:
+        return None, None
+    return record.parent, record.parent_step
 
 
 def _rows_to_keep(rows: list[MetricRow], budget: int) -> list[int]:
@@ -190,7 +203,7 @@ def _rounded(value: float | None) -> float | None:
     return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if _finite(value) else None
 
 
-def _metrics_summary(rows: list[MetricRow]) -> MetricsSummary:
+def metrics_summary(rows: list[MetricRow], parent: tuple[str | None, int | None] = (None, None)) -> MetricsSummary:
     """The run's figures from all its rows. Throughput and MFU are weighted by the time of each log interval
     (its updates times its step time), which is what the trainer's summary reports at the end."""
     losses = [row.loss for row in rows if row.loss is not None]
@@ -212,6 +225,7 @@ def _metrics_summary(rows: list[MetricRow]) -> MetricsSummary:
         best_eval_step=rows[best].step if best is not None else None,
         mean_tokens_per_s=_rounded(_weighted_mean(tokens_per_s, weights)),
         mean_mfu=_rounded(_weighted_mean(mfu, weights)),
+        anomalies=detect_anomalies(rows, parent=parent[0], parent_step=parent[1])[:MAX_ANOMALIES],
     )
 
 

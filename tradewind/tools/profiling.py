@@ -21,12 +21,14 @@ class ProfileResult(ProfileSummary):
 
 
 def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress = no_progress) -> ProfileResult:
-    """Trace a few training steps of a run's configuration with the JAX profiler and time them. Use it to
-    find out why training is slow.
+    """Profile a few training steps: where the time goes, and what to change. Use it to find out why
+    training is slow.
 
-    Returns compile time, mean step time and tokens per second, plus the trace folder (open it with
-    TensorBoard or Perfetto). Runs in a separate process on fresh weights; takes about as long as
-    compiling the model plus `steps` training steps, and does not disturb the run's own files.
+    Returns compile and step time, the step split (compute, data wait, host, checkpoint), top ops, peak
+    memory, MFU, a verdict (data-bound, host-bound, recompiling, checkpoint-bound, compute-bound) with
+    one suggestion, and the trace (TensorBoard or Perfetto). Runs in a separate process on fresh weights;
+    takes about as long as compiling the model plus `steps` training steps, and does not disturb the run's
+    own files.
     """
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     log_path = layout.profile / "profile.log"

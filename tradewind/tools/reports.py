@@ -1,68 +1,77 @@
-"""The tool that writes a run's report: markdown with its figures and a loss-curve plot."""
+"""The tool that writes reports: one run's, or several runs' side by side, as markdown with PNG figures and as
+one self-contained HTML file, under the workspace's `reports/`.
+
+Every figure comes from the runs' `metrics.jsonl` (see `report_data`); anomalies from the shared detector
+(`anomalies`); a failed run's cause from its log.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tradewind.cluster import JobStatus
-from tradewind.core import NotFoundError, atomic_write_text, read_json
+from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly
+from tradewind.tools.comparing import MAX_RUNS, comparison_section, load_runs, report_name
 from tradewind.tools.context import ToolContext
-from tradewind.tools.runs import RunInfo, RunRequest, get_run
-from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, TrainConfig
-from tradewind.trainer import read_metrics as read_metric_rows
+from tradewind.tools.report_data import SAMPLE_PROMPT, SAMPLE_TOKENS, RunData, RunFigures, bounded, fmt
+from tradewind.tools.report_html import write_report
+from tradewind.tools.report_plots import plot_overlay, plot_run
+from tradewind.tools.runs import RunRequest
+
+EVAL_TABLE_ROWS = 20  # eval points listed in a report; the plot shows every one
+
+
+class SummarizeReportRequest(RunRequest):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str | None = Field(default=None, description="A run id.")
+    run_ids: list[str] | None = Field(default=None, min_length=1, max_length=MAX_RUNS, description="Or several.")
+    sample: bool = Field(default=True, description="Sample each run's last checkpoint.")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> SummarizeReportRequest:
+        if (self.run_id is None) == (self.run_ids is None):
+            raise ValueError("give run_id or run_ids (not both)")
+        return self
 
 
 class ReportInfo(BaseModel):
+    """Where the report is, and the first run's figures (the only run's, usually)."""
+
+    image_fields: ClassVar[tuple[str, ...]] = ("plot_paths",)  # the server sends these PNGs as image content
+
     run_id: str
     status: JobStatus
     report_path: str = Field(description="The markdown report.")
+    html_path: str = Field(description="The same, one self-contained HTML file.")
     plot_paths: list[str] = Field(description="PNG plots beside the report.")
+    report_uri: str | None = Field(description="The resource serving a one-run report's text (null for several).")
     final_loss: float | None
-    first_eval_loss: float | None
     final_eval_loss: float | None
-    best_eval_loss: float | None
-    tokens_per_s: float | None = Field(description="Mean training throughput.")
-    report_uri: str = Field(description="The MCP resource that serves the report's text.")
+    anomalies: list[Anomaly] = Field(description=f"The first run's (the first {MAX_ANOMALIES}).")
+    runs: list[RunFigures] = Field(description="Each run's figures, anomalies, cause of failure and sample.")
 
 
-def plot_losses(rows: list[MetricRow], title: str, path: Path) -> None:
-    """Draw training and held-out loss against step into a PNG at `path`."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on servers and CI
-    import matplotlib.pyplot as plt
-
-    train = [(row.step, row.loss) for row in rows if row.loss is not None]
-    held_out = [(row.step, row.eval_loss) for row in rows if row.eval_loss is not None]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    if train:
-        ax.plot(*zip(*train, strict=True), label="train loss", color="tab:blue")
-    if held_out:
-        ax.plot(*zip(*held_out, strict=True), "o-", label="eval loss", color="tab:orange")
-    ax.set(xlabel="step", ylabel="cross-entropy (nats/token)", title=title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
-def _figure(value: float | None, digits: int = 4) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
-
-
-def render_report(info: RunInfo, config: TrainConfig, profile: ProfileSummary | None, plot_name: str) -> str:
-    """The markdown text of a run's report."""
-    summary = info.summary
-    model, optimizer = config.model, config.optimizer
+def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
+    """The markdown lines of one run's report; `level` is its heading (sections are one deeper)."""
+    info, config, figures = data.info, data.config, data.figures
+    summary, model, optimizer = info.summary, config.model, config.optimizer
+    sub = level + "#"
+    evals = [row for row in data.rows if row.eval_loss is not None]
+    if len(evals) > EVAL_TABLE_ROWS:
+        evals = [evals[i * (len(evals) - 1) // (EVAL_TABLE_ROWS - 1)] for i in range(EVAL_TABLE_ROWS)]
+    last_eval = next((row for row in reversed(data.rows) if row.eval_loss is not None), None)
+    wall_s = summary.wall_s if summary else data.rows[-1].elapsed
+    peak = summary.peak_flops_source if summary and summary.peak_flops_source else "peak unknown"
     lines = [
-        f"# Training report: {info.run_id}",
+        f"{level} Training report: {info.run_id}",
         "",
         f"Status: **{info.status.value}**" + (f" ({info.reason})" if info.reason else ""),
         "",
-        "## Configuration",
+        *([f"Cause: {figures.cause}", ""] if figures.cause else []),
+        f"{sub} Configuration",
         "",
         "| setting | value |",
         "|---|---|",
@@ -74,69 +83,112 @@ def render_report(info: RunInfo, config: TrainConfig, profile: ProfileSummary | 
         f"| optimizer | {optimizer.type}, learning rate {optimizer.learning_rate:g} "
         f"(warmup {optimizer.warmup_steps}, {optimizer.schedule}) |",
         "",
-        "## Results",
+        f"{sub} Results",
         "",
         "| figure | value |",
         "|---|---|",
-        f"| final train loss | {_figure(summary.final_loss if summary else info.loss)} |",
-        f"| first eval loss | {_figure(summary.first_eval_loss if summary else None)} |",
-        f"| final eval loss | {_figure(summary.final_eval_loss if summary else info.eval_loss)} |",
-        f"| best eval loss | {_figure(summary.best_eval_loss if summary else None)} |",
-        f"| final eval perplexity | {_figure(summary.final_eval_perplexity if summary else None, 2)} |",
-        f"| final eval bits per byte | {_figure(summary.final_eval_bits_per_byte if summary else None)} |",
-        f"| throughput | {_figure(summary.mean_tokens_per_s if summary else None, 0)} tokens/s |",
-        f"| model FLOPs utilisation | {_figure(summary.mfu * 100 if summary and summary.mfu else None, 1)} % "
-        f"({summary.peak_flops_source if summary and summary.peak_flops_source else 'peak unknown'}) |",
-        f"| wall time | {_figure(summary.wall_s if summary else None, 1)} s |",
+        f"| last step | {figures.steps} |",
+        f"| tokens seen | {figures.tokens_seen:,} |",
+        f"| final train loss | {fmt(figures.final_loss)} |",
+        f"| best train loss | {fmt(figures.best_loss)} |",
+        f"| first eval loss | {fmt(figures.first_eval_loss)} |",
+        f"| final eval loss | {fmt(figures.final_eval_loss)} |",
+        f"| best eval loss | {fmt(figures.best_eval_loss)} |",
+        f"| best eval step | {figures.best_eval_step if figures.best_eval_step is not None else 'n/a'} |",
+        f"| final eval perplexity | {fmt(last_eval.eval_perplexity if last_eval else None, 2)} |",
+        f"| final eval bits per byte | {fmt(last_eval.eval_bits_per_byte if last_eval else None)} |",
+        f"| throughput | {fmt(figures.tokens_per_s, 0)} tokens/s |",
+        f"| model FLOPs utilisation | {fmt(figures.mfu * 100 if figures.mfu else None, 1)} % ({peak}) |",
+        f"| wall time | {fmt(wall_s, 1)} s |",
+        f"| checkpoints kept | {', '.join(map(str, figures.checkpoints)) or 'none'} |",
         "",
-        f"![loss curve]({plot_name})",
+        f"![training curves]({plot_name})",
         "",
+        f"{sub} Eval curve",
+        "",
+        "| step | tokens seen | eval loss |",
+        "|---|---|---|",
+        *[f"| {row.step} | {data.tokens(row.step):,} | {fmt(row.eval_loss)} |" for row in evals],
+        "",
+        f"{sub} Anomalies",
+        "",
+        *(
+            [f"- step {a.step}: {a.kind} ({a.detail})" for a in figures.anomalies]
+            or ["None found: no loss spike, non-finite value, stall or restart."]
+        ),
+        "",
+        f"{sub} Sample",
+        "",
+        *_sample_lines(figures),
     ]
-    if profile:
+    if data.profile:
+        profile = data.profile
         lines += [
-            "## Profile",
+            f"{sub} Profile",
             "",
             f"Compile {profile.compile_s:.2f} s; mean step {profile.mean_step_s * 1000:.1f} ms over "
             f"{profile.steps} steps; {profile.tokens_per_s:,.0f} tokens/s on {profile.backend}. "
             f"Trace: `{profile.trace_dir}`.",
             "",
         ]
-    return "\n".join(lines)
+    return lines
 
 
-def summarize_report(ctx: ToolContext, request: RunRequest) -> ReportInfo:
-    """Write a markdown report of a run: config, losses, throughput, loss-curve PNG. Use it to hand a
-    run's results to a person.
+def _sample_lines(figures: RunFigures) -> list[str]:
+    if not figures.checkpoints:
+        return ["The run has no checkpoint, so there is no sample.", ""]
+    if figures.sample is None:
+        return ["Not sampled (sample=false).", ""]
+    return [
+        f"{SAMPLE_TOKENS} tokens from checkpoint {figures.checkpoints[-1]}, prompt `{SAMPLE_PROMPT}`:",
+        "",
+        "```text",
+        figures.sample.replace("```", "'''"),
+        "```",
+        "",
+    ]
 
-    Works on finished and running runs alike (a running one is reported as it stands). Takes a
-    second; returns the headline figures and where the report is: its path, and the resource
-    `tradewind://runs/{run_id}/report` that serves its text.
+
+def summarize_report(ctx: ToolContext, request: SummarizeReportRequest) -> ReportInfo:
+    """Write a report on a run or several: figures, anomalies, sample, plots (markdown, HTML, PNG). Use it
+    to hand results to a person.
+
+    Works on finished, failed and running runs (a running one is reported as it stands). Figures come from
+    the metrics file; a failed run's cause from its log. Returns the first run's figures and the report's
+    paths; `tradewind://runs/{run_id}/report` serves a one-run report's text.
     """
-    info = get_run(ctx, request)
-    layout = RunLayout(Path(info.run_dir))
-    rows = read_metric_rows(layout.metrics)
-    if not rows:
-        raise NotFoundError(f"run {request.run_id!r} has logged no metrics yet; wait for it, then ask again")
-    config = TrainConfig.model_validate(read_json(layout.config))
-    profile_file = layout.profile / "summary.json"
-    profile = ProfileSummary.model_validate(read_json(profile_file)) if profile_file.exists() else None
-
-    plot_path = ctx.workspace.reports_dir / f"{request.run_id}-loss.png"
-    plot_losses(rows, f"{request.run_id} ({info.status.value.lower()})", plot_path)
-    markdown = render_report(info, config, profile, plot_path.name)
-    report_path = ctx.workspace.reports_dir / f"{request.run_id}.md"
-    atomic_write_text(report_path, markdown)
-
-    summary = info.summary
+    run_ids = getattr(request, "run_ids", None) or [request.run_id]
+    runs = load_runs(ctx, run_ids, sample=getattr(request, "sample", True))
+    reports_dir = ctx.workspace.reports_dir
+    if len(runs) == 1:
+        (data,) = runs
+        name, lines, plots = data.figures.run_id, [], []
+    else:
+        name = report_name(run_ids)
+        overlay = reports_dir / f"{name}-loss.png"
+        curves = {data.figures.run_id: (data.rows, data.config.tokens_per_step) for data in runs}
+        plot_overlay(curves, "loss by tokens seen", overlay)
+        section, *_ = comparison_section(runs, "eval_loss", overlay.name)
+        lines, plots = [f"# Report: {', '.join(run_ids)}", "", *section], [overlay]
+    for data in runs:
+        plot = reports_dir / f"{data.figures.run_id}-loss.png"
+        plot_run(data.rows, f"{data.figures.run_id} ({data.info.status.value.lower()})", plot)
+        plots.append(plot)
+        lines += render_run(data, plot.name, "#" if len(runs) == 1 else "##")
+    title = f"Training report: {', '.join(run_ids)}"
+    report_path, html_path = write_report(reports_dir, name, "\n".join(lines), title)
+    figures = [bounded(data.figures) for data in runs]
+    first = figures[0]
     return ReportInfo(
-        run_id=request.run_id,
-        status=info.status,
+        run_id=first.run_id,
+        status=first.status,
         report_path=str(report_path),
-        plot_paths=[str(plot_path)],
-        final_loss=summary.final_loss if summary else info.loss,
-        first_eval_loss=summary.first_eval_loss if summary else None,
-        final_eval_loss=summary.final_eval_loss if summary else info.eval_loss,
-        best_eval_loss=summary.best_eval_loss if summary else None,
-        tokens_per_s=summary.mean_tokens_per_s if summary else None,
-        report_uri=f"tradewind://runs/{request.run_id}/report",  # served by tradewind.server.resources
+        html_path=str(html_path),
+        plot_paths=[str(plot) for plot in plots],
+        # served by tradewind.server.resources, which reads reports/<run_id>.md
+        report_uri=f"tradewind://runs/{name}/report" if len(runs) == 1 else None,
+        final_loss=first.final_loss,
+        final_eval_loss=first.final_eval_loss,
+        anomalies=first.anomalies,
+        runs=figures,
     )

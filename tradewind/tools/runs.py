@@ -30,7 +30,7 @@ MAX_STEP = 1_000_000_000
 class RunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str = Field(description="A run id from launch_training or list_runs.")
+    run_id: str = Field(description="From launch_training or list_runs.")
 
 
 class WaitForRunRequest(RunRequest):
@@ -224,8 +224,8 @@ def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progres
 
 
 def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
-    """Stop a training run and return once it has stopped; its checkpoints stay. Use it on a run that
-    diverges or is no longer needed.
+    """Stop a run and return once it has stopped; its checkpoints stay. Use it on a run that diverges or
+    is not needed.
 
     resume_from can continue it later, from its checkpoints. A run already finished is
     returned as it is. Waits up to a minute for the processes to end; a run still stopping then is
@@ -245,8 +245,8 @@ def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
 
 
 def list_runs(ctx: ToolContext, request: ListRunsRequest) -> RunList:
-    """List the workspace's training runs, newest first, a page at a time. Use it to find a run id;
-    get_run tells everything about one.
+    """List the workspace's runs, newest first, a page at a time. Use it to find a run id; get_run tells
+    the rest.
 
     A folder in runs/ that is not a readable run is listed under `unreadable` with the reason. Pass
     next_cursor on for older runs.

@@ -45,8 +45,8 @@ MANIFEST = "manifest.json"  # its presence marks a finished token cache
 MAX_FILES_SHOWN = 20  # input files named in one result (a dataset may have thousands)
 BUILTINS = ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
 _INPUT_HELP = (
-    "A text, JSONL or Parquet file (.gz/.zst too), a folder of them or a glob ('data/*.jsonl.gz'), in the "
-    f"workspace or an allowed root; or {BUILTINS}."
+    "Text/JSONL/Parquet file (.gz/.zst too), folder or glob ('data/*.jsonl'), in the workspace or an "
+    f"allowed root; or {BUILTINS}."
 )
 
 
@@ -80,8 +80,8 @@ class _TokenizeSource(BaseModel):
     input: str = Field(description=_INPUT_HELP)
     tokenizer: str = Field(
         default="byte",
-        description="'byte' (built in), a tokenizer.json path (e.g. from train_tokenizer), or 'hf:<name>' when "
-        "the Hugging Face Hub is reachable.",
+        description="'byte' (built in), a tokenizer.json path (e.g. from train_tokenizer), or 'hf:<name>' if "
+        "the Hub is reachable.",
     )
 
 
@@ -181,7 +181,7 @@ def tokenize_dataset(
     ctx: ToolContext, request: TokenizeDatasetRequest, progress: Progress = no_progress
 ) -> DatasetInfo:
     """Tokenize text, JSONL or Parquet files into a token cache; returns its dataset id. Use it before
-    training on your own files; an unchanged request reuses the finished cache.
+    training on your own files; unchanged requests reuse the cache.
 
     The cache is reused when the input files, tokenizer and options are unchanged, and an interrupted
     build resumes where it stopped. Runs in parallel worker processes; takes seconds per
@@ -214,7 +214,7 @@ class TrainTokenizerRequest(BaseModel):
         default=32_000, ge=258, le=1_000_000, description="Vocabulary size, including the EOS and BOS tokens."
     )
     format: Format = Field(default="auto", description="Input format, as in tokenize_dataset.")
-    text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted for nested fields.")
+    text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted if nested.")
     max_documents: int | None = Field(
         default=None,
         ge=1,
@@ -242,8 +242,8 @@ class TrainedTokenizer(BaseModel):
 def train_tokenizer(
     ctx: ToolContext, request: TrainTokenizerRequest, progress: Progress = no_progress
 ) -> TrainedTokenizer:
-    """Train a byte-level BPE tokenizer on text files; returns its path. Use it when the byte tokenizer
-    makes sequences too long, then pass the path to tokenize_dataset.
+    """Train a byte-level BPE tokenizer on text files; returns its path. Use it when byte tokens make
+    sequences too long; pass the path to tokenize_dataset.
 
     EOS is '<|endoftext|>' (id 0) and BOS
     '<|begin_of_text|>' (id 1). The same request reuses the tokenizer it trained before. Takes about a

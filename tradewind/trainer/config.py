@@ -21,7 +21,7 @@ from tradewind.trainer.models.configs import LlamaConfig, ModelConfig
 
 
 class OptimizerConfig(BaseModel):
-    """AdamW, Lion or Adafactor, with gradient clipping and a warmup-then-decay schedule."""
+    """AdamW, Lion or Adafactor; gradient clipping; warmup, then decay."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -30,7 +30,7 @@ class OptimizerConfig(BaseModel):
     )
     learning_rate: float = Field(3e-3, gt=0, le=1e10, description="Peak learning rate, reached after warmup.")
     schedule: Literal["cosine", "linear", "constant"] = Field(
-        "cosine", description="Decay after warmup, down to learning_rate * min_lr_ratio at the last step."
+        "cosine", description="Decay after warmup, to learning_rate * min_lr_ratio at the end."
     )
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Final learning rate, as a share of the peak.")
     warmup_steps: int = Field(20, ge=0, le=10**9, description="Steps of linear warmup from 0.")
@@ -41,7 +41,7 @@ class OptimizerConfig(BaseModel):
 
 
 class CheckpointConfig(BaseModel):
-    """When checkpoints are written and which are kept."""
+    """When checkpoints are saved, and which are kept."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -55,13 +55,13 @@ class CheckpointConfig(BaseModel):
 
 
 class MeshConfig(BaseModel):
-    """How devices are arranged: batch over `data` x `fsdp`, parameters sharded over `fsdp` and `tensor`."""
+    """Device mesh: batch over data x fsdp, parameters sharded over fsdp and tensor."""
 
     model_config = ConfigDict(extra="forbid")
 
-    data: int = Field(-1, ge=-1, le=2**16, description="Data-parallel replicas; -1: the devices left, 0 is refused.")
+    data: int = Field(-1, ge=-1, le=2**16, description="Data-parallel replicas; -1: the devices left.")
     fsdp: int = Field(1, gt=0, le=2**16, description="Devices sharding parameters and optimizer state (ZeRO-3).")
-    tensor: int = Field(1, gt=0, le=2**16, description="Devices splitting each matrix's outputs (tensor parallel).")
+    tensor: int = Field(1, gt=0, le=2**16, description="Tensor-parallel devices per matrix.")
 
     @field_validator("data")
     @classmethod
@@ -99,9 +99,7 @@ class TrainConfig(BaseModel):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, le=10**9, description="Optimizer updates.")
     batch_size: int = Field(16, gt=0, le=2**20, description="Sequences per update (the global batch).")
-    grad_accum: int = Field(
-        1, gt=0, le=2**16, description="Microbatches per batch, gradients summed (saves memory); divides batch_size."
-    )
+    grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch (saves memory); divides batch_size.")
     seq_len: int = Field(128, gt=0, le=2**20, description="Tokens per sequence; at most model.max_seq_len.")
     seed: int = Field(0, ge=0, lt=2**32, description="Seed of the initial weights and the batch order.")
     z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp(logits)^2); 1e-4 is common.")
@@ -116,9 +114,9 @@ class TrainConfig(BaseModel):
     log_every: int = Field(10, gt=0, le=10**9, description="Steps between metrics rows.")
     checkpoint: bool = Field(True, description="Save checkpoints (at the end, and as `checkpoints` says).")
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
-    resume: bool = Field(True, description="Continue from the run folder's newest good checkpoint, if any.")
+    resume: bool = Field(True, description="Continue from the run folder's newest good checkpoint.")
     init_from: str | None = Field(
-        None, description="Start from a Hugging Face Llama or GPT-2 folder's weights (config.json, model.safetensors)."
+        None, description="Start from a Hugging Face Llama or GPT-2 folder (config.json, model.safetensors)."
     )
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
     distributed: DistributedConfig = Field(
@@ -131,32 +129,30 @@ class TrainConfig(BaseModel):
     )
     backend: Literal["local", "ray"] | None = Field(
         None,
-        description="'local' or 'ray' (the cluster at RAY_ADDRESS); null: settings.yaml's, else 'ray' if "
-        "RAY_ADDRESS is set, else 'local'.",
+        description="'local' or 'ray' (at RAY_ADDRESS); null: settings.yaml's, else 'ray' if RAY_ADDRESS is set, "
+        "else 'local'.",
     )
     accelerator: str = Field(
         "cpu",
-        description="Per host: 'cpu', 'gpu', 'gpu:N', or a TPU slice 'tpu-<type>' (e.g. tpu-v5litepod-8, "
-        "tpu-v4-32; Ray only).",
+        description="Per host: 'cpu', 'gpu', 'gpu:N', or a TPU slice 'tpu-<type>' (e.g. tpu-v5litepod-8; Ray only).",
     )
     slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
     replicas: int = Field(
-        1, ge=1, le=64, description="Processes of a cpu/gpu run training data-parallel as a gang (TPU: one per host)."
+        1, ge=1, le=64, description="Processes of a cpu/gpu run, data-parallel as a gang (TPU: one per host)."
     )
     max_retries: int = Field(
-        1, ge=0, le=100, description="Restarts after a kill or preemption, each from the newest checkpoint."
+        1, ge=0, le=100, description="Restarts after a kill or preemption, from the newest checkpoint."
     )
     pending_timeout_s: float | None = Field(
         None,
         gt=0,
         le=604800,
-        description="Fail the run if it has not started this many seconds after launch. Null: 1800 on Ray, "
-        "no limit locally.",
+        description="Fail the run if not started this long after launch. Null: 1800 on Ray, no limit locally.",
     )
     resume_from: str | None = Field(
         None,
-        description="Continue this run (an id) from its newest checkpoint as a new run on its dataset, model, "
-        "seed and batch shape; steps: the new total.",
+        description="Continue run (id) from its newest checkpoint as a new run (same data, model, seed, batch); "
+        "steps: the new total.",
     )
 
     @field_validator("accelerator")

@@ -6,7 +6,7 @@ block of rows does everything while its logits are in cache: the logits, their l
 the loss with respect to them (softmax minus one-hot, over the token count), and the two matmuls that turn
 that into gradients of `x` and `W`. The backward pass only scales those by the incoming cotangent. The
 same three matmuls as the unfused pass, nothing recomputed, and no array larger than [rows, vocab]:
-the issue-12 model (vocab 8192) trains 1.17–1.23× as fast on CPU (docs/reports/benchmarks.md).
+the issue-12 model (vocab 8192) trains 1.17-1.23x as fast on CPU (docs/reports/benchmarks.md).
 
 Example:
     objective, cross_entropy = fused_cross_entropy(x, model.head_weight(), targets, 0.0)

@@ -39,13 +39,16 @@ TrainProgress = Callable[[int, int, MetricRow | None], None]
 @dataclass
 class Interval:
     """The updates since the loop last waited for the device: their metrics (on the device) and the seconds
-    they took. The hook that reports them (`MetricsHook`) clears it."""
+    they took, of which `data_s` reading and placing the next batches and `device_s` blocked on the device's
+    result. The hook that reports them (`MetricsHook`) clears it."""
 
     metrics: list[dict[str, jax.Array]] = field(default_factory=list)
     seconds: float = 0.0
+    data_s: float = 0.0
+    device_s: float = 0.0
 
     def clear(self) -> None:
-        self.metrics, self.seconds = [], 0.0
+        self.metrics, self.seconds, self.data_s, self.device_s = [], 0.0, 0.0, 0.0
 
 
 class Hook(Protocol):
@@ -167,29 +170,59 @@ class CheckpointHook:
         self.checkpointer.save(state)
 
 
-class ProfileHook:
-    """A JAX profiler trace of updates `first` to `last`, and each one's wall time (`step_s`).
+@dataclass(frozen=True)
+class StepTiming:
+    """One update's wall time as the loop measured it: reading the next batch (`data_s`), blocked on the
+    device (`device_s`), and the rest (`host_s`: dispatch and Python)."""
 
-    Wanting every step of the window makes the loop wait for each, so a step's time is its own.
+    seconds: float
+    data_s: float
+    device_s: float
+
+    @property
+    def host_s(self) -> float:
+        return max(0.0, self.seconds - self.data_s - self.device_s)
+
+    def since(self, earlier: StepTiming) -> StepTiming:
+        """The timing between two readings of the loop's running totals."""
+        return StepTiming(
+            self.seconds - earlier.seconds, self.data_s - earlier.data_s, self.device_s - earlier.device_s
+        )
+
+
+class ProfileHook:
+    """A JAX profiler trace of updates `first` to `last`, each one's `StepTiming` (`steps`), and the XLA
+    compilations during them (`compiles`).
+
+    Wanting every step of the window makes the loop wait for each, so a step's time is its own. The timings
+    are differences of the loop's `Interval`, which nothing else may clear meanwhile (no `MetricsHook`).
+    The trace is written for TensorBoard/XProf (`*.xplane.pb`) and Perfetto (`*.trace.json.gz`).
     """
 
     def __init__(self, trace_dir: Any, first: int, last: int):
         self.trace_dir, self.first, self.last = trace_dir, first, last
-        self.step_s: list[float] = []
-        self.since = 0.0
+        self.steps: list[StepTiming] = []
+        self.compiles = 0
+        self._totals = StepTiming(0.0, 0.0, 0.0)  # the interval's running totals at the last call
 
     def wants(self, step: int) -> bool:
         return self.first - 1 <= step <= self.last
 
     def __call__(self, state: TrainState, interval: Interval) -> None:
-        now = time.perf_counter()
+        totals = StepTiming(interval.seconds, interval.data_s, interval.device_s)
         if state.step == self.first - 1:
-            jax.profiler.start_trace(str(self.trace_dir))
+            jax.profiler.start_trace(str(self.trace_dir), create_perfetto_trace=True)
+            jax.monitoring.register_event_duration_secs_listener(self._count_compile)
         else:
-            self.step_s.append(now - self.since)
+            self.steps.append(totals.since(self._totals))
         if state.step == self.last:
+            jax.monitoring.unregister_event_duration_listener(self._count_compile)
             jax.profiler.stop_trace()
-        self.since = time.perf_counter()
+        self._totals = totals
+
+    def _count_compile(self, event: str, duration_s: float, **kwargs: Any) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.compiles += 1
 
 
 def bits_per_byte(setup: TrainSetup, loss: float) -> float | None:

@@ -72,6 +72,7 @@ class ProfileOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     steps: int = Field(default=5, ge=1, le=100, description="Training steps to trace after compilation.")
+    start_step: int = Field(default=2, ge=2, le=1000, description="First step traced; earlier ones run untraced.")
 
 
 class ProfileJob(ProfileOptions):

@@ -126,7 +126,8 @@ def run_steps(
     """Update from `state` to step `last_step` (default: the run's last), calling `hooks` at the steps they want.
 
     The next batch is read while the device computes the update just dispatched; the loop waits for the device
-    only at a step some hook wants, and hook time is left out of the interval it hands them.
+    only at a step some hook wants, and hook time is left out of the interval it hands them (which also counts
+    the time spent reading batches and blocked on the device: the profiler's step split).
     """
     last_step = setup.config.steps if last_step is None else last_step
     interval = Interval()
@@ -137,13 +138,17 @@ def run_steps(
         state = state.advanced(params, opt_state)
         interval.metrics.append(metrics)
         if state.step < last_step:
+            fetch = time.perf_counter()
             batch = setup.put_batch(setup.train_loader.batch(state.data_step))
+            interval.data_s += time.perf_counter() - fetch
         if progress is not None:
             progress(state.step, setup.config.steps, None)
         due = [hook for hook in hooks if hook.wants(state.step)]
         if not due:
             continue
+        wait = time.perf_counter()
         jax.block_until_ready(metrics)
+        interval.device_s += time.perf_counter() - wait
         interval.seconds += time.perf_counter() - timer
         for hook in due:
             hook(state, interval)

@@ -21,6 +21,7 @@ out of the JSON rather than written as null.
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -86,8 +87,43 @@ class TrainSummary(BaseModel):
     skipped_steps: int | None = Field(None, description="Updates dropped for non-finite losses (skip policy).")
 
 
+class OpTime(BaseModel):
+    """One XLA op or fusion of the profiler trace and the time it took over the traced steps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="The op as the trace names it, e.g. 'ynn_fusion.134'.")
+    category: str = Field(description="The name without its numeric suffix, e.g. 'ynn_fusion'.")
+    total_ms: float = Field(description="Milliseconds it ran over all traced steps.")
+    count: int = Field(description="Times it ran.")
+    share: float = Field(description="Its fraction of all op time in the trace.")
+
+
+Verdict = Literal["data-bound", "host-bound", "recompiling", "checkpoint-bound", "compute-bound"]
+
+
+class StepSplit(BaseModel):
+    """Where the traced steps' time went, as shares of it (summing to 1), measured in the loop for each step."""
+
+    compute: float = Field(description="Blocked on the device's result.")
+    data_wait: float = Field(description="Reading and placing the next batch.")
+    host: float = Field(description="The rest: dispatch and Python.")
+    checkpoint: float = Field(description="Saving checkpoints (0 when profiling: it saves none).")
+
+
+class Diagnosis(BaseModel):
+    """What limits the step, the numbers that say so, and one change to try first."""
+
+    verdict: Verdict
+    evidence: str
+    suggestion: str
+
+
 class ProfileSummary(BaseModel):
-    """`profile/summary.json`: step timing measured under the JAX profiler."""
+    """`profile/summary.json`: step timing measured under the JAX profiler, where it goes, and a verdict.
+
+    Fields after `backend` are absent from summaries written before they existed.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -98,6 +134,21 @@ class ProfileSummary(BaseModel):
     parameters: int = Field(description="Number of trainable parameters.")
     trace_dir: str = Field(description="Folder of the profiler trace (open it with TensorBoard's profile plugin).")
     backend: str = Field(description="JAX backend the steps ran on: 'cpu', 'gpu' or 'tpu'.")
+    start_step: int = Field(default=2, description="First traced step.")
+    median_step_s: float | None = Field(default=None, description="Median seconds per traced step.")
+    first_step_s: float | None = Field(default=None, description="Seconds of the first traced step.")
+    split: StepSplit | None = Field(
+        default=None, description="Shares of the step: compute, data wait, host, checkpoint."
+    )
+    compiles: int | None = Field(default=None, description="XLA compilations during the traced steps.")
+    top_ops: list[OpTime] = Field(default_factory=list, description="The 10 ops that took longest in the trace.")
+    trace_file: str | None = Field(default=None, description="The trace as Chrome-trace JSON (Perfetto opens it).")
+    peak_memory_bytes: int | None = Field(default=None, description="Peak memory, as `peak_memory_source` says.")
+    peak_memory_source: str | None = Field(
+        default=None, description="'device peak_bytes_in_use' or 'process peak RSS' (host memory, on CPU)."
+    )
+    mfu: float | None = Field(default=None, description="Model FLOP utilisation at the mean step time.")
+    diagnosis: Diagnosis | None = Field(default=None, description="The verdict, its evidence and one suggestion.")
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[MetricRow]:

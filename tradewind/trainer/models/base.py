@@ -64,7 +64,7 @@ class BaseModelConfig(BaseModel):
 
     preset: str | None = Field(
         None,
-        description=f"Named shape ({', '.join(PRESETS)}); fields set beside it override the preset's.",
+        description=f"Named shape ({', '.join(PRESETS)}); fields set beside it override it.",
     )
     vocab_size: int | None = Field(
         None, gt=0, le=2**20, description="Null: the dataset tokenizer's; if set, at least that."

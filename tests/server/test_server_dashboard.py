@@ -1,0 +1,115 @@
+"""The live run dashboard: served over HTTP beside /mcp, and as an MCP Apps `ui://` resource.
+
+The browser test opens the page in headless Chromium (Debian's `chromium`, driven by Playwright) while a real
+run trains, and checks that the charts show the metrics file's numbers and move on as new rows arrive.
+"""
+
+import json
+import math
+import os
+import shutil
+
+import httpx2
+import pytest
+from http_helpers import running_server
+from mcp import Client
+from runs_helpers import finish
+
+from tradewind.server import build_server
+from tradewind.server.dashboard import DASHBOARD_URI, MAX_RUNS, parse_run_ids, render_page
+from tradewind.tools import (
+    LaunchTrainingRequest,
+    TokenizeDatasetRequest,
+    ToolContext,
+    launch_training,
+    tokenize_dataset,
+)
+from tradewind.trainer import RunLayout, read_metrics
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_run_ids_come_from_a_comma_separated_list_once_each_and_bounded():
+    assert parse_run_ids(" a, b,a ,,c") == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="at least one run id"):
+        parse_run_ids(" , ")
+    with pytest.raises(ValueError, match=f"at most {MAX_RUNS} runs"):
+        parse_run_ids(",".join(f"r{i}" for i in range(MAX_RUNS + 1)))
+
+
+def test_data_cannot_close_the_pages_script_element():
+    page = render_page(
+        ["r1"], {"runs": {"r1": {"run": {"reason": "</script><script>alert(1)</script>"}}}}, data_url="/x"
+    )
+    assert "</script><script>alert(1)" not in page
+    assert page.count("</script>") == 2  # the config element's and the code's own
+
+
+@pytest.mark.anyio
+async def test_mcp_apps_hosts_get_the_page_as_a_ui_resource_attached_to_get_run_and_read_metrics(ctx):
+    async with Client(build_server(ctx)) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        attached = {name for name, tool in tools.items() if (tool.meta or {}).get("ui", {}).get("resourceUri")}
+        assert attached == {"get_run", "read_metrics"}
+        assert tools["get_run"].meta["ui"]["resourceUri"] == DASHBOARD_URI
+        contents = (await client.read_resource(DASHBOARD_URI)).contents
+    assert contents[0].mime_type == "text/html;profile=mcp-app"
+    assert "ui/notifications/tool-result" in contents[0].text and '"dataUrl": null' in contents[0].text
+
+
+def test_dashboard_routes_need_the_token_in_the_header_or_the_query(tmp_path):
+    with running_server(tmp_path / "ws") as server:
+        base = f"http://127.0.0.1:{server.port}"
+        assert httpx2.get(f"{base}/dashboard", timeout=10).status_code == 401
+        assert httpx2.get(f"{base}/dashboard?token=wrong", timeout=10).status_code == 401
+        assert httpx2.get(f"{base}/dashboard?token={server.token()}", timeout=10).status_code == 200
+        headers = {"Authorization": f"Bearer {server.token()}"}
+        missing = httpx2.get(f"{base}/dashboard/data?runs=nope", headers=headers, timeout=10)
+        assert missing.status_code == 404 and "nope" in missing.json()["error"]
+        # The query token opens dashboard pages only, never the MCP endpoint.
+        assert httpx2.post(f"{base}/mcp?token={server.token()}", content=b"{}", timeout=10).status_code == 401
+        assert "dashboard at http://127.0.0.1" in server.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="needs chromium (.ci/run installs it)")
+def test_the_page_draws_the_runs_real_numbers_and_updates_as_rows_arrive(tmp_path, small_corpus, tiny_run_settings):
+    from playwright.sync_api import sync_playwright
+
+    ctx = ToolContext.open(tmp_path / "ws")
+    shutil.copy(small_corpus, ctx.workspace.root / "corpus.txt")
+    (ctx.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
+    dataset = tokenize_dataset(ctx, TokenizeDatasetRequest(input="corpus.txt")).dataset_id
+    settings = {**tiny_run_settings, "log_every": 1, "eval_every": 100}
+    with running_server(ctx.workspace.root) as server, sync_playwright() as playwright:
+        run = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=600, **settings))
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{server.port}/dashboard/runs/{run.run_id}?token={server.token()}")
+        assert "token=" not in page.url  # dropped from the address bar at once
+        loss_line = f'#chart-loss polyline[data-series="loss"][data-run="{run.run_id}"]'
+        seen_steps = []
+        while not seen_steps or seen_steps[-1] < 600:  # ends: the run finishes within finish()'s 300 s below
+            page.wait_for_function(
+                f"() => {{ const l = document.querySelector('{loss_line}');"
+                f" return l && +l.dataset.lastStep > {seen_steps[-1] if seen_steps else 0}; }}",
+                timeout=300_000,
+            )
+            seen_steps.append(int(page.get_attribute(loss_line, "data-last-step")))
+        page.wait_for_function(
+            f"() => document.querySelector('#status tr[data-run=\"{run.run_id}\"]').textContent.includes('SUCCEEDED')",
+            timeout=60_000,
+        )
+        drawn = {
+            name: json.loads(page.get_attribute(f'#chart-{chart} polyline[data-series="{name}"]', "data-last-value"))
+            for chart, name in [("loss", "loss"), ("loss", "eval_loss"), ("lr", "lr"), ("tokens_per_s", "tokens_per_s")]
+        }
+        status_row = page.inner_text(f'#status tr[data-run="{run.run_id}"]')
+        browser.close()
+    finish(ctx, run.run_id)
+    assert len(seen_steps) >= 2, f"the page never moved on while the run trained: {seen_steps}"
+    rows = read_metrics(RunLayout(ctx.workspace.run_dir(run.run_id)).metrics)
+    last = {name: next(getattr(r, name) for r in reversed(rows) if getattr(r, name) is not None) for name in drawn}
+    for name, value in drawn.items():  # read_metrics rounds to 6 significant digits
+        assert math.isclose(value, last[name], rel_tol=1e-5), (name, value, last[name])
+    assert "SUCCEEDED" in status_row and "600/600" in status_row

@@ -1,0 +1,205 @@
+"""What reports and comparisons say about a run, gathered from its folder: figures from its metrics rows, its
+config flattened to dotted names, its checkpoints, a sample from its last one, and why it failed.
+
+Every figure of a run's metrics is computed from `metrics.jsonl` itself (not `summary.json`), so a report of a
+run still training, or one that failed, reads the same way as a finished one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from tradewind.cluster import JobStatus
+from tradewind.core import NotFoundError, TradewindError, read_json, tail_lines
+from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies, failure_anomaly
+from tradewind.tools.context import ToolContext
+from tradewind.tools.logs import _hints
+from tradewind.tools.metrics import metrics_summary
+from tradewind.tools.runs import RunInfo, RunRequest, get_run
+from tradewind.tools.sampling import SampleTextRequest, sample_text
+from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, TrainConfig
+from tradewind.trainer import read_metrics as read_metric_rows
+
+SAMPLE_PROMPT = "The"
+SAMPLE_TOKENS = 60
+SAMPLE_TIMEOUT_S = 180
+LOG_LINES_READ = 400  # of a failed run's log, searched for its cause
+# Config fields that differ between any two runs whatever was changed on purpose.
+UNCOMPARED_FIELDS = frozenset({"resume_from", "init_from", "run_id", "output_dir"})
+
+
+class RunFigures(BaseModel):
+    """One run's headline figures, each from its metrics rows."""
+
+    run_id: str
+    status: JobStatus
+    cause: str | None = Field(default=None, description="Why a failed run failed, from its log.")
+    steps: int = Field(description="Step of the latest row.")
+    tokens_seen: int = Field(description="Training tokens up to the latest row: step x batch_size x seq_len.")
+    final_loss: float | None
+    best_loss: float | None
+    first_eval_loss: float | None
+    final_eval_loss: float | None
+    best_eval_loss: float | None
+    best_eval_step: int | None
+    tokens_per_s: float | None = Field(description="Mean training throughput.")
+    mfu: float | None = Field(description="Mean model FLOPs utilisation (0 to 1).")
+    checkpoints: list[int] = Field(description="Steps of the checkpoints the run keeps.")
+    sample: str | None = Field(default=None, description="Text sampled from the last checkpoint.")
+    anomalies: list[Anomaly]
+
+
+@dataclass
+class RunData:
+    """A run's files as a report reads them."""
+
+    info: RunInfo
+    config: TrainConfig
+    rows: list[MetricRow]
+    figures: RunFigures
+    profile: ProfileSummary | None
+
+    def tokens(self, step: int) -> int:
+        return step * self.config.tokens_per_step
+
+
+def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True) -> RunData:
+    """The run's figures; with `sample`, text sampled from its last checkpoint (a failure to sample is noted)."""
+    info = get_run(ctx, RunRequest(run_id=run_id))
+    layout = RunLayout(Path(info.run_dir))
+    rows = read_metric_rows(layout.metrics)
+    if not rows:
+        raise NotFoundError(f"run {run_id!r} has logged no metrics yet; wait for it, then ask again")
+    config = TrainConfig.model_validate(read_json(layout.config))
+    profile_file = layout.profile / "summary.json"
+    profile = ProfileSummary.model_validate(read_json(profile_file)) if profile_file.exists() else None
+    summary = metrics_summary(rows)
+    anomalies = detect_anomalies(rows, parent=info.parent, parent_step=_parent_step(layout))
+    cause = None
+    if info.status is JobStatus.FAILED:
+        cause, stopped = failure_cause(layout, info.reason)
+        if stopped is not None and all((a.kind, a.step) != (stopped.kind, stopped.step) for a in anomalies):
+            anomalies = sorted([*anomalies, stopped], key=lambda anomaly: anomaly.step)
+    checkpoints = checkpoint_steps(layout)
+    last = rows[-1]
+    figures = RunFigures(
+        run_id=run_id,
+        status=info.status,
+        cause=cause,
+        steps=last.step,
+        tokens_seen=last.step * config.tokens_per_step,
+        final_loss=_last(rows, "loss"),
+        best_loss=_best(rows, "loss")[0],
+        first_eval_loss=next((row.eval_loss for row in rows if _finite(row.eval_loss)), None),
+        final_eval_loss=_last(rows, "eval_loss"),
+        best_eval_loss=_best(rows, "eval_loss")[0],
+        best_eval_step=_best(rows, "eval_loss")[1],
+        tokens_per_s=summary.mean_tokens_per_s,
+        mfu=summary.mean_mfu,
+        checkpoints=checkpoints,
+        sample=_sample(ctx, run_id) if sample and checkpoints else None,
+        anomalies=anomalies,
+    )
+    return RunData(info=info, config=config, rows=rows, figures=figures, profile=profile)
+
+
+def failure_cause(layout: RunLayout, reason: str | None) -> tuple[str | None, Anomaly | None]:
+    """Why a failed run failed, in words, and the non-finite loss that stopped it if one did.
+
+    The log names the cause ('training loss became nan at step 5'); the record's reason often only says how
+    the process ended ('exited with code 1'), so the log comes first.
+    """
+    lines = tail_lines(layout.log, LOG_LINES_READ)
+    hints = _hints([*lines, *([reason] if reason else [])])
+    stopped = next((a for line in lines if (a := failure_anomaly(line))), None) or failure_anomaly(reason)
+    if hints:
+        return f"{hints[0].meaning}: `{hints[0].matched}`", stopped
+    last_error = next((line.strip() for line in reversed(lines) if "Error" in line), None)
+    return (f"{reason}: `{last_error[:200]}`" if last_error and reason else reason or last_error), stopped
+
+
+def checkpoint_steps(layout: RunLayout) -> list[int]:
+    """Steps of the complete checkpoints in the run folder (orbax names a finished one by its step alone)."""
+    if not layout.checkpoints.is_dir():
+        return []
+    return sorted(int(path.name) for path in layout.checkpoints.iterdir() if path.is_dir() and path.name.isdigit())
+
+
+def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one dict of dotted names: {'optimizer': {'lr': 1}} -> {'optimizer.lr': 1}."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def config_differences(configs: dict[str, TrainConfig]) -> dict[str, dict[str, Any]]:
+    """The dotted config fields whose values are not the same in every run: {field: {run_id: value}}."""
+    flat = {run_id: flatten(config.model_dump(mode="json")) for run_id, config in configs.items()}
+    names = sorted(set().union(*flat.values()) - UNCOMPARED_FIELDS)
+    differing = {}
+    for name in names:
+        values = {run_id: fields.get(name) for run_id, fields in flat.items()}
+        if len({repr(value) for value in values.values()}) > 1:
+            differing[name] = values
+    return differing
+
+
+def value_at_tokens(data: RunData, name: str, tokens: int) -> tuple[float | None, int | None]:
+    """The latest finite `name` of a row at or below `tokens` training tokens, and that row's step."""
+    found = None, None
+    for row in data.rows:
+        value = getattr(row, name)
+        if data.tokens(row.step) <= tokens and _finite(value):
+            found = value, row.step
+    return found
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    """A figure as reports print it: `digits` decimals with thousands separators, or n/a."""
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _sample(ctx: ToolContext, run_id: str) -> str:
+    request = SampleTextRequest(
+        run_id=run_id, prompt=SAMPLE_PROMPT, max_tokens=SAMPLE_TOKENS, seed=0, timeout_s=SAMPLE_TIMEOUT_S
+    )
+    try:
+        result = sample_text(ctx, request)
+    except TradewindError as error:
+        return f"(sampling failed: {error})"
+    return result.prompt + result.text
+
+
+def _parent_step(layout: RunLayout) -> int | None:
+    try:
+        return read_json(layout.record).get("parent_step")
+    except (OSError, ValueError):
+        return None
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _last(rows: list[MetricRow], name: str) -> float | None:
+    return next((getattr(row, name) for row in reversed(rows) if _finite(getattr(row, name))), None)
+
+
+def _best(rows: list[MetricRow], name: str) -> tuple[float | None, int | None]:
+    finite = [(getattr(row, name), row.step) for row in rows if _finite(getattr(row, name))]
+    return min(finite) if finite else (None, None)
+
+
+def bounded(figures: RunFigures) -> RunFigures:
+    """`figures` as a tool result carries them: the first `MAX_ANOMALIES` anomalies (reports list all)."""
+    return figures.model_copy(update={"anomalies": figures.anomalies[:MAX_ANOMALIES]})
