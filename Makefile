@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint docs serve clean
+.PHONY: demo test lint docs walkthrough serve clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Tradewind needs Python 3.11 or newer; set PYTHON=python3.11")'
@@ -28,6 +28,10 @@ lint: $(VENV)/.installed-dev
 
 docs: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# Rewrite docs/observability-example.md from two real runs (about a minute); a test checks its structure.
+walkthrough: $(VENV)/.installed-dev
+	$(BIN)/python -m tradewind.tools.walkthrough --write
 
 test: lint docs
 	$(BIN)/pytest

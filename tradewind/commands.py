@@ -212,25 +212,14 @@ def profile(args: argparse.Namespace) -> int:
     """Profile a run's steps (`profile_run`): the step split, the top ops, the verdict and one suggestion."""
     from tradewind.core.cli_options import model_from_args
     from tradewind.tools import ProfileRunRequest, profile_run
+    from tradewind.tools.profiling import describe_profile
 
     request = model_from_args(ProfileRunRequest, args)
     result = with_progress("profiling", lambda progress: profile_run(context(args), request, progress))
     if args.json:
         print_result(result)
         return 0
-    print(
-        f"compile {result.compile_s:.1f} s; steps {result.start_step}-{result.start_step + result.steps - 1}: "
-        f"mean {result.mean_step_s * 1000:.1f} ms, {result.tokens_per_s:,.0f} tokens/s, MFU {result.mfu:.1%}"
-    )
-    split = result.split
-    print(
-        f"step split: compute {split.compute:.0%}, data wait {split.data_wait:.0%}, host {split.host:.0%}, "
-        f"checkpoint {split.checkpoint:.0%}; peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB "
-        f"({result.peak_memory_source})"
-    )
-    for op in result.top_ops:
-        print(f"  {op.share:6.1%}  {op.total_ms:9.1f} ms  {op.name}")
-    print(f"{result.diagnosis.verdict}: {result.diagnosis.suggestion}")
+    print(describe_profile(result))
     print(f"trace: {result.trace_dir}", file=sys.stderr)
     return 0
 

@@ -45,3 +45,19 @@ def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress
     )
     summary = ProfileSummary.model_validate(read_json(layout.profile / "summary.json"))
     return ProfileResult(**summary.model_dump(), run_id=request.run_id, log_file=str(log_path))
+
+
+def describe_profile(result: ProfileSummary) -> str:
+    """The profile as a person reads it: timing, the step split, the top ops, and the verdict's suggestion."""
+    split, diagnosis = result.split, result.diagnosis
+    lines = [
+        f"compile {result.compile_s:.1f} s; steps {result.start_step}-{result.start_step + result.steps - 1}: mean "
+        f"{result.mean_step_s * 1000:.1f} ms, {result.tokens_per_s:,.0f} tokens/s, MFU {result.mfu or 0:.1%}",
+        f"step split: compute {split.compute:.0%}, data wait {split.data_wait:.0%}, host {split.host:.0%}, "
+        f"checkpoint {split.checkpoint:.0%}; peak memory {(result.peak_memory_bytes or 0) / 2**20:,.0f} MiB "
+        f"({result.peak_memory_source})",
+        *(f"  {op.share:6.1%}  {op.total_ms:9.1f} ms  {op.name}" for op in result.top_ops),
+        f"{diagnosis.verdict}: {diagnosis.suggestion}",
+        f"evidence: {diagnosis.evidence}",
+    ]
+    return "\n".join(lines)

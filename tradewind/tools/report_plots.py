@@ -14,6 +14,8 @@ from tradewind.trainer import MetricRow
 FIGSIZE = (8.4, 4.8)  # inches; at DPI, 840 x 480 pixels
 DPI = 100
 
+MINOR_LABELS = 4  # most labelled minor ticks on a log axis
+
 
 def _pyplot():
     import matplotlib
@@ -30,13 +32,18 @@ def _points(rows: Sequence[MetricRow], name: str, x=lambda row: row.step) -> tup
 
 
 def _plain_log(ax) -> None:
-    """A log y axis labelled 2.5, 3, 4 rather than 10^0.4 (losses span less than a decade)."""
+    """A log y axis labelled 2.5, 3, 4 rather than 10^0.4 (losses span less than a decade). Minor ticks are
+    labelled only while at most `MINOR_LABELS` of them are in view, so that labels never overlap."""
     from matplotlib.ticker import FuncFormatter
 
+    def minor_label(value: float, _) -> str:
+        low, high = ax.get_ylim()
+        in_view = [tick for tick in ax.yaxis.get_minorticklocs() if low <= tick <= high]
+        return f"{value:g}" if len(in_view) <= MINOR_LABELS else ""
+
     ax.set_yscale("log")
-    plain = FuncFormatter(lambda value, _: f"{value:g}")
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))
 
 
 def _save(fig, path: Path) -> None:

@@ -15,10 +15,12 @@ from tradewind.cluster import JobStatus
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly
 from tradewind.tools.comparing import MAX_RUNS, comparison_section, load_runs, report_name
 from tradewind.tools.context import ToolContext
+from tradewind.tools.profiling import describe_profile
 from tradewind.tools.report_data import SAMPLE_PROMPT, SAMPLE_TOKENS, RunData, RunFigures, bounded, fmt
 from tradewind.tools.report_html import write_report
 from tradewind.tools.report_plots import plot_overlay, plot_run
 from tradewind.tools.runs import RunRequest
+from tradewind.trainer import ProfileSummary
 
 EVAL_TABLE_ROWS = 20  # eval points listed in a report; the plot shows every one
 
@@ -122,15 +124,7 @@ def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
         *_sample_lines(figures),
     ]
     if data.profile:
-        profile = data.profile
-        lines += [
-            f"{sub} Profile",
-            "",
-            f"Compile {profile.compile_s:.2f} s; mean step {profile.mean_step_s * 1000:.1f} ms over "
-            f"{profile.steps} steps; {profile.tokens_per_s:,.0f} tokens/s on {profile.backend}. "
-            f"Trace: `{profile.trace_dir}`.",
-            "",
-        ]
+        lines += [f"{sub} Profile", "", *_profile_lines(data.profile), ""]
     return lines
 
 
@@ -192,3 +186,14 @@ def summarize_report(ctx: ToolContext, request: SummarizeReportRequest) -> Repor
         anomalies=first.anomalies,
         runs=figures,
     )
+
+
+def _profile_lines(profile: ProfileSummary) -> list[str]:
+    """What `profile_run` found: the step split, top ops and verdict (`describe_profile`), and the trace."""
+    if profile.diagnosis is not None:
+        return ["```text", describe_profile(profile), "```", "", f"Trace: `{profile.trace_dir}`."]
+    # A summary written before profile_run gave verdicts has only the timing.
+    return [
+        f"Compile {profile.compile_s:.2f} s; mean step {profile.mean_step_s * 1000:.1f} ms over {profile.steps} "
+        f"steps; {profile.tokens_per_s:,.0f} tokens/s on {profile.backend}. Trace: `{profile.trace_dir}`."
+    ]
