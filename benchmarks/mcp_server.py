@@ -1,7 +1,7 @@
 """What MCP adds to a tool call: in memory over a direct function call, and read-only calls over HTTP.
 
 Command:
-    .venv/bin/python benchmarks/mcp.py
+    .venv/bin/python benchmarks/mcp_server.py
 
 Everything runs on a temporary workspace holding 100 finished runs, made without training: each run
 folder is written as the trainer leaves it (`config.json`, a valid `TrainConfig` on a real token cache
@@ -45,20 +45,15 @@ import threading
 import time
 from pathlib import Path
 
-# This file is named mcp.py and Python puts its folder first on sys.path, which would make `import mcp`
-# (here and inside tradewind.server) import this script instead of the SDK: take the folder off first.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _HERE]
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
-import anyio  # noqa: E402
-import httpx2  # noqa: E402
-from mcp import Client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-
-from tradewind.cluster.jobs import JobStatus, utc_now  # noqa: E402
-from tradewind.core import atomic_write_json  # noqa: E402
-from tradewind.server import build_server  # noqa: E402
-from tradewind.tools import (  # noqa: E402
+from tradewind.cluster.jobs import JobStatus, utc_now
+from tradewind.core import atomic_write_json
+from tradewind.server import build_server
+from tradewind.tools import (
     ListRunsRequest,
     ReadMetricsRequest,
     RunRequest,
@@ -69,10 +64,10 @@ from tradewind.tools import (  # noqa: E402
     read_metrics,
     tokenize_dataset,
 )
-from tradewind.trainer.config import TrainConfig  # noqa: E402
-from tradewind.trainer.layout import RunLayout  # noqa: E402
-from tradewind.trainer.metrics import TrainSummary  # noqa: E402
-from tradewind.trainer.record import RunRecord, write_record  # noqa: E402
+from tradewind.trainer.config import TrainConfig
+from tradewind.trainer.layout import RunLayout
+from tradewind.trainer.metrics import TrainSummary
+from tradewind.trainer.record import RunRecord, write_record
 
 RUNS = 100
 OVERHEAD_CALLS = 300
