@@ -21,8 +21,8 @@ identical) and its raw speed on the strings in memory is printed.
 Prints readable lines, then one JSON line: value = our input MB/s, baseline = the raw `tokenizers` encode
 MB/s, ratio = value / baseline (higher is better; target >= 2.5 with the fast encoder, which issue 12
 added; before it the build ran on `tokenizers` and the target was >= 0.9), encoder = which library ours
-used. Also prints the 2-process speed-up of the build
-(target >= 1.8x; it needs two idle cores, and each worker pays about a second to start and import),
+used. Also prints the 2-process speed-up of the build (target >= 0.9 of the control; it needs two idle
+cores; the calling process is one of the two workers, the other pays about a second to start and import),
 next to a control (pure CPU work on the same 2-process runner) that shows what the machine allows at that
 moment, and the peak RSS of the 1-process build.
 """
