@@ -115,11 +115,11 @@ def tail_logs(ctx: ToolContext, request: TailLogsRequest) -> LogPage:
         size=size,
         finished=info.status.finished and next_cursor >= size,
         status=info.status.value,
-        hints=_hints(lines),
+        hints=failure_hints(lines),
     )
 
 
-def _hints(lines: list[str]) -> list[LogHint]:
+def failure_hints(lines: list[str]) -> list[LogHint]:
     """One hint per known failure, for the first line that shows it."""
     hints = []
     for pattern, meaning, next_step in _KNOWN_FAILURES:

@@ -18,7 +18,7 @@ from tradewind.cluster import JobStatus
 from tradewind.core import NotFoundError, TradewindError, read_json, tail_lines
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies, failure_anomaly
 from tradewind.tools.context import ToolContext
-from tradewind.tools.logs import _hints
+from tradewind.tools.logs import failure_hints
 from tradewind.tools.metrics import metrics_summary
 from tradewind.tools.runs import RunInfo, RunRequest, get_run
 from tradewind.tools.sampling import SampleTextRequest, sample_text
@@ -115,7 +115,7 @@ def failure_cause(layout: RunLayout, reason: str | None) -> tuple[str | None, An
     the process ended ('exited with code 1'), so the log comes first.
     """
     lines = tail_lines(layout.log, LOG_LINES_READ)
-    hints = _hints([*lines, *([reason] if reason else [])])
+    hints = failure_hints([*lines, *([reason] if reason else [])])
     stopped = next((a for line in lines if (a := failure_anomaly(line))), None) or failure_anomaly(reason)
     if hints:
         return f"{hints[0].meaning}: `{hints[0].matched}`", stopped
