@@ -37,6 +37,7 @@ from tradewind.trainer import (
 RAY_PENDING_TIMEOUT_S = 1800.0  # a Ray run that names no pending_timeout_s
 # What a continued run must share with its parent, so that its data order and results are those of one run.
 INHERITED = ("dataset", "model", "seed", "batch_size", "seq_len", "init_from")
+LAUNCH_ONLY = {"note", "parent_run"}  # launch arguments that go to the run record, not the config
 
 
 class LaunchTrainingRequest(TrainConfig):
@@ -47,6 +48,12 @@ class LaunchTrainingRequest(TrainConfig):
         default=None,
         description="Dataset id, token-cache folder (workspace or allowed root), or builtin:tinyshakespeare. "
         "Required unless resume_from is set.",
+    )
+    note: str | None = Field(
+        default=None, max_length=300, description="One line on what this experiment tries, for the ledger."
+    )
+    parent_run: str | None = Field(
+        default=None, description="The run this experiment changes; the ledger shows the config difference from it."
     )
 
     @field_validator("distributed", mode="before")
@@ -64,27 +71,39 @@ class LaunchTrainingRequest(TrainConfig):
         return self
 
 
-def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> RunInfo:
+def launch_training(
+    ctx: ToolContext,
+    request: LaunchTrainingRequest,
+    progress: Progress = no_progress,
+    *,
+    sweep_id: str | None = None,
+    baseline: bool = False,
+) -> RunInfo:
     """Start training a model on a tokenized dataset; returns the run id at once. Use it after
     tokenize_dataset (or on builtin:tinyshakespeare); follow it with wait_for_run.
 
     The run trains as a job on the backend it names (local processes, or a Ray cluster with GPUs or TPU
     slices); stop it with cancel_run. A run killed from outside
     restarts from its newest checkpoint (max_retries). resume_from continues a run for more steps as a new
-    run. A small model on this machine's CPU trains at several thousand tokens per second
+    run. `sweep_id` and `baseline` (Python only) mark a run a sweep launched and a baseline rerun, for the ledger.
+    A small model on this machine's CPU trains at several thousand tokens per second
     (a 1.3M-parameter model: about 3 steps of 16 x 128 tokens per second on 2 cores).
     """
     config, parent, parent_step = _run_config(ctx, request, progress)
+    parent_run = (
+        None if request.parent_run is None else ctx.workspace.run_folder(request.parent_run, argument="parent_run").name
+    )
     data = open_run_data(config)  # fail now, not minutes later in the training process, if one batch does not fit
     backend_name = config.backend or ctx.default_backend()
     resources, hosts = accelerator_resources(config.accelerator, slices=config.slices)
+    active_runs = _active_runs(ctx)
     check_launch_limits(
         ctx,
         config,
         vocab_size=data.cache.manifest.tokenizer.vocab_size,
         backend=backend_name,
         processes=hosts * config.replicas,
-        active_runs=_active_runs(ctx),
+        active_runs=active_runs,
     )
     pending_timeout_s = config.pending_timeout_s
     if pending_timeout_s is None and backend_name == "ray":
@@ -104,6 +123,11 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         processes=hosts * config.replicas,
         parent=parent,
         parent_step=parent_step,
+        parent_run=parent_run,
+        note=request.note,
+        sweep_id=sweep_id,
+        baseline=baseline,
+        concurrent_runs=len(active_runs),
     )
     write_record(layout.record, record)
     spec = JobSpec(
@@ -146,7 +170,7 @@ def _run_config(
     the step of its checkpoint that the run starts from."""
     if request.resume_from is not None:
         return _continued_config(ctx, request, progress)
-    values = request.model_dump()
+    values = request.model_dump(exclude=LAUNCH_ONLY)
     values["dataset"] = str(resolve_dataset(ctx, request.dataset, progress))
     if request.init_from is not None:
         folder = ctx.workspace.resolve_path(request.init_from, argument="init_from")
@@ -162,7 +186,7 @@ def _continued_config(
     sets; those that fix the data order and the model must stay as they were."""
     parent_dir = ctx.workspace.run_folder(request.resume_from, argument="resume_from")
     parent = read_train_config(RunLayout(parent_dir).config)
-    overrides = request.model_dump(exclude_unset=True, exclude={"resume_from"})
+    overrides = request.model_dump(exclude_unset=True, exclude={"resume_from", *LAUNCH_ONLY})
     if "dataset" in overrides:
         overrides["dataset"] = str(resolve_dataset(ctx, overrides["dataset"], progress))
     inherited = parent.model_dump(mode="json")

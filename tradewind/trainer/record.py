@@ -10,8 +10,11 @@ process is still alive. This module imports no JAX, so tools read records while 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +40,19 @@ class RunRecord(BaseModel):
     devices: int | None = Field(default=None, description="JAX devices over all its processes.")
     parent: str | None = Field(default=None, description="The run this one continues (resume_from).")
     parent_step: int | None = Field(default=None, description="The parent's checkpoint step it started from.")
+    parent_run: str | None = Field(
+        default=None, description="The run this experiment changes (launch_training's parent_run), for the ledger."
+    )
+    note: str | None = Field(default=None, description="The one-line note the run was launched with.")
+    sweep_id: str | None = Field(default=None, description="The sweep that launched it.")
+    baseline: bool = Field(default=False, description="A rerun of parent_run, to compare under the same load.")
+    decision: Literal["kept", "discarded"] | None = Field(
+        default=None, description="What became of the experiment (set_experiment_status, or a sweep)."
+    )
+    decision_reason: str | None = Field(default=None, description="Why it was kept or discarded.")
+    load_start: float | None = Field(default=None, description="1-minute load average per core when it started.")
+    load_end: float | None = Field(default=None, description="1-minute load average per core when it ended.")
+    concurrent_runs: int | None = Field(default=None, description="Other runs of the workspace active at launch.")
     status: JobStatus = JobStatus.PENDING
     created_at: str = Field(default_factory=utc_now)
     started_at: str | None = None
@@ -67,32 +83,51 @@ def write_record(path: str | os.PathLike[str], record: RunRecord) -> None:
     atomic_write_json(path, record.model_dump(mode="json"))
 
 
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold the record's lock: the trainer and the tools (a decision, a sweep) each read, change and write it."""
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def update_record(path: str | os.PathLike[str], **changes: object) -> RunRecord:
+    """Change some fields of the record at `path`, with no other writer in between; returns the new record."""
+    with _locked(Path(path)):
+        record = read_record(path).model_copy(update=changes)
+        write_record(path, record)
+    return record
+
+
+def machine_load() -> float:
+    """The 1-minute load average per CPU core: about 1.0 when every core is busy."""
+    return os.getloadavg()[0] / (os.cpu_count() or 1)
+
+
 def record_start(path: Path, run_id: str, accelerator: str, processes: int, platform: str, devices: int) -> RunRecord:
     """Mark the run RUNNING in this process (process 0), creating the record for a run with no launcher."""
-    try:
-        record = read_record(path)
-    except NotFoundError:
-        record = RunRecord(run_id=run_id, backend="process", accelerator=accelerator)
+    if not path.exists():
+        write_record(path, RunRecord(run_id=run_id, backend="process", accelerator=accelerator))
     pid = os.getpid()
-    record = record.model_copy(
-        update={
-            "status": JobStatus.RUNNING,
-            "started_at": record.started_at or utc_now(),
-            "ended_at": None,
-            "reason": None,
-            "host": socket.gethostname(),
-            "pid": pid,
-            "pid_start": process_start_time(pid),
-            "processes": processes,
-            "platform": platform,
-            "devices": devices,
-        }
+    return update_record(
+        path,
+        status=JobStatus.RUNNING,
+        started_at=read_record(path).started_at or utc_now(),  # a restarted run keeps its first start
+        ended_at=None,
+        reason=None,
+        host=socket.gethostname(),
+        pid=pid,
+        pid_start=process_start_time(pid),
+        processes=processes,
+        platform=platform,
+        devices=devices,
+        load_start=machine_load(),
     )
-    write_record(path, record)
-    return record
 
 
 def record_end(path: Path, status: JobStatus, reason: str | None = None) -> None:
     """Mark the run finished as `status` (SUCCEEDED, or FAILED with the reason)."""
-    record = read_record(path).model_copy(update={"status": status, "ended_at": utc_now(), "reason": reason})
-    write_record(path, record)
+    update_record(path, status=status, ended_at=utc_now(), reason=reason, load_end=machine_load())
