@@ -32,7 +32,7 @@ REPEATS = 3
 def make_state() -> TrainState:
     config = LlamaConfig(preset="llama-20m", vocab_size=32_000)
     _, params = nnx.split(build_model(config, rngs=nnx.Rngs(0)))
-    opt_state = build_optimizer(OptimizerConfig(), 100).init(params)
+    opt_state = build_optimizer(OptimizerConfig()).init(params)
     return TrainState.start(params, opt_state, seed=0).advanced(params, opt_state)
 
 

@@ -43,16 +43,16 @@ def main() -> None:
         config = LlamaConfig(preset="llama-125m", vocab_size=50_257)  # GPT-2 vocabulary: 124M parameters
     dtype = jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
     graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), dtype=dtype))
-    optimizer = build_optimizer(OptimizerConfig(learning_rate=3e-4), 1000)
+    optimizer = build_optimizer(OptimizerConfig(learning_rate=3e-4))
     opt_state = optimizer.init(params)
     step = jax.jit(make_train_step(graphdef, optimizer), donate_argnums=(0, 1))
     batch = jax.random.randint(jax.random.key(0), (args.batch, args.seq + 1), 0, config.vocab_size, jnp.int32)
     for _ in range(2):
-        params, opt_state, metrics = step(params, opt_state, batch)
+        params, opt_state, metrics = step(params, opt_state, batch, 3e-4)
     jax.block_until_ready(metrics)
     start = time.perf_counter()
     for _ in range(args.steps):
-        params, opt_state, metrics = step(params, opt_state, batch)
+        params, opt_state, metrics = step(params, opt_state, batch, 3e-4)
     jax.block_until_ready(metrics)
     seconds = (time.perf_counter() - start) / args.steps
     tokens_per_s = args.batch * args.seq / seconds

@@ -45,16 +45,16 @@ def time_step(steps: int) -> dict[str, float]:
     )
     dtype = jnp.dtype(os.environ.get("COMPUTE_DTYPE", "float32"))
     graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), dtype=dtype))
-    optimizer = build_optimizer(OptimizerConfig(), 100)
+    optimizer = build_optimizer(OptimizerConfig())
     opt_state = optimizer.init(params)
     step = jax.jit(make_train_step(graphdef, optimizer), donate_argnums=(0, 1))
     batch = jnp.asarray(np.random.default_rng(0).integers(0, 8192, (16, 257)), jnp.int32)
     for _ in range(2):  # compilation, then one warm-up step
-        params, opt_state, metrics = step(params, opt_state, batch)
+        params, opt_state, metrics = step(params, opt_state, batch, 3e-4)
         jax.block_until_ready(metrics)
     start = time.perf_counter()
     for _ in range(steps):
-        params, opt_state, metrics = step(params, opt_state, batch)
+        params, opt_state, metrics = step(params, opt_state, batch, 3e-4)
     jax.block_until_ready(metrics)
     return {"tokens_per_s": steps * 16 * 256 / (time.perf_counter() - start), "loss": float(metrics["loss"])}
 

@@ -42,7 +42,7 @@ def test_an_input_that_matches_nothing_is_not_found(tmp_path):
         source_files([str(tmp_path / "missing-*.txt")])
 
 
-def test_the_tokenize_options_default_to_auto_format_text_field_and_eos_only():
+def test_the_tokenize_options_default_to_auto_format_text_field_eos_only_and_32k_fixed_val_tokens():
     assert TokenizeConfig().model_dump() == {
         "format": "auto",
         "text_field": "text",
@@ -50,6 +50,7 @@ def test_the_tokenize_options_default_to_auto_format_text_field_and_eos_only():
         "strict": False,
         "prepend_bos": False,
         "append_eos": True,
+        "val_tokens": 32_768,
     }
 
 

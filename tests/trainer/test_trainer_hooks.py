@@ -9,6 +9,7 @@ import pytest
 from tradewind.trainer import CheckpointConfig, MetricRow, RunLayout, TrainConfig, read_metrics
 from tradewind.trainer.checkpoint import Checkpointer
 from tradewind.trainer.hooks import CheckpointHook, ProfileHook, RunWriters
+from tradewind.trainer.plan import StepPlan
 
 
 def config(**fields) -> TrainConfig:
@@ -18,7 +19,10 @@ def config(**fields) -> TrainConfig:
 def test_a_row_goes_to_metrics_jsonl_stdout_tensorboard_and_progress_without_its_non_finite_figures(tmp_path, capsys):
     layout = RunLayout(tmp_path)
     seen = []
-    writers = RunWriters(layout, config(), lambda step, total, row: seen.append((step, total, row)), rows=[])
+    run = config()
+    writers = RunWriters(
+        layout, run, StepPlan.of(run), lambda step, total, row: seen.append((step, total, row)), rows=[]
+    )
     row = MetricRow(step=10, loss=float("nan"), lr=1e-3, grad_norm=float("inf"), eval_loss=2.5, elapsed=3.25)
     writers.write(row)
     writers.close()
@@ -32,7 +36,8 @@ def test_a_row_goes_to_metrics_jsonl_stdout_tensorboard_and_progress_without_its
 
 def test_rows_restored_from_an_earlier_attempt_are_kept_before_the_new_ones(tmp_path):
     earlier = [MetricRow(step=5, loss=3.0, elapsed=1.0)]
-    writers = RunWriters(RunLayout(tmp_path), config(tensorboard=False), None, rows=earlier)
+    run = config(tensorboard=False)
+    writers = RunWriters(RunLayout(tmp_path), run, StepPlan.of(run), None, rows=earlier)
     writers.write(MetricRow(step=10, loss=2.0, elapsed=2.0))
     writers.close()
     assert [row.step for row in writers.rows] == [5, 10]
@@ -50,7 +55,7 @@ def test_rows_restored_from_an_earlier_attempt_are_kept_before_the_new_ones(tmp_
     ids=["at-the-end", "every-10", "every-7-and-the-end"],
 )
 def test_the_checkpoint_hook_wants_the_policys_steps_and_always_the_last(tmp_path, policy, wanted):
-    hook = CheckpointHook(Checkpointer(tmp_path / "checkpoints", policy), total_steps=30)
+    hook = CheckpointHook(Checkpointer(tmp_path / "checkpoints", policy), StepPlan.of(config()))
     assert [step for step in range(1, 31) if hook.wants(step)] == wanted
 
 

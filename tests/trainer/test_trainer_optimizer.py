@@ -35,7 +35,7 @@ def test_schedule_handles_no_warmup_and_warmup_longer_than_the_run(warmup, total
 def test_weight_decay_shrinks_matrices_but_not_norm_scales():
     model = build_model(model_config(vocab_size=50, d_model=32, n_layers=2, n_heads=2), rngs=nnx.Rngs(0))
     _, params = nnx.split(model)
-    optimizer = build_optimizer(OptimizerConfig(learning_rate=0.1, warmup_steps=0, weight_decay=0.5), 10)
+    optimizer = build_optimizer(OptimizerConfig(learning_rate=0.1, warmup_steps=0, weight_decay=0.5))
     zero_grads = jax.tree.map(jnp.zeros_like, params)  # Adam's own step is then 0: only decay moves params
     updates, _ = jax.jit(optimizer.update)(zero_grads, optimizer.init(params), params)
     moved = {

@@ -23,11 +23,11 @@ def batch(rows=8, seq=16, seed=1):
     return np.asarray(jax.random.randint(jax.random.key(seed), (rows, seq + 1), 0, CONFIG.vocab_size), np.int32)
 
 
-def run_steps(step_fn, params, opt_state, batches):
+def run_steps(step_fn, params, opt_state, batches, learning_rate=1e-2):
     step_fn = jax.jit(step_fn)
     losses = []
     for tokens in batches:
-        params, opt_state, metrics = step_fn(params, opt_state, tokens)
+        params, opt_state, metrics = step_fn(params, opt_state, tokens, learning_rate)
         losses.append(float(metrics["loss"]))
     return params, losses
 
@@ -46,7 +46,7 @@ def test_gradient_accumulation_over_four_microbatches_equals_the_full_batch_grad
 @pytest.mark.slow
 def test_an_accumulating_train_step_tracks_the_full_batch_step_over_three_updates():
     graphdef, params = split_model()
-    optimizer = build_optimizer(OptimizerConfig(learning_rate=1e-2, warmup_steps=0), total_steps=3)
+    optimizer = build_optimizer(OptimizerConfig(learning_rate=1e-2, warmup_steps=0))
     batches = [batch(seed=s) for s in range(3)]
     _, full_losses = run_steps(make_train_step(graphdef, optimizer), params, optimizer.init(params), batches)
     _, accum_losses = run_steps(
@@ -70,13 +70,13 @@ def test_z_loss_adds_the_mean_squared_log_normaliser_to_the_objective():
 def test_every_optimizer_lowers_the_loss_keeps_float32_and_compiles_once(name):
     graphdef, params = split_model()
     lr = 3e-3 if name == "lion" else 1e-2
-    optimizer = build_optimizer(OptimizerConfig(type=name, learning_rate=lr, warmup_steps=0), total_steps=30)
+    optimizer = build_optimizer(OptimizerConfig(type=name, learning_rate=lr, warmup_steps=0))
     step_fn = jax.jit(make_train_step(graphdef, optimizer), donate_argnums=(0, 1))
     opt_state = optimizer.init(params)
     tokens = batch()
     losses = []
     for _ in range(30):
-        params, opt_state, metrics = step_fn(params, opt_state, tokens)
+        params, opt_state, metrics = step_fn(params, opt_state, tokens, lr)
         losses.append(float(metrics["loss"]))
     assert losses[-1] < losses[0] - 0.5, losses
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(params))
@@ -103,7 +103,7 @@ def test_weight_decay_skips_norm_scales_and_biases_but_not_matrices():
     assert not any("bias" in name or "ln_" in name or "scale" in name for name in decayed)
 
     # A decaying update with zero gradient shrinks the matrices only.
-    optimizer = build_optimizer(OptimizerConfig(learning_rate=0.1, warmup_steps=0, weight_decay=0.5), 10)
+    optimizer = build_optimizer(OptimizerConfig(learning_rate=0.1, warmup_steps=0, weight_decay=0.5))
     zero = jax.tree.map(jnp.zeros_like, params)
     updates, _ = jax.jit(optimizer.update)(zero, optimizer.init(params), params)
     moved = {
@@ -130,14 +130,14 @@ def test_precision_policy_keeps_params_float32_and_computes_in_bfloat16_when_ask
 @pytest.mark.slow
 def test_skip_policy_drops_a_non_finite_update_and_keeps_the_state():
     graphdef, params = split_model()
-    optimizer = build_optimizer(OptimizerConfig(warmup_steps=0), 10)
+    optimizer = build_optimizer(OptimizerConfig(warmup_steps=0))
     opt_state = optimizer.init(params)
     poisoned = jax.tree.map(lambda p: p, params)
     poisoned["embed"]["embedding"][...] = poisoned["embed"]["embedding"][...].at[0, 0].set(jnp.nan)
     step_fn = jax.jit(make_train_step(graphdef, optimizer, skip_nonfinite=True))
-    new_params, new_state, metrics = step_fn(poisoned, opt_state, batch())
+    new_params, new_state, metrics = step_fn(poisoned, opt_state, batch(), 1e-3)
     assert float(metrics["skipped"]) == 1.0 and not np.isfinite(float(metrics["loss"]))
     for a, b in zip(jax.tree.leaves((new_params, new_state)), jax.tree.leaves((poisoned, opt_state)), strict=True):
         np.testing.assert_array_equal(a, b)
-    _, _, metrics = step_fn(params, opt_state, batch())
+    _, _, metrics = step_fn(params, opt_state, batch(), 1e-3)
     assert float(metrics["skipped"]) == 0.0

@@ -151,7 +151,7 @@ def build_token_cache(
                 folder=str(partial),
                 tokenizer=tokenizer,
                 dtype=dtype.name,
-                **config.model_dump(include=set(TokenizeConfig.model_fields)),
+                **config.model_dump(include=set(TokenizeConfig.model_fields) - {"val_tokens"}),
             )
             for index, (url, start, end) in enumerate(plan)
         ]
@@ -182,6 +182,7 @@ def build_token_cache(
             sources=sources,
             splits=splits,
             bad_records=bad,
+            val_tokens=config.val_tokens,
         )
         (partial / BUILD_KEY).unlink()
         atomic_write_json(partial / MANIFEST, manifest.model_dump(mode="json"))

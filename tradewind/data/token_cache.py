@@ -34,7 +34,7 @@ from tradewind.core import InvalidInputError, NotFoundError, parse_config, read_
 from tradewind.data.bad_records import BadRecords
 from tradewind.data.shards import ShardStats
 from tradewind.data.stream import ShardedTokens
-from tradewind.data.tokenize_config import SourceFile
+from tradewind.data.tokenize_config import VAL_TOKENS, SourceFile
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -82,6 +82,7 @@ class CacheManifest(pydantic.BaseModel):
     sources: list[SourceFile]
     splits: dict[str, SplitStats]
     bad_records: BadRecords = pydantic.Field(default_factory=BadRecords)
+    val_tokens: int = VAL_TOKENS  # the fixed val token set's size (TokenizeConfig.val_tokens)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

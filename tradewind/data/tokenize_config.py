@@ -28,6 +28,9 @@ from tradewind.core import InvalidInputError
 from tradewind.data.readers import Format, list_input_files
 
 
+VAL_TOKENS = 32_768  # the fixed val token set's default size: the demo model scores it in about a second
+
+
 class TokenizeConfig(BaseModel):
     """How documents are read and tokenized into a cache: everything besides the files and the tokenizer that
     changes what the cache holds (and so its id)."""
@@ -45,6 +48,12 @@ class TokenizeConfig(BaseModel):
     strict: bool = Field(default=False, description="Fail on the first bad record instead of skipping and counting it.")
     prepend_bos: bool = Field(default=False, description="Put the tokenizer's BOS token before every document.")
     append_eos: bool = Field(default=True, description="Put the tokenizer's EOS token after every document.")
+    val_tokens: int = Field(
+        default=VAL_TOKENS,
+        gt=0,
+        le=2**30,
+        description="Size of the fixed val token set runs report val_loss/val_bpb on (at most the val split).",
+    )
 
 
 class SourceFile(BaseModel):

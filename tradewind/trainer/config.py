@@ -97,7 +97,14 @@ class TrainConfig(BaseModel):
     )
     model: ModelConfig = Field(default_factory=LlamaConfig, description="Model architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
-    steps: int = Field(200, gt=0, le=10**9, description="Optimizer updates.")
+    steps: int = Field(200, gt=0, le=10**9, description="Optimizer updates (ignored with time_budget_s).")
+    time_budget_s: float | None = Field(
+        None,
+        gt=0,
+        le=604800,
+        description="Train for this many seconds (compilation excluded) instead of `steps`; the schedule decays "
+        "over the updates that fit. Ends with val_bpb/val_loss on the dataset's fixed val tokens.",
+    )
     batch_size: int = Field(16, gt=0, le=2**20, description="Sequences per update (the global batch).")
     grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch (saves memory); divides batch_size.")
     seq_len: int = Field(128, gt=0, le=2**20, description="Tokens per sequence; at most model.max_seq_len.")

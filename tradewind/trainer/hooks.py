@@ -7,7 +7,7 @@ before checkpoints, so a checkpoint never exists without the rows up to its step
 out of the step timing.
 
 Example:
-    hooks = [MetricsHook(setup, writers, start), CheckpointHook(checkpointer, config.steps)]
+    hooks = [MetricsHook(setup, writers, start), CheckpointHook(checkpointer, setup.plan)]
     state = run_steps(setup, state, hooks)
 """
 
@@ -28,6 +28,7 @@ from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.distributed import is_main_process
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import MetricRow
+from tradewind.trainer.plan import UNPLANNED, StepPlan
 from tradewind.trainer.setup import TrainSetup, evaluate
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.tensorboard import EventWriter
@@ -63,11 +64,18 @@ class RunWriters:
     """Where a metrics row goes: metrics.jsonl, stdout, TensorBoard and W&B (process 0 only).
 
     Keeps every row of the run (`rows`, starting with those restored), from which the summary is made.
-    `progress(step, total_steps, row)` is called with each row.
+    `progress(step, total_steps, row)` is called with each row, the total as `plan` has it then.
     """
 
-    def __init__(self, layout: RunLayout, config: TrainConfig, progress: TrainProgress | None, rows: list[MetricRow]):
-        self.layout, self.config, self.progress = layout, config, progress
+    def __init__(
+        self,
+        layout: RunLayout,
+        config: TrainConfig,
+        plan: StepPlan,
+        progress: TrainProgress | None,
+        rows: list[MetricRow],
+    ):
+        self.layout, self.config, self.plan, self.progress = layout, config, plan, progress
         self.rows = list(rows)
         self.main = is_main_process()
         self.events = EventWriter(layout.tensorboard) if self.main and config.tensorboard else None
@@ -83,9 +91,9 @@ class RunWriters:
                 self.events.scalars(row.step, scalars)
             if self.wandb is not None:
                 self.wandb.log(scalars, step=row.step)
-        _print_row(row, self.config)
+        _print_row(row, self.plan.total_steps)
         if self.progress is not None:
-            self.progress(row.step, self.config.steps, row)
+            self.progress(row.step, self.plan.total_steps, row)
 
     def close(self) -> None:
         if self.events is not None:
@@ -102,7 +110,7 @@ class MetricsHook:
     """
 
     def __init__(self, setup: TrainSetup, writers: RunWriters, start: float):
-        self.setup, self.config, self.writers, self.start = setup, setup.config, writers, start
+        self.setup, self.config, self.plan, self.writers, self.start = setup, setup.config, setup.plan, writers, start
 
     def wants(self, step: int) -> bool:
         return self._logs(step) or self._evaluates(step)
@@ -118,7 +126,7 @@ class MetricsHook:
             tokens_per_s = len(host) * self.config.tokens_per_step / interval.seconds
             fields = dict(
                 loss=float(finite.mean()) if finite.size else None,
-                lr=float(self.setup.schedule(step - 1)),
+                lr=self.plan.learning_rate(step - 1),
                 grad_norm=float(host[-1]["grad_norm"]),
                 param_norm=float(host[-1]["param_norm"]),
                 tokens_per_s=tokens_per_s,
@@ -147,21 +155,21 @@ class MetricsHook:
         )
 
     def _logs(self, step: int) -> bool:
-        return step % self.config.log_every == 0 or step == self.config.steps
+        return step % self.config.log_every == 0 or step == self.plan.total_steps
 
     def _evaluates(self, step: int) -> bool:
-        return step % self.config.eval_every == 0 or step == self.config.steps
+        return step % self.config.eval_every == 0 or step == self.plan.total_steps
 
 
 class CheckpointHook:
-    """A checkpoint whenever the policy says (always at the last step). Saving copies the arrays before the
-    next update donates them; writing goes on behind."""
+    """A checkpoint whenever the policy says (always at the plan's last step). Saving copies the arrays before
+    the next update donates them; writing goes on behind."""
 
-    def __init__(self, checkpointer: Checkpointer, total_steps: int):
-        self.checkpointer, self.total_steps = checkpointer, total_steps
+    def __init__(self, checkpointer: Checkpointer, plan: StepPlan):
+        self.checkpointer, self.plan = checkpointer, plan
 
     def wants(self, step: int) -> bool:
-        decision = self.checkpointer.should_save(step, final=step == self.total_steps)
+        decision = self.checkpointer.should_save(step, final=step == self.plan.total_steps)
         if self.checkpointer.policy.every_minutes:
             return agree(decision)  # a wall-clock policy could decide differently on each host
         return decision
@@ -263,7 +271,7 @@ def _check_finite(step_losses: np.ndarray, first_step: int) -> None:
         )
 
 
-def _print_row(row: MetricRow, config: TrainConfig) -> None:
+def _print_row(row: MetricRow, total_steps: int) -> None:
     """One log line per row, of the figures it has (a skipped step has no grad norm, say)."""
     shown = (
         ("loss", row.loss, "{:.4f}"),
@@ -273,7 +281,7 @@ def _print_row(row: MetricRow, config: TrainConfig) -> None:
         ("MFU", row.mfu, "{:.1%}"),
         ("eval_loss", row.eval_loss, "{:.4f}"),
     )
-    parts = [f"step {row.step}/{config.steps}"]
+    parts = [f"step {row.step}" if total_steps == UNPLANNED else f"step {row.step}/{total_steps}"]
     parts += [f"{name} {form.format(value)}" for name, value, form in shown if value is not None]
     print(" | ".join([*parts, f"{row.elapsed:.1f}s"]), flush=True)
 

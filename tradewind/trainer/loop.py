@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
 from tradewind.cluster.jobs import JobStatus, distributed_env
 from tradewind.core import (
@@ -41,6 +42,7 @@ from tradewind.core import (
     atomic_write_text,
     parse_config,
 )
+from tradewind.data import open_token_cache
 from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.distributed import check_devices, initialize_distributed, is_main_process
@@ -57,9 +59,11 @@ from tradewind.trainer.hooks import (
 from tradewind.trainer.jobs import TrainJob
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import MetricRow, TrainSummary, read_metrics
+from tradewind.trainer.plan import TimeBudget
 from tradewind.trainer.record import read_record, record_end, record_start
-from tradewind.trainer.setup import TrainSetup, setup_training
+from tradewind.trainer.setup import TrainSetup, evaluate, setup_training
 from tradewind.trainer.state import TrainState
+from tradewind.trainer.validation import ValScore, fixed_val_tokens, score_val_tokens
 
 
 def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = None) -> TrainSummary:
@@ -122,27 +126,38 @@ def run_steps(
     hooks: Sequence[Hook],
     progress: TrainProgress | None = None,
     last_step: int | None = None,
+    budget: TimeBudget | None = None,
 ) -> TrainState:
-    """Update from `state` to step `last_step` (default: the run's last), calling `hooks` at the steps they want.
+    """Update from `state` to step `last_step` (default: the plan's last), calling `hooks` at the steps they want.
 
-    The next batch is read while the device computes the update just dispatched; the loop waits for the device
-    only at a step some hook wants, and hook time is left out of the interval it hands them (which also counts
-    the time spent reading batches and blocked on the device: the profiler's step split).
+    Each update gets its learning rate from `setup.plan`. The next batch is read while the device computes the
+    update just dispatched; the loop waits for the device only at a step some hook wants (and, with a `budget`,
+    for the update before the one in flight, so that the budget's clock reads finished work), and hook time is
+    left out of the interval it hands them (which also counts the time spent reading batches and blocked on the
+    device: the profiler's step split). A budget may move the plan's last step as it measures the run's speed.
     """
-    last_step = setup.config.steps if last_step is None else last_step
+    plan = setup.plan
+
+    def last() -> int:
+        return plan.total_steps if last_step is None else last_step
+
     interval = Interval()
     batch = setup.put_batch(setup.train_loader.batch(state.data_step))
-    timer = time.perf_counter()
-    while state.step < last_step:
-        params, opt_state, metrics = setup.train_step(state.params, state.opt_state, batch)
+    timer, previous = time.perf_counter(), None
+    while state.step < last():
+        rate = np.float32(plan.learning_rate(state.step))
+        params, opt_state, metrics = setup.train_step(state.params, state.opt_state, batch, rate)
         state = state.advanced(params, opt_state)
         interval.metrics.append(metrics)
-        if state.step < last_step:
+        if budget is not None:
+            interval.device_s += budget.tick(state.step, previous)
+            previous = metrics
+        if state.step < last():
             fetch = time.perf_counter()
             batch = setup.put_batch(setup.train_loader.batch(state.data_step))
             interval.data_s += time.perf_counter() - fetch
         if progress is not None:
-            progress(state.step, setup.config.steps, None)
+            progress(state.step, plan.total_steps, None)
         due = [hook for hook in hooks if hook.wants(state.step)]
         if not due:
             continue
@@ -175,27 +190,46 @@ def _train(config: TrainConfig, layout: RunLayout, progress: TrainProgress | Non
     checkpointer = Checkpointer(layout.checkpoints, config.checkpoints) if config.checkpoint else None
     state, rows = _initial_state(setup, checkpointer, layout)
     first_step = state.step
-    writers = RunWriters(layout, config, progress, rows)
+    writers = RunWriters(layout, config, setup.plan, progress, rows)
     metrics = MetricsHook(setup, writers, start)
     hooks: list[Hook] = [metrics]
     if checkpointer is not None:
-        hooks.append(CheckpointHook(checkpointer, config.steps))
+        hooks.append(CheckpointHook(checkpointer, setup.plan))
+    evaluation = time.perf_counter()
     if first_step == 0:
         metrics.evaluate(state)
     else:
         print(f"resumed from checkpoint {state.step}", flush=True)
+        if config.time_budget_s:
+            evaluate(setup, state.params)  # timed, as the budget's reserve
+    budget = None
+    if config.time_budget_s:
+        # The budget ends with the last step's evaluation, and what earlier attempts trained counts.
+        reserve = time.perf_counter() - evaluation
+        budget = TimeBudget(setup.plan, config.time_budget_s - reserve - train_seconds(writers.rows), first_step)
     try:
-        state = run_steps(setup, state, hooks, progress)
+        loop_start = time.perf_counter()
+        state = run_steps(setup, state, hooks, progress, budget=budget)
+        train_s = time.perf_counter() - loop_start
         # Rows are written before checkpoints, so this happens only when metrics.jsonl lost rows (or was
         # removed) after the last checkpoint. Process 0 decides: evaluating is a collective on every process.
-        if agree(not any(row.step == config.steps and row.eval_loss is not None for row in writers.rows)):
+        if agree(not any(row.step == state.step and row.eval_loss is not None for row in writers.rows)):
             metrics.evaluate(state)
+        val_tokens = fixed_val_tokens(open_token_cache(Path(config.dataset)), config.seq_len, _mesh_rows(setup))
+        val = score_val_tokens(setup, state.params, val_tokens) if val_tokens is not None else None
     finally:
         if checkpointer is not None:
             checkpointer.close()
         writers.close()
 
-    summary = _summarise(setup, writers.rows, time.perf_counter() - start, first_step)
+    summary = _summarise(setup, writers.rows, time.perf_counter() - start, first_step, state.step, train_s, val)
+    budget_note = f" of a {config.time_budget_s:g}s budget" if config.time_budget_s else ""
+    if val is not None:
+        print(
+            f"trained {train_s:.1f}s{budget_note}; val_loss {_figure(val.loss)}, val_bpb {_figure(val.bits_per_byte)} "
+            f"on {val.tokens:,} fixed val tokens ({val.seconds:.1f}s)",
+            flush=True,
+        )
     print(
         f"done: {summary.steps} steps, final loss {_figure(summary.final_loss)}, eval loss "
         f"{_figure(summary.first_eval_loss)} -> {_figure(summary.final_eval_loss)}, "
@@ -223,7 +257,7 @@ def _initial_state(
         chosen = read_record(layout.record).parent_step if layout.record.exists() else None
         parent = RunLayout(Path(config.resume_from))
         state = read_checkpoint(parent.checkpoints, setup.state, chosen)
-        if state.step >= config.steps:
+        if state.step >= config.steps and not config.time_budget_s:
             raise InvalidInputError(
                 f"steps: {config.steps} is the run's total and must exceed the step of the checkpoint of "
                 f"{parent.root.name} it continues from ({state.step})"
@@ -268,23 +302,46 @@ def _claim_run_dir(layout: RunLayout, config: TrainConfig) -> None:
             atomic_write_json(layout.config, config.model_dump(mode="json"))
 
 
-def _summarise(setup: TrainSetup, rows: list[MetricRow], wall_s: float, first_step: int) -> TrainSummary:
+def _logged_updates(rows: list[MetricRow]) -> list[tuple[int, MetricRow]]:
+    """Each row with a step time, and the updates it covers (since the row before it)."""
+    logged = [row for row in rows if row.step_time_s is not None]
+    return [(row.step - previous.step, row) for previous, row in zip([rows[0], *logged], logged, strict=False)]
+
+
+def train_seconds(rows: list[MetricRow]) -> float:
+    """Seconds of updates the rows cover: each row's mean step time times the updates it covers."""
+    return sum(updates * row.step_time_s for updates, row in _logged_updates(rows))
+
+
+def _mesh_rows(setup: TrainSetup) -> int:
+    return setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
+
+
+def _summarise(
+    setup: TrainSetup,
+    rows: list[MetricRow],
+    wall_s: float,
+    first_step: int,
+    steps: int,
+    train_s: float,
+    val: ValScore | None,
+) -> TrainSummary:
     """The run's summary, from its metrics rows: the same rows give the same figures, however often the
-    run was stopped and resumed on the way."""
+    run was stopped and resumed on the way. `steps` is the run's last step; `train_s` this attempt's training
+    time and `val` its score on the fixed val tokens."""
     config = setup.config
     evals = [row.eval_loss for row in rows if row.eval_loss is not None]
-    logged = [row for row in rows if row.step_time_s is not None]
-    covered = [row.step - previous.step for previous, row in zip([rows[0], *logged], logged, strict=False)]
-    train_s = sum(updates * row.step_time_s for updates, row in zip(covered, logged, strict=True))
-    tokens_per_s = sum(covered) * config.tokens_per_step / train_s if train_s > 0 else None
-    losses = [row.loss for row in logged if row.loss is not None]
+    logged = _logged_updates(rows)
+    update_s = train_seconds(rows)
+    tokens_per_s = sum(n for n, _ in logged) * config.tokens_per_step / update_s if update_s > 0 else None
+    losses = [row.loss for _, row in logged if row.loss is not None]
     skipped = sum(row.skipped_steps or 0 for row in rows)
     peak = setup.peak_flops * len(jax.devices())
     final_eval = evals[-1] if evals else None
     return TrainSummary(
         parameters=setup.parameters,
-        steps=config.steps,
-        tokens_seen=config.steps * config.tokens_per_step,
+        steps=steps,
+        tokens_seen=steps * config.tokens_per_step,
         final_loss=losses[-1] if losses else None,
         first_eval_loss=evals[0] if evals else None,
         final_eval_loss=final_eval,
@@ -300,4 +357,10 @@ def _summarise(setup: TrainSetup, rows: list[MetricRow], wall_s: float, first_st
         final_eval_bits_per_byte=bits_per_byte(setup, final_eval) if final_eval is not None else None,
         resumed_from_step=first_step or None,
         skipped_steps=skipped or None,
+        train_s=train_s,
+        time_budget_s=config.time_budget_s,
+        val_loss=val.loss if val else None,
+        val_bpb=val.bits_per_byte if val else None,
+        val_tokens=val.tokens if val else None,
+        val_s=val.seconds if val else None,
     )

@@ -85,6 +85,12 @@ class TrainSummary(BaseModel):
     final_eval_bits_per_byte: float | None = Field(None, description="final_eval_loss in bits per UTF-8 byte.")
     resumed_from_step: int | None = Field(None, description="Checkpoint step this run resumed from, if it did.")
     skipped_steps: int | None = Field(None, description="Updates dropped for non-finite losses (skip policy).")
+    train_s: float | None = Field(None, description="Seconds of training: the updates and what the loop did between.")
+    time_budget_s: float | None = Field(None, description="The run's training budget, if it had one.")
+    val_loss: float | None = Field(None, description="Final loss on the dataset's fixed val tokens (`val_tokens`).")
+    val_bpb: float | None = Field(None, description="val_loss in bits per UTF-8 byte of the text those tokens are.")
+    val_tokens: int | None = Field(None, description="Val tokens scored for val_loss and val_bpb.")
+    val_s: float | None = Field(None, description="Seconds the final evaluation on the fixed val tokens took.")
 
 
 class OpTime(BaseModel):

@@ -1,19 +1,28 @@
-"""The optimizer, built from `OptimizerConfig` by composing optax transforms.
+"""The optimizer, built from `OptimizerConfig` by composing optax transforms, and its learning-rate schedule.
 
-    clip_by_global_norm(grad_clip)  ->  adamw | lion | adafactor (schedule, decay on matrices only)
+    clip_by_global_norm(grad_clip)  ->  adamw | lion | adafactor (unit learning rate, decay on matrices only)
+    update * learning_rate(step, total_steps)   (in the train step; the rate is an argument of the step)
 
-Update rules register under `OptimizerConfig.type` in `OPTIMIZERS`. The schedule warms up linearly from
-0 to the peak learning rate, then decays (cosine or linear) to `min_lr_ratio * learning_rate` at the last
-step, or stays constant. Weight decay applies to matrices (embeddings and projections) and skips vectors
-(norm scales, biases), which decay would only pull towards zero.
+Update rules register under `OptimizerConfig.type` in `OPTIMIZERS`. Each is built at a learning rate of 1 and
+the train step multiplies its update by the schedule's rate, which the loop computes on the host and passes in:
+the compiled step then does not depend on the schedule, so a budgeted run can re-plan its step count as it
+measures its speed, and runs that differ only in learning rate or schedule share one compilation. For AdamW
+and Lion, scaling last is exactly a scheduled learning rate (their decay comes before the rate); Adafactor's
+optax form adds its decay after the rate, so here its decay scales with the rate too, as AdamW's does.
+
+The schedule warms up linearly from 0 to the peak learning rate, then decays (cosine or linear) to
+`min_lr_ratio * learning_rate` at the last step, or stays constant. Weight decay applies to matrices
+(embeddings and projections) and skips vectors (norm scales, biases), which decay would only pull towards zero.
 
 Example:
-    optimizer = build_optimizer(OptimizerConfig(learning_rate=1e-3), total_steps=300)
+    optimizer = build_optimizer(OptimizerConfig(learning_rate=1e-3))
     opt_state = optimizer.init(params)
+    rate = learning_rate(config, step=10, total_steps=300)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +31,7 @@ import optax
 
 from tradewind.trainer.config import OptimizerConfig
 
-UpdateRule = Callable[[OptimizerConfig, optax.Schedule], optax.GradientTransformation]
+UpdateRule = Callable[[OptimizerConfig], optax.GradientTransformation]
 OPTIMIZERS: dict[str, UpdateRule] = {}
 
 
@@ -36,24 +45,28 @@ def register_optimizer(name: str) -> Callable[[UpdateRule], UpdateRule]:
     return register
 
 
-def build_schedule(config: OptimizerConfig, total_steps: int) -> optax.Schedule:
-    """The learning rate of update `count` (0-based): linear warmup from 0, then the configured decay.
+def learning_rate(config: OptimizerConfig, step: int, total_steps: int) -> float:
+    """The learning rate of update `step` (0-based) of a run of `total_steps`: linear warmup from 0, then the
+    configured decay.
 
-    `schedule(warmup_steps)` is the peak and, for cosine and linear, `schedule(total_steps)` is
+    At `warmup_steps` it is the peak and, for cosine and linear, at `total_steps` (and after) it is
     `min_lr_ratio * learning_rate`. A warmup longer than the run is cut to the run's length.
     """
     peak = config.learning_rate
     warmup = min(config.warmup_steps, total_steps)
-    decay_steps = max(total_steps - warmup, 1)
+    if step < warmup:
+        return peak * step / warmup
+    progress = min(step - warmup, max(total_steps - warmup, 1)) / max(total_steps - warmup, 1)
     if config.schedule == "cosine":
-        decay = optax.cosine_decay_schedule(peak, decay_steps=decay_steps, alpha=config.min_lr_ratio)
-    elif config.schedule == "linear":
-        decay = optax.linear_schedule(peak, peak * config.min_lr_ratio, decay_steps)
-    else:
-        decay = optax.constant_schedule(peak)
-    if warmup == 0:
-        return decay
-    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), decay], boundaries=[warmup])
+        return peak * (config.min_lr_ratio + (1 - config.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    if config.schedule == "linear":
+        return peak * (1 - (1 - config.min_lr_ratio) * progress)
+    return peak
+
+
+def build_schedule(config: OptimizerConfig, total_steps: int) -> Callable[[int], float]:
+    """`learning_rate` for a run of `total_steps`, as a function of the step."""
+    return lambda step: learning_rate(config, int(step), total_steps)
 
 
 def decay_mask(params: Any) -> Any:
@@ -62,36 +75,34 @@ def decay_mask(params: Any) -> Any:
 
 
 @register_optimizer("adamw")
-def adamw(config: OptimizerConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
-    return optax.adamw(schedule, b1=config.b1, b2=config.b2, weight_decay=config.weight_decay, mask=decay_mask)
+def adamw(config: OptimizerConfig) -> optax.GradientTransformation:
+    return optax.adamw(1.0, b1=config.b1, b2=config.b2, weight_decay=config.weight_decay, mask=decay_mask)
 
 
 @register_optimizer("lion")
-def lion(config: OptimizerConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
-    return optax.lion(schedule, b1=config.b1, b2=config.b2, weight_decay=config.weight_decay, mask=decay_mask)
+def lion(config: OptimizerConfig) -> optax.GradientTransformation:
+    return optax.lion(1.0, b1=config.b1, b2=config.b2, weight_decay=config.weight_decay, mask=decay_mask)
 
 
 @register_optimizer("adafactor")
-def adafactor(config: OptimizerConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
+def adafactor(config: OptimizerConfig) -> optax.GradientTransformation:
     return optax.adafactor(
-        schedule,
+        1.0,
         multiply_by_parameter_scale=False,
         weight_decay_rate=config.weight_decay or None,
         weight_decay_mask=decay_mask,
     )
 
 
-def build_optimizer(config: OptimizerConfig, total_steps: int) -> optax.GradientTransformation:
-    """Global-norm clipping followed by the configured update rule on `build_schedule`.
+def build_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
+    """Global-norm clipping followed by the configured update rule, at a learning rate of 1.
 
-    Args:
-        config: update rule, learning rate, schedule and clipping settings.
-        total_steps: updates in the run; the decay reaches its minimum there.
+    Multiply its updates by `learning_rate(config, step, total_steps)` (the train step does).
 
     Returns:
         An optax transformation for any pytree of float parameters (e.g. an `nnx.State`).
     """
-    rule = OPTIMIZERS[config.type](config, build_schedule(config, total_steps))
+    rule = OPTIMIZERS[config.type](config)
     # identity() when clipping is off keeps the state's structure the same either way.
     clip = optax.clip_by_global_norm(config.grad_clip) if config.grad_clip > 0 else optax.identity()
     return optax.chain(clip, rule)

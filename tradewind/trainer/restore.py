@@ -50,6 +50,6 @@ def load_run_model(run_dir: Path, step: int | None = None) -> LoadedRun:
     manifest = open_token_cache(Path(config.dataset)).manifest
     model_config = resolve_model_config(config.model, manifest)
     graphdef, abstract_params = nnx.split(nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(config.seed))))
-    abstract_opt = jax.eval_shape(build_optimizer(config.optimizer, config.steps).init, abstract_params)
+    abstract_opt = jax.eval_shape(build_optimizer(config.optimizer).init, abstract_params)
     state = read_checkpoint(layout.checkpoints, TrainState.start(abstract_params, abstract_opt, config.seed), step)
     return LoadedRun(config, model_config, manifest, graphdef, state.params, state.step)

@@ -7,7 +7,8 @@ compilation is timed on its own.
 
 Example:
     setup = setup_training(config)
-    params, opt_state, metrics = setup.train_step(setup.state.params, setup.state.opt_state, batch)
+    rate = setup.plan.learning_rate(0)
+    params, opt_state, metrics = setup.train_step(setup.state.params, setup.state.opt_state, batch, rate)
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tradewind.core import ConfigError
 from tradewind.data import CacheManifest, PackedLoader
@@ -32,7 +32,8 @@ from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.flops import peak_flops
 from tradewind.trainer.models import build_model, count_params
 from tradewind.trainer.models.configs import ModelConfig
-from tradewind.trainer.optimizer import build_optimizer, build_schedule
+from tradewind.trainer.optimizer import build_optimizer
+from tradewind.trainer.plan import StepPlan
 from tradewind.trainer.sharding import batch_sharding, build_mesh, param_shardings, place
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.step import EvalStep, Params, TrainStep, make_eval_step, make_train_step
@@ -89,14 +90,15 @@ class TrainSetup:
     """Everything a run needs, built by `setup_training`.
 
     `state` is the initial state, placed on `mesh`; `train_step` donates its params and optimizer state, so
-    after the first step only the state it returns is valid. Pass batches through `put_batch`.
+    after the first step only the state it returns is valid. Pass batches through `put_batch`, and the
+    learning rate of the update from `plan` (the run's step count and schedule).
     """
 
     config: TrainConfig
     model_config: ModelConfig
     parameters: int
     state: TrainState
-    schedule: optax.Schedule
+    plan: StepPlan
     train_loader: PackedLoader
     eval_data: list[Any]
     train_step: TrainStep
@@ -140,7 +142,7 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
         params = replace_params(params, initial_params)
     params_sharding = param_shardings(mesh, params)
     params = place(params, params_sharding)
-    optimizer = build_optimizer(config.optimizer, config.steps)
+    optimizer = build_optimizer(config.optimizer)
     opt_sharding = param_shardings(mesh, jax.eval_shape(optimizer.init, params))
     opt_state = jax.jit(optimizer.init, out_shardings=opt_sharding)(params)
 
@@ -163,11 +165,11 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
     )
     train_step = jax.jit(
         step_fn,
-        in_shardings=(params_sharding, opt_sharding, rows_sharding),
+        in_shardings=(params_sharding, opt_sharding, rows_sharding, NamedSharding(mesh, PartitionSpec())),
         out_shardings=(params_sharding, opt_sharding, None),
         donate_argnums=(0, 1),
     )
-    train_step = train_step.lower(params, opt_state, put_batch(data.train.batch(0))).compile()
+    train_step = train_step.lower(params, opt_state, put_batch(data.train.batch(0)), np.float32(0)).compile()
     eval_step = jax.jit(make_eval_step(graphdef)).lower(params, eval_data[0]).compile()
     compile_s = time.perf_counter() - start
 
@@ -183,7 +185,7 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
         model_config=model_config,
         parameters=parameters,
         state=TrainState.start(params, opt_state, config.seed),
-        schedule=build_schedule(config.optimizer, config.steps),
+        plan=StepPlan.of(config),
         train_loader=data.train,
         eval_data=eval_data,
         train_step=train_step,

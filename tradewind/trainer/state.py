@@ -8,7 +8,7 @@ added later continues exactly too.
 
 Example:
     state = TrainState.start(params, opt_state, seed=0)
-    params, opt_state, metrics = train_step(state.params, state.opt_state, batch)
+    params, opt_state, metrics = train_step(state.params, state.opt_state, batch, learning_rate)
     state = state.advanced(params, opt_state)  # step and data_step + 1
 """
 

@@ -6,7 +6,8 @@ nnx graph is walked per step.
 
 One update, inside `jax.jit`:
     batch [B, S+1] -> `grad_accum` microbatches -> summed loss and gradients (lax.scan) -> mean
-    -> optimizer update -> (skip it if the loss is not finite and `on_nonfinite="skip"`)
+    -> optimizer update (at a unit rate) * learning_rate -> (skip it if the loss is not finite and
+    `on_nonfinite="skip"`)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from flax import nnx
 from tradewind.trainer.cross_entropy import fused_cross_entropy
 
 Params = Any  # an nnx.State of the model's parameters
-TrainStep = Callable[[Params, optax.OptState, Any], tuple[Params, optax.OptState, dict[str, jax.Array]]]
+TrainStep = Callable[[Params, optax.OptState, Any, Any], tuple[Params, optax.OptState, dict[str, jax.Array]]]
 EvalStep = Callable[[Params, Any], jax.Array]
 
 
@@ -80,16 +81,20 @@ def make_train_step(
     z_loss: float = 0.0,
     skip_nonfinite: bool = False,
 ) -> TrainStep:
-    """The pure update `(params, opt_state, batch) -> (params, opt_state, metrics)`.
+    """The pure update `(params, opt_state, batch, learning_rate) -> (params, opt_state, metrics)`.
+
+    `optimizer` is built at a unit learning rate (`build_optimizer`); its update is scaled by `learning_rate`, a
+    float32 scalar the loop passes in, so the compiled step serves any schedule.
 
     `metrics` holds `loss` (cross-entropy before the update), `grad_norm` (before clipping),
     `param_norm` (after the update) and `skipped` (1.0 when a non-finite update was dropped).
     """
 
-    def train_step(params: Params, opt_state: optax.OptState, batch: jax.Array):
+    def train_step(params: Params, opt_state: optax.OptState, batch: jax.Array, learning_rate: jax.Array):
         loss, grads = loss_and_grads(graphdef, params, batch, grad_accum, z_loss)
         grad_norm = optax.tree.norm(grads)
         updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        updates = jax.tree.map(lambda update: learning_rate * update, updates)
         new_params = optax.apply_updates(params, updates)
         skipped = jnp.zeros((), jnp.float32)
         if skip_nonfinite:
