@@ -80,3 +80,31 @@ def test_tradewind_profile_and_report_print_what_their_tools_wrote(ctx, finished
     assert f"# Training report: {run}" in Path(markdown).read_text(encoding="utf-8")
     assert main(["report", run, run, *common]) == 2  # a comparison needs two different runs
     assert "run_ids" in capsys.readouterr().err
+
+
+def test_tradewind_estimate_prints_what_estimate_run_returns_for_the_yaml_with_overrides(workspace, capsys):
+    from tradewind.tools.estimating import EstimateRunRequest, estimate_run
+
+    common = ["--workspace", str(workspace.workspace.root), "--log-level", "WARNING"]
+    dataset = tokenize_dataset(workspace, TokenizeDatasetRequest(input="corpus.txt")).dataset_id
+    config = workspace.workspace.root / "tiny.yaml"
+    config.write_text(
+        f"dataset: {dataset}\nmodel: {{d_model: 32, n_layers: 2, n_heads: 2, max_seq_len: 64}}\nseq_len: 32\n",
+        encoding="utf-8",
+    )
+    options = [str(config), "--set", "batch_size=4", "--set", "steps=70", "--no-probe", *common]
+    assert main(["estimate", *options, "--json"]) == 0
+    by_cli = json.loads(capsys.readouterr().out)
+
+    fields = {"dataset": dataset, "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}}
+    request = EstimateRunRequest(config={**fields, "seq_len": 32, "batch_size": 4, "steps": 70}, probe=False)
+    by_tool = estimate_run(workspace, request).model_dump(mode="json")
+    device = by_cli.pop("device_memory_bytes") / by_tool.pop("device_memory_bytes")  # free RAM moves a little
+    assert by_cli == by_tool and 0.5 < device < 2
+    assert (by_cli["tokens_per_step"], by_cli["steps_in_budget"], by_cli["step_time_source"]) == (128, 70, None)
+
+    assert main(["estimate", *options]) == 0
+    shown = capsys.readouterr().out
+    assert f"{by_tool['parameters']:,}" in shown and by_tool["advice"] in shown and "not measured" in shown
+    assert main(["estimate", *options, "--set", "model.d_modle=64"]) == 2
+    assert "d_modle" in capsys.readouterr().err

@@ -13,6 +13,7 @@
     tradewind profile RUN_ID [--steps 5] [--start-step 2] [--timeout-s 600] [--json]
     tradewind report RUN [RUN ...] [--metric eval_loss|loss] [--no-sample] [--json]
     tradewind train CONFIG.yaml [--set key=value ...] [--detach]
+    tradewind estimate CONFIG.yaml [--set key=value ...] [--budget-s S] [--no-probe] [--json]
     tradewind runs list [--limit N] [--json] | show RUN [--json] | cancel RUN
     tradewind export RUN --format hf --out DIR
     tradewind cluster status|logs|cancel|pipeline ...
@@ -185,6 +186,24 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     train.add_argument("--detach", action="store_true", help="print the run id and return; the run goes on")
     train.set_defaults(handler=commands.train)
+
+    estimate = subcommands.add_parser(
+        "estimate",
+        parents=[common],
+        help="size a run before launching it: parameters, memory fit, step time, what a time budget trains",
+    )
+    estimate.add_argument("config", help="a TrainConfig as YAML, the schema launch_training takes (as for train)")
+    estimate.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. model.n_layers=6"
+    )
+    estimate.add_argument(
+        "--budget-s", type=float, metavar="S", help="seconds of training to plan for (default: the config's steps)"
+    )
+    estimate.add_argument(
+        "--no-probe", action="store_true", help="do not compile and time 3 steps when no earlier run has this shape"
+    )
+    estimate.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    estimate.set_defaults(handler=commands.estimate)
 
     profile = subcommands.add_parser(
         "profile", parents=[common], help="profile a run's steps: where the time goes, a verdict, one suggestion"

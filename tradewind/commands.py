@@ -130,6 +130,26 @@ def train(args: argparse.Namespace) -> int:
     return follow(ctx, run.run_id)
 
 
+def estimate(args: argparse.Namespace) -> int:
+    """Size a run before launching it (`estimate_run`): parameters, memory, step time, what the budget trains."""
+    from tradewind.core import load_config
+    from tradewind.tools import LaunchTrainingRequest
+    from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
+
+    # Loaded as `train` loads it, so both name a bad file, line or field the same way.
+    config = load_config(LaunchTrainingRequest, args.config, overrides=args.set)
+    request = EstimateRunRequest(
+        config=config.model_dump(mode="json", exclude_unset=True), time_budget_s=args.budget_s, probe=not args.no_probe
+    )
+    ctx = context(args)
+    result = with_progress("estimating", lambda progress: estimate_run(ctx, request, progress))
+    if args.json:
+        print_result(result)
+        return 0
+    print(describe_estimate(result))
+    return 0
+
+
 def follow(ctx, run_id: str) -> int:
     """Show a run's progress until it ends; Ctrl-C cancels it. Exit status 0 only if it succeeded."""
     from rich.console import Console

@@ -79,3 +79,14 @@ def test_workspace_root_comes_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("TRADEWIND_WORKSPACE", str(tmp_path / "from-env"))
     assert Workspace.from_env().root == (tmp_path / "from-env").resolve()
     assert Workspace.from_env(tmp_path / "explicit").root == (tmp_path / "explicit").resolve()
+
+
+def test_sweep_dir_is_under_sweeps_and_an_unknown_sweep_is_named(workspace):
+    with pytest.raises(NotFoundError, match=r"unknown sweep id 'sweep-1'.*no sweeps yet"):
+        workspace.sweep_dir("sweep-1")
+    folder = workspace.sweep_dir("sweep-1", must_exist=False)
+    assert folder == workspace.sweeps_dir / "sweep-1" == workspace.root / "sweeps" / "sweep-1"
+    folder.mkdir(parents=True)
+    assert workspace.sweep_dir("sweep-1") == folder
+    with pytest.raises(NotFoundError, match=r"unknown sweep id 'sweep-2'.*recent sweeps: sweep-1"):
+        workspace.sweep_dir("sweep-2")

@@ -1,4 +1,6 @@
+import re
 import string
+import typing
 from pathlib import Path
 
 import pytest
@@ -41,10 +43,24 @@ def test_every_mcp_prompt_file_has_placeholders_only_for_its_arguments():
 
 
 def test_skills_ship_in_the_package_and_agents_skills_link_to_them():
-    assert skill_names() == ("train-with-tradewind",)
-    text = load_skill("train-with-tradewind")
-    assert text.startswith("---\nname: train-with-tradewind\n")
-    link = Path(__file__).parents[2] / ".agents" / "skills" / "train-with-tradewind" / "SKILL.md"
-    assert link.is_symlink() and link.read_text(encoding="utf-8") == text
-    with pytest.raises(NotFoundError, match="unknown skill 'nope'; known skills: train-with-tradewind"):
+    assert skill_names() == ("autoresearch-loop", "train-with-tradewind")
+    for name in skill_names():
+        text = load_skill(name)
+        assert text.startswith(f"---\nname: {name}\n")
+        link = Path(__file__).parents[2] / ".agents" / "skills" / name / "SKILL.md"
+        assert link.is_symlink() and link.read_text(encoding="utf-8") == text
+    with pytest.raises(NotFoundError, match="unknown skill 'nope'; known skills: autoresearch-loop, train-with"):
         load_skill("nope")
+
+
+def test_the_research_loop_skill_calls_only_real_tools_with_real_arguments():
+    requests = {tool.__name__: typing.get_type_hints(tool)["request"] for tool in TOOLS}
+    calls = re.findall(r"\b([a-z_]+)\(([^()]*(?:\([^()]*\)[^()]*)*)\)", load_skill("autoresearch-loop"))
+    named = {name for name, _ in calls if name in requests}
+    assert {"launch_training", "wait_for_run", "set_experiment_status", "list_experiments", "estimate_run"} <= named
+    for name, arguments in calls:
+        if name in requests:
+            # Top-level arguments only: nested `{...}` values are config sections.
+            flat = re.sub(r"\{[^{}]*(\{[^{}]*\}[^{}]*)*\}", "{}", arguments)
+            for argument in re.findall(r"\b([a-z_]+)=", flat):
+                assert argument in requests[name].model_fields, f"{name}({argument}=...) in the skill"

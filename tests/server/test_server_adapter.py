@@ -3,16 +3,16 @@ schemas from the models, strict validation, progress that only increases, errors
 
 import json
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 import jsonschema
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field
 
 from tradewind.core import NotFoundError
-from tradewind.server.adapter import as_mcp_tool, lean_input_schema, lean_output_schema
+from tradewind.server.adapter import as_mcp_tool, compact_sections, lean_input_schema, lean_output_schema
 from tradewind.tools import ToolContext
 from tradewind.tools.context import Progress
 
@@ -95,6 +95,44 @@ def test_the_lean_output_schema_names_each_field_with_its_type_and_a_real_result
     assert "description" not in json.dumps(lean)
     result = EchoResult(steps=1, note=None, colour=Colour.BLUE, inner=Inner(depth=3), sent=["steps"])
     jsonschema.validate(result.model_dump(mode="json"), lean)
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: int = Field(9, ge=0, le=9)
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    breed: str
+    inner: Inner = Field(default_factory=Inner)
+
+
+class SectionsRequest(BaseModel):
+    steps: int = Field(gt=0, le=10, description="How many.")
+    inner: Inner = Field(default_factory=Inner, description="A section.")
+    pet: Annotated[Cat | Dog, Discriminator("kind")] = Field(description="A pet.")
+    maybe: Inner | None = None
+    inners: list[Inner] = []
+
+
+def test_a_section_is_compacted_to_its_field_names_and_other_arguments_keep_their_schema():
+    lean = lean_input_schema(SectionsRequest.model_json_schema())
+    compact, sections = compact_sections(lean)
+    properties = compact["properties"]
+    assert properties["steps"] == lean["properties"]["steps"]
+    assert properties["inner"] == {
+        "type": "object",
+        "description": "A section. Fields: depth",
+    }
+    assert properties["pet"]["description"] == ("A pet. Fields: kind: cat|dog (required), lives, breed, inner")
+    assert properties["maybe"] == {
+        "type": ["object", "null"],
+        "description": "Fields: depth",
+    }
+    assert properties["inners"] == lean["properties"]["inners"]  # a list of models is not a section
+    assert sections == ["inner", "pet", "maybe"]
+    assert set(compact["$defs"]) == {"Inner"}  # still used by `inners`; Cat and Dog only by `pet`
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 
 from tradewind.prompts import load_skill, skill_names
+from tradewind.server import build_server
 from tradewind.server.resources import MAX_RESOURCE_CHARS
 from tradewind.tools import RunRequest, summarize_report
 
@@ -49,6 +50,7 @@ async def test_every_resource_template_is_listed_with_its_mime_type(server):
     expected = {f"tradewind://runs/{{run_id}}/{part}": mime for part, mime in RUN_PARTS.items()}
     expected["tradewind://datasets/{dataset_id}/manifest"] = "application/json"
     expected["tradewind://skills/{name}"] = "text/markdown"
+    expected["tradewind://schema/{tool}"] = "application/json"
     assert {uri: t.mime_type for uri, t in templates.items()} == expected
     assert all(t.description for t in templates.values())
 
@@ -138,15 +140,38 @@ async def test_a_datasets_manifest_reads_as_json(server, dataset_id):
     assert missing.error.code == INVALID_PARAMS and "no-such-dataset" in missing.error.message
 
 
+async def test_a_tools_whole_input_schema_reads_as_json_and_an_unknown_tool_names_the_tools(server):
+    async with Client(server) as client:
+        content = await read(client, "tradewind://schema/launch_training")
+        error = await read_error(client, "tradewind://schema/no_such_tool")
+    assert content.mime_type == "application/json" and len(content.text) <= MAX_RESOURCE_CHARS
+    schema = json.loads(content.text)
+    assert schema["additionalProperties"] is False and "distributed" not in schema["properties"]
+    assert schema["properties"]["model"]["properties"]["n_layers"]["default"] == 4
+    assert schema["properties"]["optimizer"] == {
+        "$ref": "#/$defs/OptimizerConfig",
+        "description": "Optimizer and LR schedule.",
+    }
+    assert "no tool 'no_such_tool'" in error.error.message and "launch_training" in error.error.message
+
+
+async def test_a_read_only_server_serves_the_schemas_of_its_tools_only(ctx):
+    async with Client(build_server(ctx, read_only=True)) as client:
+        assert "run_id" in json.loads((await read(client, "tradewind://schema/get_run")).text)["properties"]
+        error = await read_error(client, "tradewind://schema/launch_training")
+    assert "no tool 'launch_training'" in error.error.message
+
+
 async def test_every_shipped_skill_reads_as_markdown(server):
-    assert "train-with-tradewind" in skill_names()
+    assert {"train-with-tradewind", "autoresearch-loop"} <= set(skill_names())
     async with Client(server) as client:
         for name in skill_names():
             skill = await read(client, f"tradewind://skills/{name}")
             assert skill.mime_type == "text/markdown" and skill.text == load_skill(name)
             assert skill.text.startswith(f"---\nname: {name}\n")
         unknown = await read_error(client, "tradewind://skills/nope")
-    assert unknown.error.code == INVALID_PARAMS and "known skills: train-with-tradewind" in unknown.error.message
+    assert unknown.error.code == INVALID_PARAMS
+    assert "known skills: autoresearch-loop, train-with-tradewind" in unknown.error.message
 
 
 async def test_every_prompt_is_listed_with_described_arguments(server):

@@ -1,5 +1,7 @@
 """Strict arguments through the real MCP client: the request model is the only validator, in Tradewind's words."""
 
+import json
+
 import pytest
 from mcp import Client
 
@@ -122,11 +124,31 @@ async def test_a_megabyte_value_of_the_wrong_type_is_cut_too(server, finished_ru
 async def test_the_published_schema_is_still_the_request_models(server):
     async with Client(server) as client:
         listed = {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
+        whole = json.loads((await client.read_resource("tradewind://schema/launch_training")).contents[0].text)
     launch = listed["launch_training"]
     assert launch["properties"]["steps"]["minimum"] == 1
-    model = launch["properties"]["model"]  # one object with every architecture's fields, tagged by type
+    assert "n_kv_heads" in launch["properties"]["model"]["description"]  # listed by name; the resource has all
+    model = whole["properties"]["model"]  # one object with every architecture's fields, tagged by type
     assert model["properties"]["type"]["enum"] == ["llama", "gpt2"] and "n_kv_heads" in model["properties"]
+    assert model["properties"]["d_model"]["maximum"] == 65536
+    assert whole["$defs"]["OptimizerConfig"]["properties"]["learning_rate"]["exclusiveMinimum"] == 0
     assert listed["tokenize_dataset"]["required"] == ["input"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"optimizer": {"learning_rat": 0.1}}, "argument 'optimizer.learning_rat': unknown argument"),
+        ({"checkpoints": {"keep_last": 0}}, "argument 'checkpoints.keep_last': must be greater than 0 (got 0)"),
+        ({"model": {"type": "gpt3"}}, "type 'gpt3' is not a model type"),
+    ],
+)
+async def test_a_bad_field_of_a_compacted_section_is_still_named(server, ctx, arguments, expected):
+    runs_before = sorted(ctx.workspace.runs_dir.iterdir())
+    async with Client(server) as client:
+        message = error_text(await client.call_tool("launch_training", {"dataset": "no-such-dataset", **arguments}))
+    assert expected in message
+    assert sorted(ctx.workspace.runs_dir.iterdir()) == runs_before
 
 
 @pytest.mark.parametrize(
@@ -177,6 +199,19 @@ async def test_every_numeric_argument_of_every_tool_has_a_documented_range(serve
         tools = (await client.list_tools()).tools
     unbounded = [entry for tool in tools for entry in numeric_fields_without_a_range(tool.input_schema, tool.name)]
     assert unbounded == []
+
+
+async def test_every_numeric_field_of_every_tools_whole_schema_has_a_documented_range(server):
+    async with Client(server) as client:
+        names = [tool.name for tool in (await client.list_tools()).tools]
+        schemas = {
+            name: json.loads((await client.read_resource(f"tradewind://schema/{name}")).contents[0].text)
+            for name in names
+        }
+    unbounded = [entry for name, schema in schemas.items() for entry in numeric_fields_without_a_range(schema, name)]
+    assert unbounded == []
+    # not vacuous: the nested sections' numbers are there to check
+    assert schemas["launch_training"]["$defs"]["MeshConfig"]["properties"]["data"]["minimum"] == -1
 
 
 @pytest.mark.parametrize(

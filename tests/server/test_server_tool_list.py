@@ -1,6 +1,8 @@
-"""The tool list agents read on connecting: its size, its schemas' titles, and each tool's title and hints."""
+"""The tool list agents read on connecting: its size, its schemas' titles, its nested sections listed by their
+fields (the whole schemas are resources), and each tool's title and hints."""
 
 import json
+import typing
 
 import pytest
 from mcp import Client
@@ -8,16 +10,18 @@ from mcp import Client
 from tradewind.server import build_server
 from tradewind.server.app import TOOL_HINTS
 from tradewind.tools import TOOLS
+from tradewind.trainer import GPT2Config, LlamaConfig
 
 pytestmark = pytest.mark.anyio
 
-BUDGET = 25_000  # characters of the compact tools/list JSON, all 16 tools
+BUDGET = 25_000  # characters of the compact tools/list JSON, every tool
 READ_ONLY = {
     "inspect_dataset",
     "tail_logs",
     "list_datasets",
     "get_run",
     "wait_for_run",
+    "get_sweep",
     "list_runs",
     "read_metrics",
     "cluster_status",
@@ -114,3 +118,45 @@ async def test_a_read_only_server_lists_exactly_the_read_only_tools(ctx):
         result = await client.call_tool("cancel_run", {"run_id": "run-x"})
     assert listed == READ_ONLY
     assert result.is_error and "cancel_run" in result.content[0].text
+
+
+async def test_a_nested_config_section_is_listed_as_an_object_naming_each_of_its_fields(listed):
+    launch = next(tool for tool in listed if tool.name == "launch_training").input_schema
+    request = typing.get_type_hints(next(tool for tool in TOOLS if tool.__name__ == "launch_training"))["request"]
+    architectures = {**LlamaConfig.model_fields, **GPT2Config.model_fields}
+    sections = {
+        "model": architectures,
+        "optimizer": request.model_fields["optimizer"].annotation.model_fields,
+        "checkpoints": request.model_fields["checkpoints"].annotation.model_fields,
+        "mesh": request.model_fields["mesh"].annotation.model_fields,
+    }
+    for section, fields in sections.items():
+        listed_section = launch["properties"][section]
+        assert set(listed_section) == {"type", "description"}, section
+        assert listed_section["type"] == "object", section
+        names = listed_section["description"].partition("Fields: ")[2].partition(";")[0].split(", ")
+        assert {name.partition(":")[0] for name in names} == set(fields), section
+        assert "tradewind://schema" not in listed_section["description"], section  # named once, in the description
+    assert "type: llama|gpt2" in launch["properties"]["model"]["description"]
+    assert "schedule: cosine|linear|constant" in launch["properties"]["optimizer"]["description"]
+    assert "$defs" not in launch
+    description = next(tool for tool in listed if tool.name == "launch_training").description
+    assert description.endswith(" Full schema: tradewind://schema/launch_training.")
+    assert all("tradewind://schema" not in tool.description for tool in listed if tool.name != "launch_training")
+    assert launch["properties"]["steps"]["maximum"] == 10**9  # a scalar argument keeps its whole schema
+
+
+async def test_a_compacted_section_says_where_its_whole_schema_is_and_that_resource_has_it(ctx):
+    async with Client(build_server(ctx)) as client:
+        tools = (await client.list_tools()).tools
+        schemas = {
+            tool.name: json.loads((await client.read_resource(f"tradewind://schema/{tool.name}")).contents[0].text)
+            for tool in tools
+        }
+    for tool in tools:
+        whole = schemas[tool.name]
+        assert list(whole["properties"]) == list(tool.input_schema["properties"]), tool.name
+        assert whole.get("required", []) == tool.input_schema.get("required", []), tool.name
+        for name, field in tool.input_schema["properties"].items():
+            if "Fields: " not in field.get("description", ""):
+                assert field == whole["properties"][name], (tool.name, name)

@@ -195,6 +195,21 @@ async def test_get_run_reports_the_final_state(server, finished_run):
 
 
 @pytest.mark.slow
+async def test_the_ledger_lists_and_keeps_a_finished_run_and_estimate_run_times_its_shape(server, finished_run):
+    async with Client(server) as client:
+        listed = await call(client, "list_experiments", {"limit": 100})
+        kept = await call(
+            client, "set_experiment_status", {"run_id": finished_run.run_id, "status": "kept", "reason": "baseline"}
+        )
+        estimate = await call(client, "estimate_run", {"run_id": finished_run.run_id, "probe": False})
+    entry = next(entry for entry in listed["experiments"] if entry["run_id"] == finished_run.run_id)
+    assert entry["val_bpb"] == finished_run.summary.val_bpb is not None
+    assert (kept["status"], kept["reason"]) == ("kept", "baseline")
+    assert estimate["parameters"] == finished_run.summary.parameters
+    assert estimate["step_time_source"].startswith("run ") and estimate["step_time_s"] > 0
+
+
+@pytest.mark.slow
 async def test_list_runs_is_newest_first_and_bounded(server, finished_run, ctx):
     async with Client(server) as client:
         everything = await call(client, "list_runs", {"limit": 200})
@@ -293,6 +308,20 @@ BAD_CALLS = [
     ("launch_training", {"resume_from": "run-nope", "steps": 60}, "unknown run id 'run-nope'"),
     ("launch_training", {"resume_from": "RUN", "steps": 10}, "must exceed the 30 steps"),
     ("launch_training", {"steps": 10}, "give 'dataset'"),
+    ("launch_training", {"dataset": "DATASET", "time_budget_s": 0}, "time_budget_s"),
+    ("launch_training", {"dataset": "DATASET", "parent_run": "run-nope"}, "unknown run id 'run-nope'"),
+    ("estimate_run", {}, "config"),
+    ("estimate_run", {"run_id": "run-nope"}, "unknown run id 'run-nope'"),
+    ("estimate_run", {"config": {"dataset": "ds-0000", "steps": 10}, "probe": False}, "unknown dataset id 'ds-0000'"),
+    ("list_experiments", {"status": "great"}, "status"),
+    ("list_experiments", {"export": "xlsx"}, "export"),
+    ("set_experiment_status", {"run_id": "RUN", "status": "kept"}, "reason"),
+    ("set_experiment_status", {"run_id": "RUN", "status": "maybe", "reason": "x"}, "status"),
+    ("set_experiment_status", {"run_id": "run-nope", "status": "kept", "reason": "x"}, "unknown run id 'run-nope'"),
+    ("launch_sweep", {"base": {"dataset": "DATASET"}, "space": {}}, "space"),
+    ("launch_sweep", {"base": {"steps": 10}, "space": {"optimizer.learning_rate": [-1]}}, "optimizer.learning_rate"),
+    ("get_sweep", {"sweep_id": "sweep-nope"}, "sweep-nope"),
+    ("cancel_sweep", {"sweep_id": "../x"}, "not a valid id"),
     ("get_run", {"run_id": "run-nope"}, "unknown run id 'run-nope'"),
     ("get_run", {"run_id": "../etc"}, "not a valid id"),
     ("wait_for_run", {"run_id": "run-nope"}, "unknown run id"),

@@ -125,12 +125,22 @@ class Workspace:
         return self.root / "runs"
 
     @property
+    def sweeps_dir(self) -> Path:
+        """`sweeps/`: one folder per sweep (`sweep.json`, the controller's log); made by the first sweep."""
+        return self.root / "sweeps"
+
+    @property
     def reports_dir(self) -> Path:
         return self.root / "reports"
 
     @property
     def jobs_dir(self) -> Path:
         return self.root / "jobs"
+
+    @property
+    def compile_cache_dir(self) -> Path:
+        """`cache/xla/`: compiled XLA programs that local training jobs reuse (JAX's persistent cache)."""
+        return self.root / "cache" / "xla"
 
     @property
     def pipelines_dir(self) -> Path:
@@ -155,6 +165,13 @@ class Workspace:
     def run_dir(self, run_id: str, must_exist: bool = True) -> Path:
         """The folder of run `run_id`; raises `NotFoundError` if it must exist and does not."""
         return self._child(self.runs_dir, check_id(run_id, "run_id"), "run", must_exist, "run_id")
+
+    def sweep_dir(self, sweep_id: str, must_exist: bool = True) -> Path:
+        """The folder of sweep `sweep_id`; raises `NotFoundError` if it must exist and does not."""
+        name = check_id(sweep_id, "sweep_id")
+        if must_exist and not self.sweeps_dir.is_dir():
+            raise NotFoundError(f"unknown sweep id {name!r} in workspace {self.root}; there are no sweeps yet")
+        return self._child(self.sweeps_dir, name, "sweep", must_exist, "sweep_id")
 
     def run_folder(self, value: str, argument: str = "run") -> Path:
         """A run's folder from its id, or from a path (from the workspace root, or absolute under an allowed root).

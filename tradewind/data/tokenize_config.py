@@ -27,7 +27,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from tradewind.core import InvalidInputError
 from tradewind.data.readers import Format, list_input_files
 
-
 VAL_TOKENS = 32_768  # the fixed val token set's default size: the demo model scores it in about a second
 
 
@@ -39,20 +38,18 @@ class TokenizeConfig(BaseModel):
 
     format: Format = Field(
         default="auto",
-        description="'auto': JSONL for .jsonl/.ndjson, Parquet for .parquet/.pq, else plain text.",
+        description="'auto': by extension (.jsonl/.ndjson, .parquet/.pq, else text).",
     )
-    text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted if nested.")
-    val_fraction: float = Field(
-        default=0.1, gt=0, lt=1, description="Share of documents held out for validation (chosen by content hash)."
-    )
-    strict: bool = Field(default=False, description="Fail on the first bad record instead of skipping and counting it.")
-    prepend_bos: bool = Field(default=False, description="Put the tokenizer's BOS token before every document.")
-    append_eos: bool = Field(default=True, description="Put the tokenizer's EOS token after every document.")
+    text_field: str = Field(default="text", description="JSONL/Parquet text field; dotted if nested.")
+    val_fraction: float = Field(default=0.1, gt=0, lt=1, description="Share of documents held out (by content hash).")
+    strict: bool = Field(default=False, description="Fail on a bad record instead of skipping it.")
+    prepend_bos: bool = Field(default=False, description="Start each document with BOS.")
+    append_eos: bool = Field(default=True, description="End each document with EOS.")
     val_tokens: int = Field(
         default=VAL_TOKENS,
         gt=0,
         le=2**30,
-        description="Size of the fixed val token set runs report val_loss/val_bpb on (at most the val split).",
+        description="Fixed val tokens for val_loss/val_bpb (at most the val split).",
     )
 
 

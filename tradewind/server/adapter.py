@@ -3,14 +3,16 @@
 A tool is `tool(ctx, request, [progress]) -> Result`. The MCP SDK builds a tool's input schema from the
 function signature, so the adapter gives the MCP-facing function one keyword parameter per field of the
 request model (with the field's type, default and description): agents see flat arguments, and the
-schema comes from the same pydantic model the Python API uses. The output schema comes from the
-result model. The request model is also the only validator: the SDK's own argument model lets every value
-through (`_Unchecked`), and the wrapper validates exactly what the client sent, so a misspelt argument is
-an error naming the nearest valid one rather than silently dropped. Errors Tradewind raises on purpose
-become MCP error results carrying their message, with long echoed values cut to 200 characters. A result
-is sent as compact JSON text and structured content, followed by links to the resources that hold more
-(a run's log, metrics, report; see `resources.result_links`). A result model that names fields of PNG paths in
-its class variable `image_fields` (reports, comparisons) also sends those PNGs as image content.
+schema comes from the same pydantic model the Python API uses; an argument that is a nested config section
+(a model, or a union of models) is listed by its field names only (`compact_sections`), its whole schema being
+the resource `tradewind://schema/{tool}` (`request_schema`), which the tool's description names once. The output schema
+comes from the result model. The request model is also the only validator: the SDK's own argument model lets every value
+through (`_Unchecked`), and the wrapper validates exactly what the client sent, so a misspelt argument is an error
+naming the nearest valid one rather than silently dropped. Errors Tradewind raises on purpose become MCP error results
+carrying their message, with long echoed values cut to 200 characters. A result is sent as compact JSON text and
+structured content, followed by links to the resources that hold more (a run's log, metrics, report; see
+`resources.result_links`). A result model that names fields of PNG paths in its class variable `image_fields` (reports,
+comparisons) also sends those PNGs as image content.
 """
 
 from __future__ import annotations
@@ -209,9 +211,10 @@ def lean_input_schema(schema: Any, _name: str | None = None) -> Any:
     """`schema` accepting the same values in fewer characters, for agents to read.
 
     Pydantic's automatic titles go (a title a person set stays), `anyOf [T, null]` becomes `type: [T, "null"]`,
-    an integer's `exclusiveMinimum: n` becomes `minimum: n + 1`, and `default: null` goes (a field left out of
-    `required` is optional, and null is what it then holds). A model used more than once stays one entry of
-    the schema's `$defs`.
+    an integer's `exclusiveMinimum: n` becomes `minimum: n + 1` (and `exclusiveMaximum: n` `maximum: n - 1`),
+    `default: null` goes (a field left out of `required` is optional, and null is what it then holds), and so do
+    `additionalProperties: true` and `items: {}` (what JSON Schema assumes without them). A model used more than once
+    stays one entry of the schema's `$defs`.
     """
     if isinstance(schema, list):
         return [lean_input_schema(item) for item in schema]
@@ -226,8 +229,15 @@ def lean_input_schema(schema: Any, _name: str | None = None) -> Any:
         else:
             lean[key] = lean_input_schema(value)
     lean = _or_null(lean)
-    if lean.get("exclusiveMinimum") is not None and lean.get("type") in ("integer", ["integer", "null"]):
-        lean["minimum"] = lean.pop("exclusiveMinimum") + 1  # the same integers: > 0 is >= 1
+    if lean.get("type") in ("integer", ["integer", "null"]):  # the same integers: > 0 is >= 1, < 10 is <= 9
+        if lean.get("exclusiveMinimum") is not None:
+            lean["minimum"] = lean.pop("exclusiveMinimum") + 1
+        if lean.get("exclusiveMaximum") is not None:
+            lean["maximum"] = lean.pop("exclusiveMaximum") - 1
+    if lean.get("additionalProperties") is True:
+        del lean["additionalProperties"]
+    if lean.get("items") == {}:
+        del lean["items"]
     if lean.get("default", 0) is None:
         del lean["default"]
     if _name is None and lean.get("title", "").endswith("Arguments"):
@@ -274,6 +284,105 @@ def _bare(schema: Any, names: bool = False) -> Any:
         return {"type": "object"}
     dropped = ("description", "default", "title")
     return {key: _bare(value, names=key == "properties") for key, value in schema.items() if key not in dropped}
+
+
+def request_schema(tool: Callable[..., Any]) -> dict[str, Any]:
+    """The whole JSON schema of `tool`'s request model, lean: every nested field with its type, default and range.
+
+    What `tradewind://schema/{tool}` serves; the listed input schema is this with its nested sections compacted
+    (`compact_sections`). Fields marked `SkipJsonSchema` are not in it, as they are not arguments.
+    """
+    return lean_input_schema(typing.get_type_hints(tool)["request"].model_json_schema())
+
+
+def compact_sections(schema: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`schema` with each argument that is a nested config section (a model, or a union of models) written as a
+    bare object whose description names the section's fields, and the names of those arguments.
+
+    The field names are what an agent needs to write a section (`optimizer: {"learning_rate": 1e-3}`); an enum
+    or a union's tag shows its values (`type: llama|gpt2`), and a field every model of the section requires
+    says so. Types, defaults and ranges are in the whole schema, which the caller names once for all sections
+    (the tool's description), not in each. Validation does not change: the request model checks the whole
+    section, and its errors name the nested field (`model.d_model`). Other arguments, lists of models among
+    them, keep their whole schema, and `$defs` keeps the entries they still refer to.
+    """
+    defs = schema.get("$defs", {})
+    properties = {}
+    sections = []
+    for name, field in schema.get("properties", {}).items():
+        models, nullable = _section_models(field, defs)
+        if not models:
+            properties[name] = field
+            continue
+        # the argument's own description, else a lone model's docstring (a union's are each its own)
+        about = field.get("description") or (models[0].get("description", "") if len(models) == 1 else "")
+        description = f"{about} Fields: {_field_listing(models)}".strip()
+        properties[name] = {"type": ["object", "null"] if nullable else "object", "description": description}
+        sections.append(name)
+    compact = {key: value for key, value in schema.items() if key != "$defs"} | {"properties": properties}
+    used = _used_defs(properties, defs)
+    if used:
+        compact["$defs"] = {name: definition for name, definition in defs.items() if name in used}
+    return compact, sections
+
+
+def _ref_name(ref: str) -> str:
+    return ref.removeprefix("#/$defs/")
+
+
+def _section_models(field: dict[str, Any], defs: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The object schemas (with named fields) that argument `field` may be, and whether it may be null; no
+    schemas when it may be anything else too (a number, a list), as it is then no section."""
+    models = []
+    nullable = False
+    for option in field.get("anyOf") or field.get("oneOf") or [field]:
+        option = defs.get(_ref_name(option["$ref"]), {}) if "$ref" in option else option
+        if option == {"type": "null"}:
+            nullable = True
+        elif isinstance(option.get("properties"), dict) and option["properties"]:
+            models.append(option)
+        else:
+            return [], False
+    return models, nullable
+
+
+def _field_listing(models: list[dict[str, Any]]) -> str:
+    """The fields of a section that is one of `models`, in order: `name`, `name: a|b` for an enum or a union's
+    tag, with `(required)` after a field each model requires."""
+    fields: dict[str, list[dict[str, Any]]] = {}
+    for model in models:
+        for name, inner in model["properties"].items():
+            fields.setdefault(name, []).append({**inner, "required": name in model.get("required", [])})
+    entries = []
+    for name, options in fields.items():
+        values = [
+            value
+            for option in options
+            for value in (option.get("enum") or ([option["const"]] if "const" in option else []))
+            if value is not None
+        ]
+        entry = f"{name}: {'|'.join(dict.fromkeys(map(str, values)))}" if values else name
+        if len(options) == len(models) and all(option["required"] for option in options):
+            entry += " (required)"
+        entries.append(entry)
+    return ", ".join(entries)
+
+
+def _used_defs(schema: Any, defs: dict[str, Any]) -> set[str]:
+    """The names of the `$defs` entries `schema` refers to, directly or through other entries."""
+    used: set[str] = set()
+    pending = [schema]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending += item
+        elif isinstance(item, dict):
+            ref = item.get("$ref")
+            if isinstance(ref, str) and _ref_name(ref) in defs and _ref_name(ref) not in used:
+                used.add(_ref_name(ref))
+                pending.append(defs[_ref_name(ref)])
+            pending += [value for key, value in item.items() if key != "$ref"]
+    return used
 
 
 def _or_null(schema: dict[str, Any]) -> dict[str, Any]:

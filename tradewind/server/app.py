@@ -22,10 +22,10 @@ from pydantic import BaseModel
 
 from tradewind import __version__
 from tradewind.prompts import server_instructions
-from tradewind.server.adapter import as_mcp_tool, lean_input_schema
+from tradewind.server.adapter import as_mcp_tool, compact_sections, lean_input_schema, request_schema
 from tradewind.server.dashboard import DASHBOARD_TOOLS, DASHBOARD_URI, dashboard_app_html, dashboard_routes
 from tradewind.server.http import run_http
-from tradewind.server.resources import register_prompts, register_resources
+from tradewind.server.resources import register_prompts, register_resources, schema_uri
 from tradewind.server.security import (
     MAX_REQUEST_BODY_BYTES,
     BearerTokenMiddleware,
@@ -65,6 +65,7 @@ TOOL_HINTS: dict[str, ToolAnnotations] = {
         "Inspect a dataset", read_only=True, destructive=False, idempotent=True, open_world=False
     ),
     "list_datasets": _hints("List datasets", read_only=True, destructive=False, idempotent=True, open_world=False),
+    "estimate_run": _hints("Estimate a run", read_only=False, destructive=False, idempotent=True, open_world=True),
     "launch_training": _hints(
         "Launch a training run", read_only=False, destructive=False, idempotent=False, open_world=True
     ),
@@ -83,6 +84,15 @@ TOOL_HINTS: dict[str, ToolAnnotations] = {
         "Write a run report", read_only=False, destructive=False, idempotent=True, open_world=False
     ),
     "compare_runs": _hints("Compare runs", read_only=False, destructive=False, idempotent=True, open_world=False),
+    "list_experiments": _hints(
+        "List experiments", read_only=False, destructive=False, idempotent=True, open_world=True
+    ),
+    "set_experiment_status": _hints(
+        "Keep or discard an experiment", read_only=False, destructive=False, idempotent=True, open_world=True
+    ),
+    "launch_sweep": _hints("Launch a sweep", read_only=False, destructive=False, idempotent=False, open_world=True),
+    "get_sweep": _hints("Get a sweep", read_only=True, destructive=False, idempotent=True, open_world=True),
+    "cancel_sweep": _hints("Cancel a sweep", read_only=False, destructive=True, idempotent=True, open_world=True),
     "sample_text": _hints(
         "Sample text from a run", read_only=False, destructive=False, idempotent=False, open_world=False
     ),
@@ -96,8 +106,9 @@ TOOL_HINTS: dict[str, ToolAnnotations] = {
 def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
     """`tool` as the SDK lists it: its table entry, its docstring's first paragraph, and lean schemas.
 
-    The rest of the docstring, and the result fields' types and meanings, are for the reference page
-    (`tradewind.server.reference`).
+    A nested config section (`model`, `optimizer`) is listed by its field names; its whole schema is the
+    resource `tradewind://schema/{tool}`, which the description then names. The rest of the docstring, and the result
+    fields' types and meanings, are for the reference page (`tradewind.server.reference`).
     """
     hints = TOOL_HINTS[tool.__name__]
     listed = Tool.from_function(
@@ -109,7 +120,9 @@ def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
         structured_output=True,
         meta={"ui": {"resourceUri": DASHBOARD_URI}} if tool.__name__ in DASHBOARD_TOOLS else None,
     )
-    listed.parameters = lean_input_schema(listed.parameters)
+    listed.parameters, sections = compact_sections(lean_input_schema(listed.parameters))
+    if sections:  # named once for all of them, not in each section's description
+        listed.description = f"{listed.description} Full schema: {schema_uri(tool.__name__)}."
     result_model = typing.get_type_hints(tool)["return"]
     listed.fn_metadata.output_schema = _output_schema(tool.__name__, result_model, listed_results)
     return listed
@@ -154,7 +167,7 @@ def build_server(ctx: ToolContext, *, read_only: bool = False) -> MCPServer:
         tools=[_mcp_tool(tool, ctx, listed_results) for tool in tools],
         extensions=[apps],
     )
-    register_resources(server, ctx)
+    register_resources(server, ctx, {tool.__name__: request_schema(tool) for tool in tools})
     register_prompts(server)
     return server
 

@@ -4,9 +4,10 @@
     python -m tradewind.server.reference NAME       # prints the page of one tool (or `index`)
     python -m tradewind.server.reference --write    # rewrites docs/reference/tools/ (stale pages removed)
 
-Each page is built from what `build_server` publishes to agents (title, description, annotations, the lean
-input schema) plus the rest of the tool's docstring and its result model's fields (types and descriptions;
-the listed output schema names the fields only), so it says what a client sees and a little more. A test
+Each page is built from what `build_server` publishes to agents (title, description, annotations, and the
+whole input schema it serves as `tradewind://schema/{tool}`, whose nested sections the tool list only names)
+plus the rest of the tool's docstring and its result model's fields (types and descriptions; the listed
+output schema names the fields only), so it says what a client sees and a little more. A test
 (`tests/server/test_server_reference.py`) checks the committed pages are exactly these.
 Imports no JAX.
 """
@@ -26,6 +27,7 @@ from mcp.types import Tool
 
 from tradewind.server.adapter import lean_output_schema
 from tradewind.server.app import TOOL_HINTS, build_server
+from tradewind.server.resources import schema_uri
 from tradewind.tools import TOOLS, ToolContext
 
 PAGES_DIR = Path(__file__).resolve().parents[2] / "docs" / "reference" / "tools"
@@ -44,9 +46,24 @@ _HINTS = (  # the annotation, its name on the wire, and what `yes` means (as TOO
 
 def listed_tools() -> list[Tool]:
     """The tools as `build_server` lists them to a client, for a throwaway workspace."""
+    return _published()[0]
+
+
+def _published() -> tuple[list[Tool], dict[str, dict[str, Any]]]:
+    """The tools `build_server` lists, and each one's whole input schema as its `tradewind://schema/` resource
+    serves it, for a throwaway workspace."""
     with tempfile.TemporaryDirectory(prefix="tradewind-reference-") as root:
         server = build_server(ToolContext.open(root))
-        return list(anyio.run(server.list_tools))
+
+        async def read() -> tuple[list[Tool], dict[str, dict[str, Any]]]:
+            tools = list(await server.list_tools())
+            schemas = {}
+            for tool in tools:
+                (content,) = await server.read_resource(schema_uri(tool.name))
+                schemas[tool.name] = json.loads(content.content)
+            return tools, schemas
+
+        return anyio.run(read)
 
 
 def _cell(text: str) -> str:
@@ -167,8 +184,8 @@ def _result_fields(name: str) -> list[tuple[str, dict[str, Any], str]]:
     ]
 
 
-def tool_page(tool: Tool) -> str:
-    """The markdown page of one listed tool."""
+def tool_page(tool: Tool, schema: dict[str, Any]) -> str:
+    """The markdown page of one listed tool, whose whole input schema is `schema`."""
     hints = TOOL_HINTS[tool.name]
     _, _, rest = inspect.cleandoc(_tool_function(tool.name).__doc__ or "").partition("\n\n")
     lines = [
@@ -186,7 +203,6 @@ def tool_page(tool: Tool) -> str:
         lines.append(f"| `{label}` | {'yes' if getattr(hints, attribute) else 'no'} | {meaning} |")
     lines.append("")
 
-    schema = tool.input_schema
     nested = _nested_sections(schema)
     links = {model: argument for argument, model, _ in nested}
     lines += ["## Arguments", ""]
@@ -233,9 +249,9 @@ def index_page(tools: list[Tool]) -> str:
 
 def reference_pages() -> dict[str, str]:
     """Every page, by file name under `docs/reference/tools/`: `index.md`, then one per tool."""
-    tools = listed_tools()
+    tools, schemas = _published()
     pages = {"index.md": index_page(tools)}
-    pages.update({f"{tool.name}.md": tool_page(tool) for tool in tools})
+    pages.update({f"{tool.name}.md": tool_page(tool, schemas[tool.name]) for tool in tools})
     return pages
 
 

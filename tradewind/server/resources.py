@@ -10,6 +10,7 @@ Resource templates, all read through the workspace's id rules and each bounded t
     tradewind://runs/{run_id}/profile       application/json   what `profile_run` measured, and where the trace is
     tradewind://datasets/{dataset_id}/manifest  application/json  the token cache's manifest
     tradewind://skills/{name}               text/markdown      an agent skill's SKILL.md
+    tradewind://schema/{tool}               application/json   a tool's whole input schema, nested sections too
 
 Tool results link the resources that hold more than the result itself (`result_links`): a report, a log,
 all the metrics, a plot, a profile; the result stays small and the client reads a link when it wants it.
@@ -21,6 +22,7 @@ without a required argument, or with one it does not take, is answered with an I
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -84,6 +86,11 @@ def skill_uri(name: str) -> str:
     return f"tradewind://skills/{name}"
 
 
+def schema_uri(tool: str) -> str:
+    """The URI of a tool's whole input schema, which the tool list compacts (`adapter.compact_sections`)."""
+    return f"tradewind://schema/{tool}"
+
+
 def result_links(tool: str, result: dict[str, Any]) -> list[ResourceLink]:
     """Links to the resources that hold more than `tool`'s `result` shows: a run's files, a dataset's manifest."""
     links = []
@@ -110,8 +117,9 @@ def _run_resource(server: MCPServer, part: str, description: str) -> Callable[[C
     )
 
 
-def register_resources(server: MCPServer, ctx: ToolContext) -> None:
-    """Serve the run, dataset and skill resource templates on `server`, reading `ctx`'s workspace."""
+def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[str, dict[str, Any]]) -> None:
+    """Serve the run, dataset, skill and tool-schema resource templates on `server`, reading `ctx`'s workspace;
+    `tool_schemas` holds each listed tool's whole input schema."""
     workspace = ctx.workspace
 
     def run_file(run_id: str, pick: Callable[[RunLayout], Path], what: str) -> Path:
@@ -200,6 +208,19 @@ def register_resources(server: MCPServer, ctx: ToolContext) -> None:
     )
     def skill(name: str) -> str:
         return _found(lambda: load_skill(name))
+
+    @server.resource(
+        schema_uri("{tool}"),
+        name="tool-schema",
+        title="Tool input schema",
+        description="A tool's whole input schema: every nested section's fields with their types, defaults and "
+        "ranges (the tool list names a section's fields only).",
+        mime_type=JSON,
+    )
+    def tool_schema(tool: str) -> str:
+        if tool not in tool_schemas:
+            raise ResourceNotFoundError(f"no tool {tool!r}; tools: {', '.join(tool_schemas)}")
+        return json.dumps(tool_schemas[tool], separators=(",", ":"))
 
 
 def _found(read: Callable[[], T]) -> T:

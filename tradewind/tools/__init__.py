@@ -24,6 +24,15 @@ from tradewind.tools.datasets import (
     inspect_dataset,
     list_datasets,
 )
+from tradewind.tools.estimating import EstimateRunRequest, RunEstimate, estimate_run
+from tradewind.tools.experiments import (
+    Experiment,
+    ExperimentList,
+    ListExperimentsRequest,
+    SetExperimentStatusRequest,
+    list_experiments,
+    set_experiment_status,
+)
 from tradewind.tools.launching import LaunchTrainingRequest, launch_training
 from tradewind.tools.logs import LogHint, LogPage, TailLogsRequest, tail_logs
 from tradewind.tools.metrics import Metrics, MetricsSummary, ReadMetricsRequest, Series, read_metrics
@@ -45,6 +54,7 @@ from tradewind.tools.runs import (
     wait_for_run,
 )
 from tradewind.tools.sampling import SampleTextRequest, SampleTextResult, sample_text
+from tradewind.tools.sweeps import LaunchSweepRequest, SweepInfo, SweepRequest, cancel_sweep, get_sweep, launch_sweep
 from tradewind.tools.tokenizing import (
     BadRecordReport,
     DatasetInfo,
@@ -61,6 +71,7 @@ TOOLS = (
     train_tokenizer,
     inspect_dataset,
     list_datasets,
+    estimate_run,
     launch_training,
     get_run,
     wait_for_run,
@@ -71,6 +82,11 @@ TOOLS = (
     profile_run,
     summarize_report,
     compare_runs,
+    list_experiments,
+    set_experiment_status,
+    launch_sweep,
+    get_sweep,
+    cancel_sweep,
     sample_text,
     run_pipeline,
     cluster_status,
@@ -78,6 +94,21 @@ TOOLS = (
 
 __all__ = [
     "TOOLS",
+    "EstimateRunRequest",
+    "RunEstimate",
+    "estimate_run",
+    "Experiment",
+    "ExperimentList",
+    "ListExperimentsRequest",
+    "SetExperimentStatusRequest",
+    "list_experiments",
+    "set_experiment_status",
+    "LaunchSweepRequest",
+    "SweepInfo",
+    "SweepRequest",
+    "cancel_sweep",
+    "get_sweep",
+    "launch_sweep",
     "Anomaly",
     "CompareRunsRequest",
     "Comparison",

@@ -31,13 +31,13 @@ class ClusterStatusRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: Literal["all", "local", "ray"] = Field(
-        default="all", description="Which backend to show; 'all' adds Ray when RAY_ADDRESS is set."
+        default="all", description="'all' adds Ray when RAY_ADDRESS is set."
     )
     limit: int = Field(
         default=50,
         ge=1,
         le=500,
-        description="Most queued and most running jobs per backend (fewer past 32,000 characters).",
+        description="Most jobs per list (fewer past 32,000 characters).",
     )
 
 
@@ -73,12 +73,12 @@ class RunPipelineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pipeline: str = Field(
-        description="A Python file defining `steps` (tradewind.cluster.Step objects) in pipelines/ or an "
-        "--allow-code folder."
+        description="Python file defining `steps` (tradewind.cluster.Step list) in pipelines/ or an --allow-code "
+        "folder."
     )
     dry_run: bool = Field(
         default=True,
-        description="Only plan: which steps would run or are cached (the file is still imported).",
+        description="Only plan which steps would run or are cached.",
     )
     force: bool = Field(default=False, description="Rerun steps that failed in an earlier run.")
 
@@ -138,8 +138,7 @@ def _ray_info(ctx: ToolContext, limit: int, budget: int) -> BackendInfo:
 
 
 def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterStatus:
-    """Show the job backends: capacity, resources in use, queued and running jobs. Use it to see why a run
-    waits or what else runs.
+    """The job backends' capacity, use, queued and running jobs. Use it to see why a run waits.
 
     The local backend is always there (this machine, with a ledger of CPUs, memory and GPUs); Ray
     appears when RAY_ADDRESS is set. Cheap: reads the job database and, for Ray, asks its head.
@@ -205,8 +204,7 @@ def _pipeline_result(path: Path, steps: list[PlannedStep], **fields: Any) -> Run
 
 
 def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progress = no_progress) -> RunPipelineResult:
-    """Plan or run a pipeline file's cached steps (even a dry run imports its code). Use it for multi-step
-    work: tokenize, train, evaluate.
+    """Plan or run a pipeline file's cached steps (a dry run imports it too). Use it for multi-step work.
 
     The file must be in the workspace's pipelines/ folder or under a folder allowed with --allow-code. Even
     a dry run imports the file, so its top-level code runs (in a separate job process, in a fresh temporary

@@ -27,7 +27,7 @@ CompareMetric = Literal["eval_loss", "loss"]
 
 
 class CompareRunsRequest(BaseModel):
-    run_ids: list[str] = Field(min_length=2, max_length=MAX_RUNS, description="Run ids.")
+    run_ids: list[str] = Field(min_length=2, max_length=MAX_RUNS)
     metric: CompareMetric = Field(default="eval_loss", description="Lower wins.")
 
 
@@ -121,8 +121,7 @@ def load_runs(ctx: ToolContext, run_ids: list[str], *, sample: bool) -> list[Run
 
 
 def compare_runs(ctx: ToolContext, request: CompareRunsRequest) -> Comparison:
-    """Compare runs: differing config, figures, anomalies, overlaid losses, the better at equal tokens. Use it to
-    pick a run.
+    """Compare runs: config diff, figures, anomalies, losses at equal tokens. Use it to pick a run.
 
     Writes `reports/compare-<ids>.md` and a self-contained `.html` beside it. Runs are compared at the most
     tokens all of them reached, each at its latest row at or below that count.

@@ -28,9 +28,7 @@ from tradewind.tools.tokenizing import (
     tokenize_dataset,
 )
 
-DATASET_HELP = (
-    f"Dataset id (tokenize_dataset, list_datasets), token-cache folder (workspace or allowed root), or {BUILTINS}."
-)
+DATASET_HELP = f"Dataset id, cache folder (workspace or allowed root) or {BUILTINS}."
 
 
 def resolve_dataset(
@@ -100,13 +98,13 @@ class InspectDatasetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dataset_id: str = Field(description=DATASET_HELP)
-    split: Literal["train", "val"] = Field(default="train", description="The split to histogram and sample.")
-    samples: int = Field(default=3, ge=0, le=20, description="Documents to decode and show, evenly spaced.")
+    split: Literal["train", "val"] = "train"
+    samples: int = Field(default=3, ge=0, le=20, description="Documents to decode, evenly spaced.")
     sample_chars: int = Field(
         default=400,
         ge=1,
         le=10_000,
-        description="Characters shown per sample; all share what is left of 32,000.",
+        description="Characters per sample; all share what is left of 32,000.",
     )
 
 
@@ -150,8 +148,7 @@ class DatasetReport(BaseModel):
 
 
 def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> DatasetReport:
-    """Describe a token cache: counts, length histogram, decoded samples, skipped records. Use it to check a
-    dataset before training on it.
+    """A token cache's counts, length histogram, samples and bad records. Use it before training on it.
 
     Fast: reads only the offsets and the sampled documents
     (a built-in corpus is tokenized first, once).
@@ -235,9 +232,9 @@ class DatasetList(BaseModel):
 
 
 def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList:
-    """List the workspace's token caches, newest first, a page at a time. Use it to find a dataset id.
+    """Token caches, newest first. Use it to find a dataset id.
 
-    Unfinished builds are not listed. Pass next_cursor
+    A page at a time. Unfinished builds are not listed. Pass next_cursor
     on for older datasets.
     """
     found = []

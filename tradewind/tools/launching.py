@@ -46,15 +46,11 @@ class LaunchTrainingRequest(TrainConfig):
     distributed: SkipJsonSchema[DistributedConfig] = Field(default_factory=DistributedConfig, exclude=True)
     dataset: str | None = Field(
         default=None,
-        description="Dataset id, token-cache folder (workspace or allowed root), or builtin:tinyshakespeare. "
-        "Required unless resume_from is set.",
+        description="Dataset id, cache folder (workspace or allowed root) or builtin:tinyshakespeare; needed "
+        "unless resume_from.",
     )
-    note: str | None = Field(
-        default=None, max_length=300, description="One line on what this experiment tries, for the ledger."
-    )
-    parent_run: str | None = Field(
-        default=None, description="The run this experiment changes; the ledger shows the config difference from it."
-    )
+    note: str | None = Field(default=None, max_length=300, description="One line for the ledger.")
+    parent_run: str | None = Field(default=None, description="The run this one changes (the ledger shows the diff).")
 
     @field_validator("distributed", mode="before")
     @classmethod
@@ -79,8 +75,8 @@ def launch_training(
     sweep_id: str | None = None,
     baseline: bool = False,
 ) -> RunInfo:
-    """Start training a model on a tokenized dataset; returns the run id at once. Use it after
-    tokenize_dataset (or on builtin:tinyshakespeare); follow it with wait_for_run.
+    """Start training a model on a tokenized dataset; returns the run id at once. Use it after tokenize_dataset,
+    then wait_for_run.
 
     The run trains as a job on the backend it names (local processes, or a Ray cluster with GPUs or TPU
     slices); stop it with cancel_run. A run killed from outside
@@ -89,7 +85,7 @@ def launch_training(
     A small model on this machine's CPU trains at several thousand tokens per second
     (a 1.3M-parameter model: about 3 steps of 16 x 128 tokens per second on 2 cores).
     """
-    config, parent, parent_step = _run_config(ctx, request, progress)
+    config, parent, parent_step = run_config(ctx, request, progress)
     parent_run = (
         None if request.parent_run is None else ctx.workspace.run_folder(request.parent_run, argument="parent_run").name
     )
@@ -137,8 +133,7 @@ def launch_training(
         log_path=str(layout.log),
         resources=resources,
         replicas=record.processes,
-        # A CPU run stays on the CPU even where JAX would find an accelerator (or is told JAX_PLATFORMS=cuda).
-        env={"JAX_PLATFORMS": "cpu"} if config.accelerator == "cpu" else {},
+        env=_job_env(ctx, config, backend_name),
         max_retries_preemption=config.max_retries,
         pending_timeout_s=pending_timeout_s,
     )
@@ -148,6 +143,17 @@ def launch_training(
         shutil.rmtree(layout.root)  # refused before anything was queued: leave no run behind
         raise
     return get_run(ctx, RunRequest(run_id=run_id))
+
+
+def _job_env(ctx: ToolContext, config: TrainConfig, backend: str) -> dict[str, str]:
+    """The training job's environment: a CPU run stays on the CPU even where JAX would find an accelerator (or
+    is told JAX_PLATFORMS=cuda); a local run reuses the workspace's compiled programs (a run of a shape
+    trained before compiles in about a quarter of the time), which its own machine can read."""
+    env = {"JAX_PLATFORMS": "cpu"} if config.accelerator == "cpu" else {}
+    if backend == "local":
+        env["JAX_COMPILATION_CACHE_DIR"] = str(ctx.workspace.compile_cache_dir)
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the eval step too, though it compiles in < 1 s
+    return env
 
 
 def _active_runs(ctx: ToolContext) -> list[str]:
@@ -163,7 +169,7 @@ def _active_runs(ctx: ToolContext) -> list[str]:
     return active
 
 
-def _run_config(
+def run_config(
     ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress
 ) -> tuple[TrainConfig, str | None, int | None]:
     """The run's config with its dataset, init_from and parent resolved to folders; and the parent's id and

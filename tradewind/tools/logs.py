@@ -20,10 +20,8 @@ MAX_TEXT_CHARS = 28_000
 class TailLogsRequest(RunRequest):
     model_config = ConfigDict(extra="forbid")
 
-    cursor: int = Field(
-        default=0, ge=0, le=MAX_CURSOR, description="Byte offset to read from: 0, or next_cursor of the last page."
-    )
-    limit_bytes: int = Field(default=16_000, ge=1, le=MAX_PAGE_BYTES, description="Most bytes of log to return.")
+    cursor: int = Field(default=0, ge=0, le=MAX_CURSOR, description="Byte offset: 0 or the last page's next_cursor.")
+    limit_bytes: int = Field(default=16_000, ge=1, le=MAX_PAGE_BYTES)
 
 
 class LogHint(BaseModel):
@@ -79,8 +77,7 @@ _KNOWN_FAILURES = (
 
 
 def tail_logs(ctx: ToolContext, request: TailLogsRequest) -> LogPage:
-    """Read a run's log a page at a time, with hints for common failures. Use it when a run failed or
-    looks stuck.
+    """A run's log, paged, with hints for common failures. Use it when a run failed or looks stuck.
 
     Hints name what matched (out of memory, non-finite loss, missing data, a dead worker), what it means and
     the next step. `finished` is true once the run has ended and the page reaches the end of its log.

@@ -45,18 +45,16 @@ class ReadMetricsRequest(RunRequest):
         default=list(DEFAULT_SERIES),
         min_length=1,
         max_length=len(get_args(MetricName)),
-        description="Metrics to return as (step, value) series.",
+        description="Metrics to return.",
     )
     max_points: int = Field(
         default=200,
         ge=4,
         le=MAX_POINTS,
-        description=f"Most rows per series; more are downsampled. At most {MAX_POINTS:,} points in all.",
+        description=f"Most points per series (downsampled); {MAX_POINTS:,} in all.",
     )
-    start_step: int | None = Field(
-        default=None, ge=0, le=MAX_STEP, description="First step shown; null: the first row."
-    )
-    end_step: int | None = Field(default=None, ge=0, le=MAX_STEP, description="Last step shown; null: the latest.")
+    start_step: int | None = Field(default=None, ge=0, le=MAX_STEP, description="Zoom from here; null: the start.")
+    end_step: int | None = Field(default=None, ge=0, le=MAX_STEP, description="Last step; null: the latest.")
 
     @model_validator(mode="after")
     def _ordered(self) -> ReadMetricsRequest:
@@ -103,8 +101,7 @@ class Metrics(BaseModel):
 
 
 def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
-    """A run's metrics as (step, value) series, downsampled, with a summary and anomalies. Use it to read
-    loss curves; zoom with start_step/end_step.
+    """A run's metric curves, downsampled, with a summary and anomalies. Use it to read loss curves.
 
     The summary gives the last step and loss, the best eval loss and its step, mean tokens/s and MFU, and
     anomalies (loss spikes, non-finite values, stalls, restarts) with their steps. A long run is downsampled

@@ -12,7 +12,7 @@ from tradewind.trainer import PROFILE_CALLABLE, ProfileJob, ProfileOptions, Prof
 
 
 class ProfileRunRequest(ProfileOptions, RunRequest):
-    timeout_s: float = Field(default=600, gt=0, le=3600, description="Give up (and stop profiling) after this long.")
+    timeout_s: float = Field(default=600, gt=0, le=3600)
 
 
 class ProfileResult(ProfileSummary):
@@ -21,8 +21,7 @@ class ProfileResult(ProfileSummary):
 
 
 def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress = no_progress) -> ProfileResult:
-    """Profile a few training steps: where the time goes, and what to change. Use it to find out why
-    training is slow.
+    """Profile a few training steps: where the time goes, what to change. Use it when training is slow.
 
     Returns compile and step time, the step split (compute, data wait, host, checkpoint), top ops, peak
     memory, MFU, a verdict (data-bound, host-bound, recompiling, checkpoint-bound, compute-bound) with

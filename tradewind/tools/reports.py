@@ -28,7 +28,7 @@ EVAL_TABLE_ROWS = 20  # eval points listed in a report; the plot shows every one
 class SummarizeReportRequest(RunRequest):
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str | None = Field(default=None, description="A run id.")
+    run_id: str | None = None
     run_ids: list[str] | None = Field(default=None, min_length=1, max_length=MAX_RUNS, description="Or several.")
     sample: bool = Field(default=True, description="Sample each run's last checkpoint.")
 
@@ -144,8 +144,7 @@ def _sample_lines(figures: RunFigures) -> list[str]:
 
 
 def summarize_report(ctx: ToolContext, request: SummarizeReportRequest) -> ReportInfo:
-    """Write a report on a run or several: figures, anomalies, sample, plots (markdown, HTML, PNG). Use it
-    to hand results to a person.
+    """Write a report on runs (markdown, HTML, PNG plots). Use it to hand results to a person.
 
     Works on finished, failed and running runs (a running one is reported as it stands). Figures come from
     the metrics file; a failed run's cause from its log. Returns the first run's figures and the report's

@@ -30,13 +30,11 @@ MAX_STEP = 1_000_000_000
 class RunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str = Field(description="From launch_training or list_runs.")
+    run_id: str  # no description: the name says it, and tools/list has a character budget
 
 
 class WaitForRunRequest(RunRequest):
-    timeout_s: float = Field(
-        default=120, gt=0, le=3600, description="Give up waiting after this many seconds; the run goes on."
-    )
+    timeout_s: float = Field(default=120, gt=0, le=3600, description="Stop waiting after this long; the run goes on.")
 
 
 class ListRunsRequest(PageRequest):
@@ -113,8 +111,7 @@ class RunList(BaseModel):
 
 
 def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
-    """A training run's status, step and losses now, and its summary once done. Use it to check on a run
-    without waiting."""
+    """A run's status and losses (a summary once done). Use it to check a run without waiting."""
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     record = read_record(layout.record)
     config = read_train_config(layout.config)
@@ -198,11 +195,10 @@ def _alive_here(record: RunRecord) -> bool:
 
 
 def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progress = no_progress) -> WaitForRunResult:
-    """Wait until a run finishes or timeout_s passes, reporting steps; the run goes on either way. Use it
-    instead of polling get_run.
+    """Wait for a run to end, up to timeout_s, reporting steps. Use it instead of polling get_run.
 
-    Returns the same fields as get_run plus `timed_out`. Waiting costs nothing; after a timeout or a
-    cancelled call, call again to keep waiting.
+    The run goes on either way. Returns the same fields as get_run plus `timed_out`. Waiting costs nothing; after a
+    timeout or a cancelled call, call again to keep waiting.
     """
     deadline = time.monotonic() + request.timeout_s
     record = read_record(RunLayout(ctx.workspace.run_dir(request.run_id)).record)
@@ -224,10 +220,9 @@ def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progres
 
 
 def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
-    """Stop a run and return once it has stopped; its checkpoints stay. Use it on a run that diverges or
-    is not needed.
+    """Stop a run (checkpoints stay). Use it on a diverging or unneeded run.
 
-    resume_from can continue it later, from its checkpoints. A run already finished is
+    Returns once the run has stopped; resume_from can continue it later, from its checkpoints. A run already finished is
     returned as it is. Waits up to a minute for the processes to end; a run still stopping then is
     returned RUNNING with reason 'cancelled on request'.
     """
@@ -245,11 +240,10 @@ def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
 
 
 def list_runs(ctx: ToolContext, request: ListRunsRequest) -> RunList:
-    """List the workspace's runs, newest first, a page at a time. Use it to find a run id; get_run tells
-    the rest.
+    """Runs, newest first. Use it to find a run id.
 
-    A folder in runs/ that is not a readable run is listed under `unreadable` with the reason. Pass
-    next_cursor on for older runs.
+    A page at a time; get_run tells the rest. A folder in runs/ that is not a readable run is listed under `unreadable`
+    with the reason. Pass next_cursor on for older runs.
     """
     with os.scandir(ctx.workspace.runs_dir) as entries:  # a DirEntry knows whether it is a folder without a stat
         names = sorted((entry.name for entry in entries if entry.is_dir()), reverse=True)

@@ -33,7 +33,7 @@ MAX_TEXT_CHARS = 28_000
 
 
 class SampleTextRequest(SampleOptions, RunRequest):
-    timeout_s: float = Field(default=300, gt=0, le=3600, description="Give up (and stop sampling) after this long.")
+    timeout_s: float = Field(default=300, gt=0, le=3600)
 
 
 class SampleTextResult(BaseModel):
@@ -49,8 +49,7 @@ class SampleTextResult(BaseModel):
 
 
 def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress = no_progress) -> SampleTextResult:
-    """Generate text from a run's checkpoint to see what it learned. Use it once the run has saved a
-    checkpoint.
+    """Sample text from a run's checkpoint. Use it to see what it learned.
 
     A run saves checkpoints at its end, or as its checkpoint policy says. Sampling runs in a
     separate worker process, kept warm per workspace, with a key/value cache: the first call on a run takes

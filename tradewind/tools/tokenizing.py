@@ -44,10 +44,7 @@ TOKENIZERS_DIR = "tokenizers"
 MANIFEST = "manifest.json"  # its presence marks a finished token cache
 MAX_FILES_SHOWN = 20  # input files named in one result (a dataset may have thousands)
 BUILTINS = ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
-_INPUT_HELP = (
-    "Text/JSONL/Parquet file (.gz/.zst too), folder or glob ('data/*.jsonl'), in the workspace or an "
-    f"allowed root; or {BUILTINS}."
-)
+_INPUT_HELP = f"File, folder or glob (.gz/.zst ok) in the workspace or an allowed root, or {BUILTINS}."
 
 
 class BadRecordReport(BaseModel):
@@ -80,16 +77,13 @@ class _TokenizeSource(BaseModel):
     input: str = Field(description=_INPUT_HELP)
     tokenizer: str = Field(
         default="byte",
-        description="'byte' (built in), a tokenizer.json path (e.g. from train_tokenizer), or 'hf:<name>' if "
-        "the Hub is reachable.",
+        description="'byte', a tokenizer.json (from train_tokenizer) or 'hf:<name>' (needs the Hub).",
     )
 
 
 class TokenizeDatasetRequest(TokenizeConfig, _TokenizeSource):
     # The bases' fields come in reverse order of the bases: input and tokenizer first, then the options.
-    workers: int | None = Field(
-        default=None, ge=1, le=256, description="Worker processes for tokenization; default: one per CPU."
-    )
+    workers: int | None = Field(default=None, ge=1, le=256, description="Processes; null: one per CPU.")
 
 
 class DatasetInfo(BaseModel):
@@ -180,8 +174,7 @@ def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest) ->
 def tokenize_dataset(
     ctx: ToolContext, request: TokenizeDatasetRequest, progress: Progress = no_progress
 ) -> DatasetInfo:
-    """Tokenize text, JSONL or Parquet files into a token cache; returns its dataset id. Use it before
-    training on your own files; unchanged requests reuse the cache.
+    """Tokenize text/JSONL/Parquet files into a token cache. Use it before training on your own files.
 
     The cache is reused when the input files, tokenizer and options are unchanged, and an interrupted
     build resumes where it stopped. Runs in parallel worker processes; takes seconds per
@@ -210,22 +203,20 @@ class TrainTokenizerRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input: str = Field(description=_INPUT_HELP)
-    vocab_size: int = Field(
-        default=32_000, ge=258, le=1_000_000, description="Vocabulary size, including the EOS and BOS tokens."
-    )
-    format: Format = Field(default="auto", description="Input format, as in tokenize_dataset.")
-    text_field: str = Field(default="text", description="JSONL/Parquet field with the text; dotted if nested.")
+    vocab_size: int = Field(default=32_000, ge=258, le=1_000_000, description="Including EOS and BOS.")
+    format: Format = Field(default="auto", description="As in tokenize_dataset.")
+    text_field: str = Field(default="text", description="JSONL/Parquet text field; dotted if nested.")
     max_documents: int | None = Field(
         default=None,
         ge=1,
         le=1_000_000_000,
-        description="Train on at most this many documents (the first ones); default: all.",
+        description="Use only the first this many; null: all.",
     )
     min_frequency: int = Field(
         default=2,
         ge=1,
         le=1_000_000,
-        description="Fewest occurrences for a pair of tokens to be merged.",
+        description="Fewest occurrences of a pair to merge it.",
     )
 
 
@@ -242,8 +233,7 @@ class TrainedTokenizer(BaseModel):
 def train_tokenizer(
     ctx: ToolContext, request: TrainTokenizerRequest, progress: Progress = no_progress
 ) -> TrainedTokenizer:
-    """Train a byte-level BPE tokenizer on text files; returns its path. Use it when byte tokens make
-    sequences too long; pass the path to tokenize_dataset.
+    """Train a byte-level BPE tokenizer for tokenize_dataset. Use it when byte tokens make sequences too long.
 
     EOS is '<|endoftext|>' (id 0) and BOS
     '<|begin_of_text|>' (id 1). The same request reuses the tokenizer it trained before. Takes about a

@@ -95,58 +95,55 @@ class TrainConfig(BaseModel):
         "'builtin:NAME' (e.g. builtin:tinyshakespeare, tokenized on first use). launch_training and `tradewind "
         "train` resolve these; a Python call of `train()` takes the cache's folder."
     )
-    model: ModelConfig = Field(default_factory=LlamaConfig, description="Model architecture and size.")
+    model: ModelConfig = Field(default_factory=LlamaConfig, description="Architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, le=10**9, description="Optimizer updates (ignored with time_budget_s).")
     time_budget_s: float | None = Field(
         None,
         gt=0,
         le=604800,
-        description="Train for this many seconds (compilation excluded) instead of `steps`; the schedule decays "
-        "over the updates that fit. Ends with val_bpb/val_loss on the dataset's fixed val tokens.",
+        description="Seconds to train (compiling excluded), not `steps`; the LR schedule fits them. Ends with "
+        "val_bpb/val_loss.",
     )
-    batch_size: int = Field(16, gt=0, le=2**20, description="Sequences per update (the global batch).")
+    batch_size: int = Field(16, gt=0, le=2**20, description="Global sequences per update.")
     grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch (saves memory); divides batch_size.")
     seq_len: int = Field(128, gt=0, le=2**20, description="Tokens per sequence; at most model.max_seq_len.")
-    seed: int = Field(0, ge=0, lt=2**32, description="Seed of the initial weights and the batch order.")
+    seed: int = Field(0, ge=0, lt=2**32, description="Seeds the weights and batch order.")
     z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp(logits)^2); 1e-4 is common.")
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="Matmul dtype (params stay float32); 'auto': bfloat16 on GPU/TPU, float32 on CPU."
+        "auto", description="Matmul dtype (params stay float32); auto: bfloat16 on GPU/TPU, else float32."
     )
     on_nonfinite: Literal["stop", "skip"] = Field(
         "stop", description="On a NaN/inf loss, fail the run or drop that update."
     )
-    eval_every: int = Field(50, gt=0, le=10**9, description="Steps between evaluations (also at the first and last).")
-    eval_batches: int = Field(4, gt=0, le=10**4, description="Val batches per evaluation, the same each time.")
-    log_every: int = Field(10, gt=0, le=10**9, description="Steps between metrics rows.")
-    checkpoint: bool = Field(True, description="Save checkpoints (at the end, and as `checkpoints` says).")
+    eval_every: int = Field(50, gt=0, le=10**9, description="Steps between evals (also first and last).")
+    eval_batches: int = Field(4, gt=0, le=10**4, description="Val batches per eval, the same each time.")
+    log_every: int = Field(10, gt=0, le=10**9, description="Steps per metrics row.")
+    checkpoint: bool = Field(True, description="Save at the end and per `checkpoints`.")
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
     resume: bool = Field(True, description="Continue from the run folder's newest good checkpoint.")
     init_from: str | None = Field(
-        None, description="Start from a Hugging Face Llama or GPT-2 folder (config.json, model.safetensors)."
+        None, description="Start from an HF Llama/GPT-2 folder (config.json, model.safetensors)."
     )
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
     distributed: DistributedConfig = Field(
         default_factory=DistributedConfig, description="For a gang started by hand (SLURM, a TPU pod's own launcher)."
     )
-    tensorboard: bool = Field(True, description="Also write TensorBoard events under <run>/tensorboard/.")
+    tensorboard: bool = Field(True, description="Also write TensorBoard events to <run>/tensorboard/.")
     wandb_project: str | None = Field(None, description="Also log to this W&B project (the `wandb` extra).")
     peak_flops: float | None = Field(
-        None, gt=0, le=1e18, description="Peak FLOP/s per device for MFU; null: looked up (CPU: estimated)."
+        None, gt=0, le=1e18, description="Per device, for MFU; null: looked up (CPU: estimated)."
     )
     backend: Literal["local", "ray"] | None = Field(
         None,
-        description="'local' or 'ray' (at RAY_ADDRESS); null: settings.yaml's, else 'ray' if RAY_ADDRESS is set, "
-        "else 'local'.",
+        description="null: settings.yaml's, else 'ray' if RAY_ADDRESS is set, else 'local'.",
     )
     accelerator: str = Field(
         "cpu",
-        description="Per host: 'cpu', 'gpu', 'gpu:N', or a TPU slice 'tpu-<type>' (e.g. tpu-v5litepod-8; Ray only).",
+        description="Per host: cpu, gpu, gpu:N, or a TPU slice tpu-<type> (e.g. tpu-v5litepod-8; Ray only).",
     )
     slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
-    replicas: int = Field(
-        1, ge=1, le=64, description="Processes of a cpu/gpu run, data-parallel as a gang (TPU: one per host)."
-    )
+    replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run (TPU: one per host).")
     max_retries: int = Field(
         1, ge=0, le=100, description="Restarts after a kill or preemption, from the newest checkpoint."
     )
@@ -154,12 +151,12 @@ class TrainConfig(BaseModel):
         None,
         gt=0,
         le=604800,
-        description="Fail the run if not started this long after launch. Null: 1800 on Ray, no limit locally.",
+        description="Fail if not started this long after launch; null: 1800 on Ray, none locally.",
     )
     resume_from: str | None = Field(
         None,
-        description="Continue run (id) from its newest checkpoint as a new run (same data, model, seed, batch); "
-        "steps: the new total.",
+        description="Continue this run from its newest checkpoint as a new run (same data, model, seed, batch); "
+        "steps: new total.",
     )
 
     @field_validator("accelerator")

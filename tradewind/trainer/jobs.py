@@ -37,17 +37,15 @@ class SampleOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(default="", max_length=10_000, description="Text the model continues (may be empty).")
+    prompt: str = Field(default="", max_length=10_000, description="Text to continue (may be empty).")
     max_tokens: int = Field(default=200, ge=1, le=4096, description="Tokens to generate after the prompt.")
-    temperature: float = Field(
-        default=0.8, ge=0, le=5, description="Softmax temperature; 0 always takes the most likely token."
-    )
-    top_k: int = Field(default=0, ge=0, le=2**20, description="Sample among the k likeliest tokens; 0: off.")
+    temperature: float = Field(default=0.8, ge=0, le=5, description="Softmax temperature; 0: always the likeliest.")
+    top_k: int = Field(default=0, ge=0, le=2**20, description="Only the k likeliest tokens; 0: all.")
     top_p: float = Field(
-        default=1.0, gt=0, le=1, description="Sample from the smallest set of tokens whose probability reaches top_p."
+        default=1.0, gt=0, le=1, description="Only the likeliest tokens whose probabilities sum to top_p."
     )
-    seed: int = Field(default=0, ge=0, lt=2**32, description="Random seed; the same seed gives the same text.")
-    step: int | None = Field(default=None, ge=0, le=10**9, description="Checkpoint step to sample; null: the newest.")
+    seed: int = Field(default=0, ge=0, lt=2**32, description="Same seed, same text.")
+    step: int | None = Field(default=None, ge=0, le=10**9, description="Checkpoint step; null: the newest.")
 
 
 class SampleJob(SampleOptions):
@@ -71,8 +69,8 @@ class ProfileOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = Field(default=5, ge=1, le=100, description="Training steps to trace after compilation.")
-    start_step: int = Field(default=2, ge=2, le=1000, description="First step traced; earlier ones run untraced.")
+    steps: int = Field(default=5, ge=1, le=100, description="Steps to trace.")
+    start_step: int = Field(default=2, ge=2, le=1000, description="First step traced.")
 
 
 class ProfileJob(ProfileOptions):

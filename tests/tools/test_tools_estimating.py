@@ -1,0 +1,121 @@
+"""estimate_run: a run sized before it queues, its step time from a finished run of the same shape or a probe job."""
+
+import math
+
+import pytest
+
+from tradewind.core import InvalidInputError, NotFoundError
+from tradewind.data import build_token_cache, load_tokenizer
+from tradewind.tools import ToolContext
+from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
+from tradewind.trainer import RunLayout, TrainConfig, read_summary
+from tradewind.trainer.estimate import ESTIMATE_CALLABLE, EstimateJob, estimate_training
+
+TINY = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}, "batch_size": 8, "seq_len": 32}
+HUGE_MODEL = {"d_model": 16384, "n_layers": 128, "n_heads": 128, "max_seq_len": 64}
+
+
+@pytest.fixture
+def cache_ctx(tmp_path, small_corpus) -> ToolContext:
+    """A workspace with a byte-level token cache at datasets/tiny and no runs."""
+    ctx = ToolContext.open(tmp_path / "workspace")
+    build_token_cache([small_corpus], ctx.workspace.root / "datasets" / "tiny", load_tokenizer("byte"))
+    return ctx
+
+
+def estimate_jobs(ctx: ToolContext) -> list:
+    return [record for record in ctx.backend.list() if record.spec.callable == ESTIMATE_CALLABLE]
+
+
+def test_without_a_probe_or_an_earlier_run_the_estimate_is_analytic_and_says_how_to_time_it(cache_ctx):
+    result = estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "tiny", **TINY, "steps": 50}, probe=False))
+
+    folder = cache_ctx.workspace.datasets_dir / "tiny"
+    analytic = estimate_training(TrainConfig(dataset=str(folder), **TINY, steps=50))
+    assert (result.parameters, result.flops_per_token, result.memory_bytes) == (
+        analytic.parameters,
+        analytic.flops_per_token,
+        analytic.memory_bytes,
+    )
+    assert result.compute_optimal_tokens == 20 * result.parameters
+    assert result.fits is True and result.tokens_per_step == 256
+    assert [result.step_time_s, result.step_time_source, result.budget_s, result.compute_optimal_budget_s] == [None] * 4
+    assert (result.steps_in_budget, result.tokens_in_budget) == (50, 50 * 256)
+    assert (
+        result.advice.startswith("50 steps train 12,800 tokens, 2% of the compute-optimal")
+        and "probe=true" in result.advice
+    )
+    assert estimate_jobs(cache_ctx) == [] and list(cache_ctx.workspace.runs_dir.iterdir()) == []
+
+
+def test_a_model_too_big_for_memory_does_not_fit_and_the_advice_says_memory(cache_ctx):
+    config = {"dataset": "tiny", **TINY, "model": HUGE_MODEL}
+    result = estimate_run(cache_ctx, EstimateRunRequest(config=config, probe=False))
+
+    assert result.fits is False and result.memory_bytes.total > result.device_memory_bytes
+    assert "memory" in result.advice and "shrink" in result.advice
+    assert "DOES NOT FIT" in describe_estimate(result)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({}, "exactly one of 'config'"),
+        ({"config": {"dataset": "tiny"}, "run_id": "r1"}, "exactly one of 'config'"),
+    ],
+)
+def test_estimate_run_wants_exactly_one_of_config_and_run_id(arguments, named):
+    with pytest.raises(ValueError, match=named):
+        EstimateRunRequest.model_validate(arguments)
+
+
+def test_an_unknown_config_field_is_named_with_its_place_in_the_request(cache_ctx):
+    with pytest.raises(InvalidInputError, match=r"argument 'config\.model\.d_modle'.*did you mean 'd_model'"):
+        estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "tiny", "model": {"d_modle": 32}}, probe=False))
+    with pytest.raises(InvalidInputError, match=r"argument 'config\.steps'"):
+        estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "tiny", "steps": 0}, probe=False))
+
+
+def test_an_unknown_run_or_dataset_is_named(cache_ctx):
+    with pytest.raises(NotFoundError, match="unknown run id 'nope'"):
+        estimate_run(cache_ctx, EstimateRunRequest(run_id="nope"))
+    with pytest.raises(NotFoundError, match="dataset"):
+        estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "nope"}, probe=False))
+
+
+@pytest.mark.slow
+def test_the_probe_runs_as_a_job_and_queues_no_run(cache_ctx):
+    config = {"dataset": "datasets/tiny", **TINY, "steps": 40}
+    result = estimate_run(cache_ctx, EstimateRunRequest(config=config, time_budget_s=30))
+
+    assert result.step_time_source == "probe" and result.step_time_s > 0 and result.compile_s > 0
+    assert result.tokens_per_s == pytest.approx(256 / result.step_time_s)
+    assert result.steps_in_budget == math.floor(30 / result.step_time_s)
+    assert result.tokens_in_budget == result.steps_in_budget * 256 and result.budget_s == 30
+    assert result.compute_optimal_budget_s == pytest.approx(20 * result.parameters / result.tokens_per_s)
+    [record] = estimate_jobs(cache_ctx)
+    job = EstimateJob.model_validate(record.spec.kwargs)
+    assert job.config.dataset == str(cache_ctx.workspace.datasets_dir / "tiny") and job.config.steps == 40
+    assert record.spec.env == {"JAX_PLATFORMS": "cpu"}
+    assert list(cache_ctx.workspace.runs_dir.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_finished_run_of_the_same_shape_gives_the_step_time_and_the_probe_is_skipped(trained_ctx):
+    before = len(estimate_jobs(trained_ctx))
+    summary = read_summary(RunLayout(trained_ctx.workspace.run_dir("r1")).summary)
+    step_s = 256 / summary.mean_tokens_per_s
+
+    # Another step count, seed and learning rate: the same shape.
+    config = {"dataset": "datasets/tiny", **TINY, "steps": 500, "seed": 3, "optimizer": {"learning_rate": 1e-3}}
+    by_config = estimate_run(trained_ctx, EstimateRunRequest(config=config))
+    by_run = estimate_run(trained_ctx, EstimateRunRequest(run_id="r1", time_budget_s=60))
+
+    assert by_config.step_time_source == by_run.step_time_source == "run r1"
+    assert by_config.step_time_s == pytest.approx(step_s) and by_run.step_time_s == pytest.approx(step_s)
+    assert by_config.budget_s == pytest.approx(500 * step_s) and by_config.steps_in_budget == 500
+    assert by_run.steps_in_budget == math.floor(60 / step_s) and by_run.parameters == summary.parameters
+    assert len(estimate_jobs(trained_ctx)) == before  # nothing probed
+
+    other_shape = estimate_run(trained_ctx, EstimateRunRequest(config={**config, "batch_size": 4}, probe=False))
+    assert other_shape.step_time_source is None

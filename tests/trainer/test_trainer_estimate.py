@@ -1,0 +1,102 @@
+"""estimate_training: a config's size and memory without JAX, and a probed step time against a real run's."""
+
+import subprocess
+import sys
+
+import psutil
+import pytest
+from flax import nnx
+
+from tradewind.data import open_token_cache
+from tradewind.trainer import TrainConfig, build_model, count_params, read_summary, train, training_memory
+from tradewind.trainer.estimate import EstimateJob, TrainEstimate, estimate_job, estimate_training
+
+HUGE_MODEL = {"d_model": 16384, "n_layers": 128, "n_heads": 128, "max_seq_len": 64}
+
+
+def test_estimate_counts_the_parameters_of_the_built_model_and_the_configs_flops(tiny_config):
+    config = tiny_config()
+    estimate = estimate_training(config)
+
+    vocab = open_token_cache(config.dataset).manifest.tokenizer.vocab_size  # the byte tokenizer's, with specials
+    model_config = config.model.model_copy(update={"vocab_size": vocab})
+    assert estimate.parameters == count_params(build_model(model_config, rngs=nnx.Rngs(0)))
+    assert estimate.flops_per_token == model_config.flops_per_token(32)
+    assert estimate.tokens_per_step == 8 * 32
+    assert estimate.step_time_s is None and estimate.compile_s is None
+
+
+def test_estimate_splits_training_memory_into_weights_optimizer_and_activations(tiny_config):
+    config = tiny_config()
+    memory = training_memory(config, open_token_cache(config.dataset).manifest.tokenizer.vocab_size)
+    split = estimate_training(config).memory_bytes
+
+    assert split.total == memory.total_bytes == split.params + split.optimizer + split.activations
+    assert split.params == split.optimizer == 8 * memory.params  # adamw: weight + gradient, and two moments
+    assert split.activations == memory.activation_bytes
+    lion = estimate_training(tiny_config(optimizer={"type": "lion"})).memory_bytes
+    assert lion.optimizer == split.optimizer // 2
+
+
+def test_a_cpu_estimate_compares_with_available_ram_and_a_huge_model_does_not_fit(tiny_config):
+    small = estimate_training(tiny_config())
+    assert small.device_memory_source == "available RAM" and small.fits is True
+    assert 0.5 < small.device_memory_bytes / psutil.virtual_memory().available < 2
+
+    huge = estimate_training(tiny_config(model=HUGE_MODEL))
+    assert huge.fits is False and huge.memory_bytes.total > huge.device_memory_bytes
+
+
+def test_a_gpu_estimate_without_the_probe_leaves_device_memory_unknown(tiny_config):
+    estimate = estimate_training(tiny_config(accelerator="gpu"))
+    assert (estimate.device_memory_bytes, estimate.fits) == (None, None)
+
+
+def test_the_analytic_estimate_loads_no_jax(tiny_cache):
+    code = (
+        "import sys\n"
+        "from tradewind.trainer import TrainConfig\n"
+        "from tradewind.trainer.estimate import estimate_training\n"
+        f"estimate_training(TrainConfig(dataset={str(tiny_cache)!r}, model={{'d_model': 32, 'n_layers': 2, "
+        "'n_heads': 2}))\n"
+        "print([m for m in ('jax', 'flax', 'optax') if m in sys.modules])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_the_probed_step_time_is_within_a_small_factor_of_a_real_runs(tiny_config, tmp_path):
+    config = tiny_config(steps=40, log_every=5, eval_every=40, checkpoint=False, tensorboard=False)
+    probed = estimate_training(config, probe=True)
+    train(config, tmp_path / "run")
+    summary = read_summary(tmp_path / "run" / "summary.json")
+
+    real_step_s = config.tokens_per_step / summary.mean_tokens_per_s
+    assert probed.step_time_s > 0 and probed.compile_s > 0
+    assert 1 / 5 < probed.step_time_s / real_step_s < 5, (probed.step_time_s, real_step_s)
+    assert probed.parameters == summary.parameters and probed.flops_per_token == summary.model_flops_per_token
+
+
+@pytest.mark.slow
+def test_estimate_job_writes_the_probed_estimate_as_json(tiny_config, tmp_path):
+    out = tmp_path / "estimate.json"
+    job = EstimateJob(config=tiny_config(), output_file=str(out), probe_steps=2)
+    estimate_job(**job.model_dump(mode="json"))
+
+    written = TrainEstimate.model_validate_json(out.read_text())
+    assert written.step_time_s > 0 and written.parameters == estimate_training(tiny_config()).parameters
+    assert written.device_memory_bytes > 0 and written.fits is True
+
+
+def test_estimate_job_refuses_arguments_it_does_not_know(tiny_config, tmp_path):
+    with pytest.raises(Exception, match="probe_step"):
+        estimate_job(config=tiny_config().model_dump(mode="json"), output_file=str(tmp_path / "e.json"), probe_step=2)
+
+
+def test_estimate_of_a_config_whose_dataset_is_missing_names_the_folder(tmp_path):
+    from tradewind.core import NotFoundError
+
+    with pytest.raises(NotFoundError, match=str(tmp_path / "nowhere")):
+        estimate_training(TrainConfig(dataset=str(tmp_path / "nowhere")))

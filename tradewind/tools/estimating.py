@@ -1,0 +1,263 @@
+"""The tool that sizes a run before it queues: `estimate_run`.
+
+It takes launch_training's arguments (or an earlier run's config) and answers what the run needs and what a
+time budget buys: parameters, FLOPs per token, training memory against the device's, the step time, the steps
+and tokens that fit the budget, and the compute-optimal token count for the model (20 tokens per parameter,
+Hoffmann et al. 2022). The step time comes from a finished run of the same shape in the workspace, else from
+a short probe (`tradewind.trainer.estimate`) run as a job on the local backend. Nothing is queued as a run.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tradewind.cluster import JobSpec, accelerator_resources
+from tradewind.core import InvalidInputError, TradewindError, describe_validation_error, make_id, read_json
+from tradewind.data import open_token_cache
+from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
+from tradewind.tools.launching import LaunchTrainingRequest, run_config
+from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_config
+from tradewind.trainer.estimate import (
+    ESTIMATE_CALLABLE,
+    EstimateJob,
+    MemoryBytes,
+    TrainEstimate,
+    estimate_training,
+)
+
+TOKENS_PER_PARAMETER = 20  # compute-optimal training tokens per parameter (Chinchilla)
+GIB = 2**30
+
+
+class EstimateRunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config: dict[str, Any] | None = Field(None, description="launch_training's arguments.")
+    run_id: str | None = Field(None, description="Or a run whose config to use.")
+    time_budget_s: float | None = Field(None, gt=0, le=10**8, description="null: the config's budget, else its steps.")
+    probe: bool = Field(True, description="Time 3 steps in a job if no finished run has this shape.")
+    timeout_s: float = Field(600, gt=0, le=3600, description="For the probe.")
+
+    @model_validator(mode="after")
+    def _config_or_run(self) -> EstimateRunRequest:
+        if (self.config is None) == (self.run_id is None):
+            raise ValueError("give exactly one of 'config' (launch_training's arguments) and 'run_id'")
+        return self
+
+
+class RunEstimate(BaseModel):
+    parameters: int = Field(description="Trainable parameters.")
+    flops_per_token: float = Field(description="Model FLOPs per trained token (forward + backward).")
+    memory_bytes: MemoryBytes
+    device_memory_bytes: int | None = Field(description="Memory of the device it must fit; null: unknown.")
+    fits: bool | None = Field(description="memory_bytes.total fits device_memory_bytes.")
+    step_time_s: float | None = Field(description="Seconds per update.")
+    step_time_source: str | None = Field(description="'probe', 'run <id>' (same shape), or null: unmeasured.")
+    compile_s: float | None = Field(description="Probe's compile time.")
+    tokens_per_step: int = Field(description="batch_size * seq_len.")
+    tokens_per_s: float | None
+    budget_s: float | None = Field(description="Training seconds planned for.")
+    steps_in_budget: int | None
+    tokens_in_budget: int | None
+    compute_optimal_tokens: int = Field(description="20 tokens per parameter.")
+    compute_optimal_budget_s: float | None = Field(description="Seconds to train those.")
+    advice: str
+
+
+def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progress = no_progress) -> RunEstimate:
+    """A run's size, memory fit, step time and what a time budget trains. Use it before launching.
+
+    Give launch_training's arguments as `config` (or an earlier `run_id`). Returns parameters, FLOPs per
+    token, memory against the device's, seconds per step, the steps and tokens the budget buys, the
+    compute-optimal token count (20 per parameter) and one sentence of advice. The step time comes from a
+    finished run of the same shape, else from a probe that compiles the model and times 3 steps (about as long
+    as a run's start); nothing is queued as a run.
+    """
+    config = _config(ctx, request, progress)
+    vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
+    earlier = _same_shape_run(ctx, config, vocab_size)
+    if earlier is not None:
+        step_time_s, source = earlier
+        estimate = estimate_training(config).model_copy(update={"step_time_s": step_time_s})
+    elif request.probe and not config.accelerator.startswith("tpu"):
+        estimate, source = _probe(ctx, config, request.timeout_s, progress), "probe"
+    else:
+        estimate, source = estimate_training(config), None
+    budget = request.time_budget_s or config.time_budget_s
+    return _plan(estimate, source, budget, config)
+
+
+def _config(ctx: ToolContext, request: EstimateRunRequest, progress: Progress) -> TrainConfig:
+    """The run's config with its dataset resolved to a folder, as launch_training would train it."""
+    if request.run_id is not None:
+        return read_train_config(RunLayout(ctx.workspace.run_folder(request.run_id, argument="run_id")).config)
+    try:
+        launch = LaunchTrainingRequest.model_validate(request.config)
+    except pydantic.ValidationError as error:
+        message = describe_validation_error(error, "config", arguments_of=LaunchTrainingRequest)
+        raise InvalidInputError(message.replace("argument '", "argument 'config.")) from None
+    return run_config(ctx, launch, progress)[0]
+
+
+def _shape(config: TrainConfig, vocab_size: int | None) -> dict[str, Any]:
+    """What sets a step's time: the model (with its vocabulary), the batch and how it is laid on devices."""
+    model = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
+    fields = ("batch_size", "seq_len", "grad_accum", "compute_dtype", "accelerator", "mesh", "replicas", "slices")
+    return {"model": model.model_dump(mode="json"), **config.model_dump(mode="json", include=set(fields))}
+
+
+def _same_shape_run(ctx: ToolContext, config: TrainConfig, vocab_size: int) -> tuple[float, str] | None:
+    """Seconds per step of the newest finished run of the same shape, and 'run <id>'; None if there is none."""
+    wanted = _shape(config, vocab_size)
+    found: list[tuple[float, float, str]] = []  # (finished at, seconds per step, run id)
+    for folder in ctx.workspace.runs_dir.iterdir():
+        layout = RunLayout(folder)
+        try:
+            summary = read_summary(layout.summary)
+            if summary is None or not summary.mean_tokens_per_s:
+                continue
+            earlier = read_train_config(layout.config)
+            vocab = None if earlier.model.vocab_size else _vocab_size(earlier)
+            if _shape(earlier, vocab) == wanted:
+                seconds = earlier.tokens_per_step / summary.mean_tokens_per_s
+                found.append((layout.summary.stat().st_mtime, seconds, folder.name))
+        except (TradewindError, ValueError, OSError):  # not a readable run: list_runs reports those
+            continue
+    if not found:
+        return None
+    _, seconds, run_id = max(found)
+    return seconds, f"run {run_id}"
+
+
+def _vocab_size(config: TrainConfig) -> int | None:
+    try:
+        return open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
+    except (TradewindError, OSError):  # its dataset is gone: only an explicit vocab_size can match
+        return None
+
+
+def _probe(ctx: ToolContext, config: TrainConfig, timeout_s: float, progress: Progress) -> TrainEstimate:
+    """`estimate_training` with the probe, in a job on the local backend (JAX stays out of this process)."""
+    job_id = make_id("estimate")
+    out_path = ctx.workspace.jobs_dir / job_id / "estimate.json"
+    resources, _ = accelerator_resources(config.accelerator)
+    spec = JobSpec(
+        name=f"estimate {job_id}",
+        callable=ESTIMATE_CALLABLE,
+        kwargs=EstimateJob(config=config, output_file=str(out_path)).model_dump(mode="json"),
+        log_path=str(out_path.with_name("estimate.log")),
+        resources=resources,
+        # A CPU run is probed on the CPU even where JAX would find an accelerator, as launch_training runs it.
+        env={"JAX_PLATFORMS": "cpu"} if config.accelerator == "cpu" else {},
+    )
+    run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity="probing 3 training steps", progress=progress)
+    return TrainEstimate.model_validate(read_json(out_path))
+
+
+def _plan(estimate: TrainEstimate, source: str | None, budget: float | None, config: TrainConfig) -> RunEstimate:
+    """The estimate with what the budget (else the config's steps) buys, and the advice."""
+    step_s, tokens_per_step = estimate.step_time_s, estimate.tokens_per_step
+    tokens_per_s = tokens_per_step / step_s if step_s else None
+    budget_given = budget is not None
+    if budget_given:
+        steps = math.floor(budget / step_s) if step_s else None
+    else:
+        steps = config.steps
+        budget = config.steps * step_s if step_s else None
+    optimal = TOKENS_PER_PARAMETER * estimate.parameters
+    tokens = steps * tokens_per_step if steps is not None else None
+    return RunEstimate(
+        parameters=estimate.parameters,
+        flops_per_token=estimate.flops_per_token,
+        memory_bytes=estimate.memory_bytes,
+        device_memory_bytes=estimate.device_memory_bytes,
+        fits=estimate.fits,
+        step_time_s=step_s,
+        step_time_source=source,
+        compile_s=estimate.compile_s,
+        tokens_per_step=tokens_per_step,
+        tokens_per_s=tokens_per_s,
+        budget_s=budget,
+        steps_in_budget=steps,
+        tokens_in_budget=tokens,
+        compute_optimal_tokens=optimal,
+        compute_optimal_budget_s=optimal / tokens_per_s if tokens_per_s else None,
+        advice=_advice(estimate, tokens, optimal, config, timed=budget_given),
+    )
+
+
+def _advice(estimate: TrainEstimate, tokens: int | None, optimal: int, config: TrainConfig, timed: bool) -> str:
+    """One sentence: what to change first (memory, then the token count against the compute-optimal one)."""
+    if estimate.fits is False:
+        return (
+            f"It does not fit in memory: it needs about {estimate.memory_bytes.total / GIB:,.1f} GiB per process, "
+            f"the device has {(estimate.device_memory_bytes or 0) / GIB:,.1f} GiB ({estimate.device_memory_source}); "
+            "shrink the model, batch_size or seq_len, or raise grad_accum."
+        )
+    untimed = ""
+    if estimate.step_time_s is None:
+        untimed = (
+            " (no step time: train a short run of this shape first, as a TPU step is not probed here)"
+            if config.accelerator.startswith("tpu")
+            else " (no step time: no finished run of this shape; estimate with probe=true to time 3 steps)"
+        )
+    if tokens is None:
+        return f"Unknown how many tokens the budget trains{untimed}."
+    what = "The budget" if timed else f"{config.steps:,} steps"
+    share = tokens / optimal
+    if share < 0.5:
+        verdict = (
+            f"{share:.0%} of the compute-optimal {optimal:,} for {estimate.parameters:,} parameters: a model of "
+            f"about {tokens // TOKENS_PER_PARAMETER:,} parameters would use them better, or train longer"
+        )
+    elif share > 2:
+        verdict = (
+            f"{share:.1f}x the compute-optimal {optimal:,} for {estimate.parameters:,} parameters: a larger model "
+            f"(about {tokens // TOKENS_PER_PARAMETER:,} parameters) would use them better"
+        )
+    else:
+        verdict = f"near the compute-optimal {optimal:,} for {estimate.parameters:,} parameters"
+    return f"{what} train {tokens:,} tokens, {verdict}{untimed}."
+
+
+def describe_estimate(result: RunEstimate) -> str:
+    """The estimate as a person reads it: one figure a line, then the advice."""
+
+    def seconds(value: float | None) -> str:
+        return "unknown" if value is None else f"{value:,.3f} s" if value < 10 else f"{value:,.0f} s"
+
+    def count(value: int | None) -> str:
+        return "unknown" if value is None else f"{value:,}"
+
+    memory = result.memory_bytes
+    device = "unknown" if result.device_memory_bytes is None else f"{result.device_memory_bytes / GIB:,.2f} GiB"
+    fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[result.fits]
+    source = result.step_time_source or "not measured"
+    rows = [
+        ("parameters", f"{result.parameters:,}"),
+        ("FLOPs per token", f"{result.flops_per_token:,.0f}"),
+        (
+            "memory",
+            f"{memory.total / GIB:,.2f} GiB (params+grads {memory.params / GIB:,.2f}, optimizer "
+            f"{memory.optimizer / GIB:,.2f}, activations {memory.activations / GIB:,.2f})",
+        ),
+        ("device memory", f"{device}: {fits}"),
+        ("step time", f"{seconds(result.step_time_s)} ({source})"),
+        ("compile", seconds(result.compile_s)),
+        ("tokens per step", f"{result.tokens_per_step:,}"),
+        ("tokens per second", "unknown" if result.tokens_per_s is None else f"{result.tokens_per_s:,.0f}"),
+        ("budget", seconds(result.budget_s)),
+        ("steps in budget", count(result.steps_in_budget)),
+        ("tokens in budget", count(result.tokens_in_budget)),
+        (
+            "compute-optimal tokens",
+            f"{result.compute_optimal_tokens:,} (in {seconds(result.compute_optimal_budget_s)})",
+        ),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join([*(f"{name:<{width}}  {value}" for name, value in rows), result.advice])
