@@ -133,3 +133,14 @@ def test_a_running_run_cannot_be_decided_and_a_cancelled_one_is_discarded(ledger
 def test_deciding_an_unknown_run_names_it(ctx):
     with pytest.raises(NotFoundError, match="run-nope"):
         set_experiment_status(ctx, SetExperimentStatusRequest(run_id="run-nope", status="kept", reason="x"))
+
+
+@pytest.mark.slow
+def test_a_budgeted_launch_trains_for_its_budget_and_reports_its_steps_and_val_bpb(ctx, dataset_id, tiny_run_settings):
+    run = launch_training(ctx, LaunchTrainingRequest(dataset=dataset_id, time_budget_s=4, **tiny_run_settings))
+    done = finish(ctx, run.run_id)
+    assert done.status is JobStatus.SUCCEEDED, done.log_tail
+    summary = done.summary
+    assert summary.train_s == pytest.approx(4, rel=0.05) and summary.time_budget_s == 4
+    assert done.total_steps == done.step == summary.steps != 200  # the clock decided, not `steps`
+    assert summary.val_bpb is not None and summary.val_tokens > 0

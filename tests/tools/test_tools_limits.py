@@ -12,6 +12,7 @@ from tradewind.tools import (
     launch_training,
     wait_for_run,
 )
+from tradewind.tools.limits import LimitReached
 
 
 @pytest.fixture
@@ -32,9 +33,9 @@ def test_a_second_active_run_is_refused_naming_the_limit_and_where_to_raise_it(l
     ctx, dataset = limited
     first = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=100_000, **tiny_run_settings))
     try:
-        with pytest.raises(InvalidInputError) as refused:
+        with pytest.raises(LimitReached) as refused:  # an InvalidInputError that clears as runs end
             launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=10, **tiny_run_settings))
-        assert run_folders(ctx) == [first.run_id]
+        assert run_folders(ctx) == [first.run_id] and refused.value.limit == "max_active_runs"
     finally:
         cancel_run(ctx, RunRequest(run_id=first.run_id))
     message = str(refused.value)
@@ -54,9 +55,10 @@ def test_more_steps_than_the_limit_are_refused_before_any_run_folder_exists(limi
 def test_a_model_too_big_for_this_machines_memory_is_refused_with_the_estimate(limited, tiny_run_settings):
     ctx, dataset = limited
     huge = {"d_model": 16384, "n_layers": 64, "n_heads": 64, "max_seq_len": 64}
-    with pytest.raises(InvalidInputError) as refused:
+    with pytest.raises(LimitReached) as refused:
         launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=10, **{**tiny_run_settings, "model": huge}))
     message = str(refused.value)
+    assert refused.value.limit == "memory_fraction" and isinstance(refused.value, InvalidInputError)
     assert "the run needs about" in message and "GiB this machine has available" in message
     assert "parameters with gradients and adamw state" in message and "limits.memory_fraction (now 0.9)" in message
     assert run_folders(ctx) == []

@@ -13,7 +13,16 @@ from runs_helpers import write_run
 
 from tradewind.cluster import JobSpec, JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json
-from tradewind.tools import ListExperimentsRequest, RunRequest, ToolContext, get_run, list_experiments
+from tradewind.tools import (
+    LaunchTrainingRequest,
+    ListExperimentsRequest,
+    RunRequest,
+    ToolContext,
+    cancel_run,
+    get_run,
+    launch_training,
+    list_experiments,
+)
 from tradewind.tools.sweep_controller import SweepState, TrialState, halving_verdict, read_state, write_state
 from tradewind.tools.sweeps import LaunchSweepRequest, SweepRequest, cancel_sweep, get_sweep, launch_sweep
 from tradewind.trainer import RunLayout, RunRecord, TrainConfig, read_record
@@ -289,3 +298,20 @@ def test_a_sweep_whose_controller_died_reads_failed_with_the_jobs_reason(workspa
     info = get_sweep(workspace, SweepRequest(sweep_id="sweep-2"))
     assert info.status == "failed" and info.reason.startswith("its controller job ended (FAILED: ")
     assert cancel_sweep(workspace, SweepRequest(sweep_id="sweep-2")).status == "cancelled"
+
+
+@pytest.mark.slow
+def test_a_trial_waits_for_a_slot_another_run_holds_instead_of_crashing(sweep_ctx, dataset_id):
+    settings = sweep_ctx.workspace.root / "settings.yaml"
+    settings.write_text("backend: local\nlimits:\n  max_active_runs: 1\n", encoding="utf-8")
+    blocker = launch_training(sweep_ctx, LaunchTrainingRequest(dataset=dataset_id, steps=100_000, **TINY))
+    try:
+        request = LaunchSweepRequest(base={"dataset": dataset_id, "steps": 10, **TINY}, space={"seed": [1]})
+        launched = launch_sweep(sweep_ctx, request.model_copy(update={"max_concurrent": 1}))
+        log = sweep_ctx.workspace.sweep_dir(launched.sweep_id) / "controller.log"
+        wait_until(lambda: log.exists() and "trial 0 waits" in log.read_text(), 60, "the trial to wait for a slot")
+        assert get_sweep(sweep_ctx, SweepRequest(sweep_id=launched.sweep_id)).trials[0].status == "pending"
+    finally:
+        cancel_run(sweep_ctx, RunRequest(run_id=blocker.run_id))
+    done = finish_sweep(sweep_ctx, launched.sweep_id)
+    assert (done.status, done.trials[0].status) == ("succeeded", "finished")

@@ -3,6 +3,7 @@
 import json
 
 from tradewind.trainer import MetricRow, TrainSummary, read_metrics, read_summary
+from tradewind.trainer.metrics import planned_steps
 
 
 def test_read_metrics_returns_complete_rows_and_skips_a_half_written_last_line(tmp_path):
@@ -36,3 +37,15 @@ def test_read_summary_is_none_until_the_summary_exists(tmp_path):
     )
     path.write_text(summary.model_dump_json(), encoding="utf-8")
     assert read_summary(path) == summary
+
+
+def test_a_budgeted_runs_planned_steps_are_what_fits_in_the_budget_left_at_its_latest_step_time():
+    rows = [
+        MetricRow(step=0, eval_loss=5.0, elapsed=1.0),
+        MetricRow(step=10, loss=4.0, step_time_s=0.2, elapsed=3.0),  # 2 s of updates
+        MetricRow(step=20, loss=3.0, step_time_s=0.1, elapsed=4.0),  # 1 s more
+    ]
+    assert planned_steps(200, None, rows) == 200  # a run of steps makes its steps
+    assert planned_steps(200, 10.0, rows) == 20 + 70  # 7 s left at 0.1 s a step
+    assert planned_steps(200, 2.0, rows) == 20  # spent: at least the step reached
+    assert planned_steps(200, 10.0, rows[:1]) == 0  # no step time yet

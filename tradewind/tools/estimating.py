@@ -20,7 +20,7 @@ from tradewind.cluster import JobSpec, accelerator_resources
 from tradewind.core import InvalidInputError, TradewindError, describe_validation_error, make_id, read_json
 from tradewind.data import open_token_cache
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
-from tradewind.tools.launching import LaunchTrainingRequest, run_config
+from tradewind.tools.launching import LaunchTrainingRequest, run_config, training_env
 from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_config
 from tradewind.trainer.estimate import (
     ESTIMATE_CALLABLE,
@@ -152,8 +152,7 @@ def _probe(ctx: ToolContext, config: TrainConfig, timeout_s: float, progress: Pr
         kwargs=EstimateJob(config=config, output_file=str(out_path)).model_dump(mode="json"),
         log_path=str(out_path.with_name("estimate.log")),
         resources=resources,
-        # A CPU run is probed on the CPU even where JAX would find an accelerator, as launch_training runs it.
-        env={"JAX_PLATFORMS": "cpu"} if config.accelerator == "cpu" else {},
+        env=training_env(ctx, config, "local"),  # as the run will train, sharing its compiled programs
     )
     run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity="probing 3 training steps", progress=progress)
     return TrainEstimate.model_validate(read_json(out_path))

@@ -133,7 +133,7 @@ def launch_training(
         log_path=str(layout.log),
         resources=resources,
         replicas=record.processes,
-        env=_job_env(ctx, config, backend_name),
+        env=training_env(ctx, config, backend_name),
         max_retries_preemption=config.max_retries,
         pending_timeout_s=pending_timeout_s,
     )
@@ -145,10 +145,12 @@ def launch_training(
     return get_run(ctx, RunRequest(run_id=run_id))
 
 
-def _job_env(ctx: ToolContext, config: TrainConfig, backend: str) -> dict[str, str]:
-    """The training job's environment: a CPU run stays on the CPU even where JAX would find an accelerator (or
-    is told JAX_PLATFORMS=cuda); a local run reuses the workspace's compiled programs (a run of a shape
-    trained before compiles in about a quarter of the time), which its own machine can read."""
+def training_env(ctx: ToolContext, config: TrainConfig, backend: str) -> dict[str, str]:
+    """The environment of a job that trains `config` (a run, or estimate_run's probe).
+
+    A CPU run stays on the CPU even where JAX would find an accelerator (or is told JAX_PLATFORMS=cuda). A local
+    job reuses the workspace's compiled programs (JAX's persistent cache: a shape trained before compiles in
+    about a quarter of the time); only this machine reads that folder, so a Ray job does not."""
     env = {"JAX_PLATFORMS": "cpu"} if config.accelerator == "cpu" else {}
     if backend == "local":
         env["JAX_COMPILATION_CACHE_DIR"] = str(ctx.workspace.compile_cache_dir)

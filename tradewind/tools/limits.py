@@ -16,6 +16,14 @@ from tradewind.trainer import TrainConfig, training_memory
 GIB = 2**30
 
 
+class LimitReached(InvalidInputError):
+    """A refusal that clears by itself as other runs end: `limit` is `max_active_runs` or `memory_fraction`."""
+
+    def __init__(self, message: str, limit: str):
+        super().__init__(message)
+        self.limit = limit
+
+
 def check_launch_limits(
     ctx: ToolContext, config: TrainConfig, *, vocab_size: int, backend: str, processes: int, active_runs: list[str]
 ) -> None:
@@ -25,14 +33,16 @@ def check_launch_limits(
     CPU run on the local backend, the one case where the machine it will use is this one.
 
     Raises:
+        LimitReached: too many active runs, or not enough free memory now (both clear as runs end).
         InvalidInputError: naming the limit, what was asked for, and how to raise it.
     """
     limits = ctx.settings().limits
     if len(active_runs) >= limits.max_active_runs:
-        raise InvalidInputError(
+        raise LimitReached(
             f"{len(active_runs)} runs are already pending or running ({', '.join(active_runs)}) and the limit is "
             f"{limits.max_active_runs}; wait for one (wait_for_run), stop one (cancel_run), or raise "
-            f"{_setting(ctx, 'max_active_runs', limits)}"
+            f"{_setting(ctx, 'max_active_runs', limits)}",
+            "max_active_runs",
         )
     if config.steps > limits.max_steps:
         raise InvalidInputError(
@@ -50,13 +60,14 @@ def _check_memory(ctx: ToolContext, config: TrainConfig, vocab_size: int, proces
     allowed = limits.memory_fraction * available
     if needed <= allowed:
         return
-    raise InvalidInputError(
+    raise LimitReached(
         f"the run needs about {needed / GIB:,.1f} GiB of memory ({processes} x ({estimate.params:,} parameters "
         f"with gradients and {config.optimizer.type} state: {estimate.state_bytes / GIB:,.1f} GiB, and "
         f"activations for {estimate.sequences} sequences of {config.seq_len} "
         f"tokens: {estimate.activation_bytes / GIB:,.1f} GiB)), more than {limits.memory_fraction:g} of the "
         f"{available / GIB:,.1f} GiB this machine has available; shrink the model, batch_size or seq_len, raise "
-        f"grad_accum, or raise {_setting(ctx, 'memory_fraction', limits)}"
+        f"grad_accum, or raise {_setting(ctx, 'memory_fraction', limits)}",
+        "memory_fraction",
     )
 
 

@@ -80,7 +80,7 @@ def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
         f"| dataset | `{config.dataset}` |",
         f"| model | {model.type}, d_model {model.d_model}, {model.n_layers} layers, {model.n_heads} heads |",
         f"| parameters | {summary.parameters:,} |" if summary else "| parameters | n/a |",
-        f"| steps | {config.steps} |",
+        f"| time budget | {config.time_budget_s:g} s |" if config.time_budget_s else f"| steps | {config.steps} |",
         f"| batch x sequence | {config.batch_size} x {config.seq_len} |",
         f"| optimizer | {optimizer.type}, learning rate {optimizer.learning_rate:g} "
         f"(warmup {optimizer.warmup_steps}, {optimizer.schedule}) |",

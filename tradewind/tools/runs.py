@@ -21,6 +21,7 @@ from tradewind.tools.bounds import LINE_CHARS, PAGE_CHARS, PageRequest, cut, fit
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.trainer import RunLayout, RunRecord, TrainSummary, read_record, read_summary, read_train_config
 from tradewind.trainer import read_metrics as read_metric_rows
+from tradewind.trainer.metrics import planned_steps
 
 CANCEL_WAIT_S = 60.0
 REASON_CHARS = 2_000  # a run's reason in get_run; the whole story is in its log (tail_logs)
@@ -124,6 +125,7 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
     elif status is JobStatus.FAILED and job is None:
         reason = record.reason or f"the training process {record.pid} on {record.host} ended without finishing"
     rows = read_metric_rows(layout.metrics)
+    summary = read_summary(layout.summary)
     losses = [row.loss for row in rows if row.loss is not None]
     eval_losses = [row.eval_loss for row in rows if row.eval_loss is not None]
     return RunInfo(
@@ -132,7 +134,7 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         run_dir=str(layout.root),
         log_file=str(layout.log),
         dataset=config.dataset,
-        total_steps=config.steps,
+        total_steps=summary.steps if summary else planned_steps(config.steps, config.time_budget_s, rows),
         step=rows[-1].step if rows else 0,
         loss=losses[-1] if losses else None,
         eval_loss=eval_losses[-1] if eval_losses else None,
@@ -150,7 +152,7 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         exit_code=job.exit_code if job else None,
         reason=cut(reason, REASON_CHARS) if reason else None,
         log_tail=[cut(line) for line in tail_lines(layout.log, LOG_TAIL_LINES)] if status is JobStatus.FAILED else [],
-        summary=read_summary(layout.summary),
+        summary=summary,
     )
 
 

@@ -32,6 +32,7 @@ from tradewind.tools.bounds import cut
 from tradewind.tools.context import ToolContext
 from tradewind.tools.experiments import experiment
 from tradewind.tools.launching import LaunchTrainingRequest, launch_training
+from tradewind.tools.limits import LimitReached
 from tradewind.trainer import RunLayout, read_metrics
 from tradewind.trainer.record import update_record
 
@@ -39,8 +40,6 @@ CONTROLLER_CALLABLE = "tradewind.tools.sweep_controller:run_sweep_job"
 STATE_FILE = "sweep.json"
 LOG_FILE = "controller.log"
 POLL_S = 0.5  # how often the controller looks at its trials
-# Launch refusals that clear by themselves once runs end: wait for them rather than crash the trial.
-WAITING_REFUSALS = ("limits.max_active_runs", "limits.memory_fraction")
 
 TrialStatus = Literal["pending", "running", "finished", "kept", "discarded", "crashed"]
 SweepStatus = Literal["running", "succeeded", "failed", "cancelled"]
@@ -254,11 +253,12 @@ class Controller:
         try:
             run = launch_training(self.ctx, request, sweep_id=self.state.sweep_id, baseline=trial.baseline)
         except (TradewindError, ValueError) as error:
-            message = str(error)
-            if any(limit in message for limit in WAITING_REFUSALS) and (active or WAITING_REFUSALS[0] in message):
-                log.info("trial %d waits: %s", trial.index, message)
+            # Other runs hold the slots or the memory: wait for them to end; but memory that this sweep's own
+            # runs do not hold, none of its runs ending frees.
+            if isinstance(error, LimitReached) and (active or error.limit == "max_active_runs"):
+                log.info("trial %d waits: %s", trial.index, error)
                 return False
-            trial.status, trial.reason = "crashed", cut(f"launch refused: {message}")
+            trial.status, trial.reason = "crashed", cut(f"launch refused: {error}")
             log.warning("trial %d: %s", trial.index, trial.reason)
             return True
         trial.run_id, trial.launched_at, trial.status = run.run_id, utc_now(), "running"

@@ -58,7 +58,7 @@ from tradewind.trainer.hooks import (
 )
 from tradewind.trainer.jobs import TrainJob
 from tradewind.trainer.layout import RunLayout
-from tradewind.trainer.metrics import MetricRow, TrainSummary, read_metrics
+from tradewind.trainer.metrics import MetricRow, TrainSummary, logged_updates, read_metrics, train_seconds
 from tradewind.trainer.plan import TimeBudget
 from tradewind.trainer.record import read_record, record_end, record_start
 from tradewind.trainer.setup import TrainSetup, evaluate, setup_training
@@ -302,17 +302,6 @@ def _claim_run_dir(layout: RunLayout, config: TrainConfig) -> None:
             atomic_write_json(layout.config, config.model_dump(mode="json"))
 
 
-def _logged_updates(rows: list[MetricRow]) -> list[tuple[int, MetricRow]]:
-    """Each row with a step time, and the updates it covers (since the row before it)."""
-    logged = [row for row in rows if row.step_time_s is not None]
-    return [(row.step - previous.step, row) for previous, row in zip([rows[0], *logged], logged, strict=False)]
-
-
-def train_seconds(rows: list[MetricRow]) -> float:
-    """Seconds of updates the rows cover: each row's mean step time times the updates it covers."""
-    return sum(updates * row.step_time_s for updates, row in _logged_updates(rows))
-
-
 def _mesh_rows(setup: TrainSetup) -> int:
     return setup.mesh.shape["data"] * setup.mesh.shape["fsdp"]
 
@@ -331,7 +320,7 @@ def _summarise(
     time and `val` its score on the fixed val tokens."""
     config = setup.config
     evals = [row.eval_loss for row in rows if row.eval_loss is not None]
-    logged = _logged_updates(rows)
+    logged = logged_updates(rows)
     update_s = train_seconds(rows)
     tokens_per_s = sum(n for n, _ in logged) * config.tokens_per_step / update_s if update_s > 0 else None
     losses = [row.loss for _, row in logged if row.loss is not None]

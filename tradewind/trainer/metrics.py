@@ -157,6 +157,30 @@ class ProfileSummary(BaseModel):
     diagnosis: Diagnosis | None = Field(default=None, description="The verdict, its evidence and one suggestion.")
 
 
+def logged_updates(rows: list[MetricRow]) -> list[tuple[int, MetricRow]]:
+    """Each row with a step time, and the updates it covers (since the row before it)."""
+    logged = [row for row in rows if row.step_time_s is not None]
+    return [(row.step - previous.step, row) for previous, row in zip([rows[0], *logged], logged, strict=False)]
+
+
+def train_seconds(rows: list[MetricRow]) -> float:
+    """Seconds of updates the rows cover: each row's mean step time times the updates it covers."""
+    return sum(updates * row.step_time_s for updates, row in logged_updates(rows))
+
+
+def planned_steps(steps: int, time_budget_s: float | None, rows: list[MetricRow]) -> int:
+    """The updates a run makes: `steps`; for a budgeted run, an estimate from its rows so far (the last row's
+    step plus the updates that fit in the budget left at its step time), at least the step it has reached."""
+    if not time_budget_s:
+        return steps
+    reached = rows[-1].step if rows else 0
+    timed = [row for row in rows if row.step_time_s]
+    if not timed:
+        return reached
+    left = max(0.0, time_budget_s - train_seconds(rows))
+    return reached + int(left / timed[-1].step_time_s)
+
+
 def read_metrics(path: str | os.PathLike[str]) -> list[MetricRow]:
     """Read the complete rows of a `metrics.jsonl`; a last line still being written is skipped.
 
