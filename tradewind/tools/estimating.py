@@ -253,10 +253,8 @@ def describe_estimate(result: RunEstimate) -> str:
         ("budget", seconds(result.budget_s)),
         ("steps in budget", count(result.steps_in_budget)),
         ("tokens in budget", count(result.tokens_in_budget)),
-        (
-            "compute-optimal tokens",
-            f"{result.compute_optimal_tokens:,} (in {seconds(result.compute_optimal_budget_s)})",
-        ),
+        ("compute-optimal tokens", f"{result.compute_optimal_tokens:,}"),
+        ("compute-optimal time", seconds(result.compute_optimal_budget_s)),
     ]
     width = max(len(name) for name, _ in rows)
     return "\n".join([*(f"{name:<{width}}  {value}" for name, value in rows), result.advice])
