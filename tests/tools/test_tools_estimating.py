@@ -96,7 +96,10 @@ def test_the_probe_runs_as_a_job_and_queues_no_run(cache_ctx):
     [record] = estimate_jobs(cache_ctx)
     job = EstimateJob.model_validate(record.spec.kwargs)
     assert job.config.dataset == str(cache_ctx.workspace.datasets_dir / "tiny") and job.config.steps == 40
-    assert record.spec.env == {"JAX_PLATFORMS": "cpu"}
+    # Trained as the run will be: on the CPU, with the workspace's compiled programs (which it leaves there).
+    assert record.spec.env["JAX_PLATFORMS"] == "cpu"
+    assert record.spec.env["JAX_COMPILATION_CACHE_DIR"] == str(cache_ctx.workspace.compile_cache_dir)
+    assert any(cache_ctx.workspace.compile_cache_dir.iterdir())
     assert list(cache_ctx.workspace.runs_dir.iterdir()) == []
 
 

@@ -52,6 +52,25 @@ def sweep_ctx(ctx, dataset_id, tmp_path) -> ToolContext:
     return fresh
 
 
+def write_sweep(ctx: ToolContext, sweep_id: str, trials: list[TrialState], **fields) -> SweepState:
+    """A sweep's state file as its controller would have left it (no controller runs)."""
+    state = SweepState(
+        sweep_id=sweep_id,
+        job_id=sweep_id,
+        method="grid",
+        backend="local",
+        max_concurrent=2,
+        canary_steps=0,
+        halving_tokens=[],
+        halving_eta=2,
+        trials=trials,
+        **fields,
+    )
+    ctx.workspace.sweep_dir(sweep_id, must_exist=False).mkdir(parents=True)
+    write_state(ctx, state)
+    return state
+
+
 def finish_sweep(ctx: ToolContext, sweep_id: str, timeout: float = 300):
     return wait_until(
         lambda: (info := get_sweep(ctx, SweepRequest(sweep_id=sweep_id))).status != "running" and info,
@@ -257,20 +276,7 @@ def test_get_sweep_shows_each_trials_nearest_baseline_and_caps_its_rows(workspac
 
     trials = [trial(0, 3.0), trial(1, 2.0, baseline=True), trial(2, 1.5), trial(3, 1.0, status="discarded")]
     trials += [trial(4, 2.5, baseline=True)] + [trial(i, 2.0 + i) for i in range(5, 70)]
-    state = SweepState(
-        sweep_id="sweep-1",
-        status="succeeded",
-        job_id="sweep-1",
-        method="grid",
-        backend="local",
-        max_concurrent=2,
-        canary_steps=0,
-        halving_tokens=[],
-        halving_eta=2,
-        trials=trials,
-    )
-    workspace.workspace.sweep_dir("sweep-1", must_exist=False).mkdir(parents=True)
-    write_state(workspace, state)
+    write_sweep(workspace, "sweep-1", trials, status="succeeded")
     info = get_sweep(workspace, SweepRequest(sweep_id="sweep-1"))
     assert len(info.trials) == 64 and info.truncated
     assert [row.baseline_metric for row in info.trials[:6]] == [2.0, 2.0, 2.0, 2.5, 2.5, 2.5]
@@ -280,19 +286,8 @@ def test_get_sweep_shows_each_trials_nearest_baseline_and_caps_its_rows(workspac
 
 def test_a_sweep_whose_controller_died_reads_failed_with_the_jobs_reason(workspace):
 
-    state = SweepState(
-        sweep_id="sweep-2",
-        job_id="sweep-2",
-        method="grid",
-        backend="local",
-        max_concurrent=1,
-        canary_steps=0,
-        halving_tokens=[],
-        halving_eta=2,
-        trials=[TrialState(index=0, overrides={"seed": 1}, arguments={"dataset": "ds-none"}, tokens_per_step=256)],
-    )
-    workspace.workspace.sweep_dir("sweep-2", must_exist=False).mkdir(parents=True)
-    write_state(workspace, state)
+    trials = [TrialState(index=0, overrides={"seed": 1}, arguments={"dataset": "ds-none"}, tokens_per_step=256)]
+    write_sweep(workspace, "sweep-2", trials)
     workspace.backend.submit(JobSpec(name="dies", command=["false"]), job_id="sweep-2")
     assert workspace.backend.wait("sweep-2", timeout=60).status is JobStatus.FAILED
     info = get_sweep(workspace, SweepRequest(sweep_id="sweep-2"))

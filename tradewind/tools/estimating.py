@@ -25,7 +25,6 @@ from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_c
 from tradewind.trainer.estimate import (
     ESTIMATE_CALLABLE,
     EstimateJob,
-    MemoryBytes,
     TrainEstimate,
     estimate_training,
 )
@@ -50,16 +49,10 @@ class EstimateRunRequest(BaseModel):
         return self
 
 
-class RunEstimate(BaseModel):
-    parameters: int = Field(description="Trainable parameters.")
-    flops_per_token: float = Field(description="Model FLOPs per trained token (forward + backward).")
-    memory_bytes: MemoryBytes
-    device_memory_bytes: int | None = Field(description="Memory of the device it must fit; null: unknown.")
-    fits: bool | None = Field(description="memory_bytes.total fits device_memory_bytes.")
-    step_time_s: float | None = Field(description="Seconds per update.")
+class RunEstimate(TrainEstimate):
+    """The trainer's estimate, with where its step time came from and what the budget buys."""
+
     step_time_source: str | None = Field(description="'probe', 'run <id>' (same shape), or null: unmeasured.")
-    compile_s: float | None = Field(description="Probe's compile time.")
-    tokens_per_step: int = Field(description="batch_size * seq_len.")
     tokens_per_s: float | None
     budget_s: float | None = Field(description="Training seconds planned for.")
     steps_in_budget: int | None
@@ -171,15 +164,9 @@ def _plan(estimate: TrainEstimate, source: str | None, budget: float | None, con
     optimal = TOKENS_PER_PARAMETER * estimate.parameters
     tokens = steps * tokens_per_step if steps is not None else None
     return RunEstimate(
-        parameters=estimate.parameters,
-        flops_per_token=estimate.flops_per_token,
+        **estimate.model_dump(exclude={"memory_bytes"}),
         memory_bytes=estimate.memory_bytes,
-        device_memory_bytes=estimate.device_memory_bytes,
-        fits=estimate.fits,
-        step_time_s=step_s,
         step_time_source=source,
-        compile_s=estimate.compile_s,
-        tokens_per_step=tokens_per_step,
         tokens_per_s=tokens_per_s,
         budget_s=budget,
         steps_in_budget=steps,
