@@ -163,7 +163,7 @@ async def test_a_read_only_server_serves_the_schemas_of_its_tools_only(ctx):
 
 
 async def test_every_shipped_skill_reads_as_markdown(server):
-    assert {"train-with-tradewind", "autoresearch-loop"} <= set(skill_names())
+    assert {"train-with-tradewind", "autoresearch-loop", "debug-a-diverging-run"} <= set(skill_names())
     async with Client(server) as client:
         for name in skill_names():
             skill = await read(client, f"tradewind://skills/{name}")
@@ -171,7 +171,7 @@ async def test_every_shipped_skill_reads_as_markdown(server):
             assert skill.text.startswith(f"---\nname: {name}\n")
         unknown = await read_error(client, "tradewind://skills/nope")
     assert unknown.error.code == INVALID_PARAMS
-    assert "known skills: autoresearch-loop, train-with-tradewind" in unknown.error.message
+    assert "known skills: " + ", ".join(skill_names()) in unknown.error.message
 
 
 async def test_every_prompt_is_listed_with_described_arguments(server):

@@ -4,7 +4,9 @@ Layout::
 
     <root>/datasets/<id>/   token caches
     <root>/runs/<id>/       one folder per training run (config, metrics, logs, checkpoints, profiles)
-    <root>/reports/         markdown reports and their plots
+    <root>/sweeps/<id>/     a sweep's state and its controller's log
+    <root>/reports/         markdown reports and their plots, experiment-ledger exports
+    <root>/cache/xla/       compiled programs local training jobs reuse
     <root>/jobs/            job records of the local cluster backend (cluster.sqlite) and job logs
     <root>/steps/           outputs of pipeline steps, addressed by a hash of their inputs
     <root>/pipelines/       pipeline files `run_pipeline` may run (made by the user)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.core import InvalidInputError
 from tradewind.tools.context import ToolContext
@@ -27,6 +27,8 @@ CompareMetric = Literal["eval_loss", "loss"]
 
 
 class CompareRunsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     run_ids: list[str] = Field(min_length=2, max_length=MAX_RUNS)
     metric: CompareMetric = Field(default="eval_loss", description="Lower wins.")
 

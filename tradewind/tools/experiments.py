@@ -22,7 +22,7 @@ import io
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, TradewindError, atomic_write_text, read_json
@@ -62,6 +62,8 @@ class Experiment(BaseModel):
 
 
 class ListExperimentsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     status: Status | None = Field(default=None, description="Only this status.")
     changed: str | None = Field(
         default=None, description="Only runs changing this dotted field (e.g. optimizer.learning_rate)."
@@ -81,6 +83,8 @@ class ExperimentList(BaseModel):
 
 
 class SetExperimentStatusRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     run_id: str = Field(description="An ended run.")
     status: Literal["kept", "discarded"]
     reason: str = Field(min_length=1, max_length=REASON_CHARS, description="Why, in one line.")

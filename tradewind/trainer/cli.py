@@ -2,7 +2,7 @@
 
     tradewind export RUN --format hf --out DIR [--step N]
 
-writes a Llama run as a Hugging Face directory (config, weights and tokenizer files); RUN is a run id in
+writes a run (Llama or GPT-2) as a Hugging Face directory (config, weights and tokenizer files); RUN is a run id in
 the workspace, or a run folder relative to the workspace root. `tradewind/cli.py` registers it with
 `add_export_command(commands, common)`; without it, `python -m tradewind.trainer.cli export ...` works the
 same. JAX loads only inside the handler. (`tradewind train` lives in `tradewind/cli.py`: it launches a run
@@ -31,9 +31,9 @@ def _export(args: argparse.Namespace) -> int:
 
 def add_export_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Register `export` on the `tradewind` command's subparsers."""
-    export = commands.add_parser("export", parents=[common], help="export a Llama run to Hugging Face format")
+    export = commands.add_parser("export", parents=[common], help="export a run to Hugging Face format")
     export.add_argument("run", help="a run id in the workspace, or a run folder")
-    export.add_argument("--format", choices=["hf"], default="hf", help="output format (hf: LlamaForCausalLM)")
+    export.add_argument("--format", choices=["hf"], default="hf", help="hf: LlamaForCausalLM or GPT2LMHeadModel")
     export.add_argument("--out", required=True, help="output folder (a relative one is taken from the workspace root)")
     export.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
     export.set_defaults(handler=_export)

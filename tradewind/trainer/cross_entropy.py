@@ -20,8 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# A block's float32 logits take about 32 MiB: large enough for full-speed matmuls, small enough for cache.
-BLOCK_LOGITS = 8 * 1024 * 1024
+from tradewind.trainer.flops import BLOCK_LOGITS
 
 
 def block_rows(tokens: int, vocab: int) -> int:

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 from tradewind.trainer.config import TrainConfig
 
+# A block's float32 logits in the fused cross-entropy (`cross_entropy.py`): about 32 MiB, large enough for
+# full-speed matmuls, small enough for cache.
+BLOCK_LOGITS = 8 * 1024 * 1024
+
 # Dense bf16 peak FLOP/s per chip, from the vendors' data sheets (no sparsity).
 PEAK_FLOPS: dict[str, float] = {
     "tpu v4": 275e12,
@@ -67,7 +71,8 @@ def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1) ->
     tokens = sequences * config.seq_len
     attention = 5 * model.n_heads * config.seq_len / model.d_model
     per_block = 2 * tokens * model.d_model * (34 + attention)
-    logits = 3 * 4 * tokens * model.vocab_size  # logits, their softmax and its gradient
+    # The fused cross-entropy holds one block of logits at a time, with its softmax and gradient.
+    logits = 3 * 4 * min(tokens * model.vocab_size, BLOCK_LOGITS)
     return MemoryEstimate(params, state_bytes, int(model.n_layers * per_block + logits), sequences)
 
 
