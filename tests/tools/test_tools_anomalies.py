@@ -58,10 +58,20 @@ def test_skipped_steps_and_dropped_figures_are_non_finite_at_their_steps():
     assert kinds(detect_anomalies([nan])) == [("non_finite", 25)]
 
 
-def test_a_step_five_times_slower_than_the_median_is_a_stall():
-    rows = [log_row(step, step_time_s=0.1) for step in range(1, 9)] + [log_row(9, step_time_s=0.51)]
+def test_a_step_five_times_slower_than_the_median_and_a_second_over_it_is_a_stall():
+    rows = [log_row(step, step_time_s=0.3) for step in range(1, 9)] + [log_row(9, step_time_s=1.6)]
     assert kinds(detect_anomalies(rows)) == [("stall", 9)]
     assert detect_anomalies([log_row(1, step_time_s=0.1), log_row(2, step_time_s=9.0)]) == []  # too few rows
+    # A 4 ms step that a busy machine delayed to 22 ms is six times slower but no stall.
+    busy = [log_row(step, step_time_s=0.0036) for step in range(1, 9)] + [log_row(9, step_time_s=0.022)]
+    assert detect_anomalies(busy) == []
+
+
+def test_the_non_finite_loss_that_stopped_a_run_is_an_anomaly_at_its_step_once():
+    rows = [log_row(step) for step in (5, 10)]
+    stopped = failure_anomaly("training loss became nan at step 13; lower optimizer.learning_rate")
+    assert kinds(detect_anomalies(rows, stopped=stopped)) == [("non_finite", 13)]
+    assert kinds(detect_anomalies([*rows, log_row(13, loss=math.nan)], stopped=stopped)) == [("non_finite", 13)]
 
 
 def test_steps_going_back_or_elapsed_going_back_are_restarts_and_a_parent_is_a_resume():

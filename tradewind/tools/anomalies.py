@@ -12,7 +12,8 @@ Rules (each finds rows in `metrics.jsonl` order):
   a non-finite loss (`on_nonfinite: stop`) never writes that row; `failure_anomaly` reads the step from the
   run's reason or log instead.
 - `stall`: a row whose `step_time_s` is over `STALL_RATIO` (5) times the median step time of the run's rows
-  (needs `STALL_MIN_ROWS`, 4, rows with a step time).
+  and at least `STALL_MIN_S` (1 s) over it: a millisecond step that a busy machine delays is no stall (needs
+  `STALL_MIN_ROWS`, 4, rows with a step time).
 - `restart`: a step that is not after the previous row's (steps logged again), or `elapsed` that went back
   (the process started again, from a checkpoint, between the two rows).
 - `resume`: the run continues another from one of its checkpoints (`parent` and `parent_step` of its record).
@@ -36,6 +37,7 @@ SPIKE_RATIO = 1.2
 SPIKE_WARMUP = 5
 STALL_RATIO = 5.0
 STALL_MIN_ROWS = 4
+STALL_MIN_S = 1.0
 MAX_ANOMALIES = 20  # in a tool result; a report lists them all
 
 AnomalyKind = Literal["loss_spike", "non_finite", "stall", "restart", "resume"]
@@ -50,14 +52,21 @@ class Anomaly(BaseModel):
 
 
 def detect_anomalies(
-    rows: list[MetricRow], *, parent: str | None = None, parent_step: int | None = None
+    rows: list[MetricRow],
+    *,
+    parent: str | None = None,
+    parent_step: int | None = None,
+    stopped: Anomaly | None = None,
 ) -> list[Anomaly]:
-    """Every anomaly the rules above find in `rows` (and the resume a record's `parent` tells of), by step."""
+    """Every anomaly the rules above find in `rows`, the resume a record's `parent` tells of, and the non-finite
+    loss that `stopped` a failed run (`failure_anomaly` of its reason: its row was never written), by step."""
     found: list[Anomaly] = []
     if parent is not None:
         where = f"its step {parent_step} checkpoint" if parent_step is not None else "its checkpoint"
         found.append(Anomaly(kind="resume", step=parent_step or 0, detail=f"continues run {parent} from {where}"))
     found += _restarts(rows) + _non_finite(rows) + _spikes(rows) + _stalls(rows)
+    if stopped is not None and all((a.kind, a.step) != (stopped.kind, stopped.step) for a in found):
+        found.append(stopped)
     return sorted(found, key=lambda anomaly: anomaly.step)
 
 
@@ -129,5 +138,5 @@ def _stalls(rows: list[MetricRow]) -> list[Anomaly]:
             detail=f"{row.step_time_s:.3g} s per step, over {STALL_RATIO:g}x the median {median:.3g} s",
         )
         for row in rows
-        if row.step_time_s is not None and row.step_time_s > STALL_RATIO * median
+        if row.step_time_s is not None and row.step_time_s > max(STALL_RATIO * median, median + STALL_MIN_S)
     ]

@@ -56,8 +56,8 @@ _KNOWN_FAILURES = (
     (
         re.compile(r"loss became (nan|inf|-inf)|non-finite|\bloss[=: ]+(nan|inf)\b", re.IGNORECASE),
         "the training loss became NaN or infinite, so training stopped at the first bad step",
-        "launch again with a lower learning_rate (e.g. 10x lower) and some warmup_steps; read_metrics shows "
-        "where lr and grad_norm rose",
+        "launch again with a lower optimizer.learning_rate (10x lower; about 1e-3 to 1e-2 if it was far above "
+        "that), some optimizer.warmup_steps and grad_clip on; read_metrics shows where lr and grad_norm rose",
     ),
     (
         re.compile(r"no token cache|FileNotFoundError|No such file or directory|NotFoundError"),

@@ -13,10 +13,10 @@ from typing import Literal, get_args
 from pydantic import BaseModel, Field, model_validator
 
 from tradewind.core import TradewindError
-from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies
+from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies, failure_anomaly
 from tradewind.tools.context import ToolContext
 from tradewind.tools.runs import MAX_STEP, RunRequest
-from tradewind.trainer import MetricRow, RunLayout, read_record
+from tradewind.trainer import MetricRow, RunLayout, RunRecord, read_record
 from tradewind.trainer import read_metrics as read_metric_rows
 
 # The series read_metrics can return, in MetricRow's order; the first five unless asked.
@@ -134,17 +134,16 @@ def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
         series={name: _series(kept, name) for name in names},
         truncated=truncated,
         hint=hint,
-        summary=metrics_summary(rows, _record_parent(layout)),
+        summary=metrics_summary(rows, _record(layout)),
     )
 
 
-def _record_parent(layout: RunLayout) -> tuple[str | None, int | None]:
-    """The run this one continues and the step it continued from, as its record says (none without one)."""
+def _record(layout: RunLayout) -> RunRecord | None:
+    """The run's record: the run it continues, and why it failed (none without one)."""
     try:
-        record = read_record(layout.record)
+        return read_record(layout.record)
     except TradewindError:
-        return None, None
-    return record.parent, record.parent_step
+        return None
 
 
 def _rows_to_keep(rows: list[MetricRow], budget: int) -> list[int]:
@@ -200,9 +199,10 @@ def _rounded(value: float | None) -> float | None:
     return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if _finite(value) else None
 
 
-def metrics_summary(rows: list[MetricRow], parent: tuple[str | None, int | None] = (None, None)) -> MetricsSummary:
-    """The run's figures from all its rows. Throughput and MFU are weighted by the time of each log interval
-    (its updates times its step time), which is what the trainer's summary reports at the end."""
+def metrics_summary(rows: list[MetricRow], record: RunRecord | None = None) -> MetricsSummary:
+    """The run's figures from all its rows (and the anomalies its `record` tells of: a resume, the non-finite
+    loss that stopped it). Throughput and MFU are weighted by the time of each log interval (its updates times
+    its step time), which is what the trainer's summary reports at the end."""
     losses = [row.loss for row in rows if row.loss is not None]
     best = _argmin(rows, "eval_loss")
     weights, tokens_per_s, mfu = [], [], []
@@ -222,7 +222,12 @@ def metrics_summary(rows: list[MetricRow], parent: tuple[str | None, int | None]
         best_eval_step=rows[best].step if best is not None else None,
         mean_tokens_per_s=_rounded(_weighted_mean(tokens_per_s, weights)),
         mean_mfu=_rounded(_weighted_mean(mfu, weights)),
-        anomalies=detect_anomalies(rows, parent=parent[0], parent_step=parent[1])[:MAX_ANOMALIES],
+        anomalies=detect_anomalies(
+            rows,
+            parent=record.parent if record else None,
+            parent_step=record.parent_step if record else None,
+            stopped=failure_anomaly(record.reason) if record else None,
+        )[:MAX_ANOMALIES],
     )
 
 

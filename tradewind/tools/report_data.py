@@ -79,12 +79,8 @@ def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True) -> RunData:
     profile_file = layout.profile / "summary.json"
     profile = ProfileSummary.model_validate(read_json(profile_file)) if profile_file.exists() else None
     summary = metrics_summary(rows)
-    anomalies = detect_anomalies(rows, parent=info.parent, parent_step=_parent_step(layout))
-    cause = None
-    if info.status is JobStatus.FAILED:
-        cause, stopped = failure_cause(layout, info.reason)
-        if stopped is not None and all((a.kind, a.step) != (stopped.kind, stopped.step) for a in anomalies):
-            anomalies = sorted([*anomalies, stopped], key=lambda anomaly: anomaly.step)
+    cause, stopped = failure_cause(layout, info.reason) if info.status is JobStatus.FAILED else (None, None)
+    anomalies = detect_anomalies(rows, parent=info.parent, parent_step=_parent_step(layout), stopped=stopped)
     checkpoints = checkpoint_steps(layout)
     last = rows[-1]
     figures = RunFigures(

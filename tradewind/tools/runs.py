@@ -58,6 +58,7 @@ class RunInfo(BaseModel):
     processes: int = Field(description="Processes (hosts) training it together.")
     platform: str | None = Field(default=None, description="JAX platform it trains on, once started.")
     parent: str | None = Field(default=None, description="The run this one continues (resume_from).")
+    parent_run: str | None = Field(default=None, description="The run this experiment changes.")
     attempts: int = Field(default=0, description="Times its job started (1 + restarts after kills).")
     submitted_at: str
     started_at: str | None = None
@@ -144,6 +145,7 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         processes=record.processes,
         platform=record.platform,
         parent=record.parent,
+        parent_run=record.parent_run,
         attempts=job.attempts if job else int(record.started_at is not None),
         submitted_at=job.submitted_at if job and job.submitted_at else record.created_at,
         started_at=job.started_at if job and job.started_at else record.started_at,
