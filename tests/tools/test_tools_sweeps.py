@@ -116,7 +116,8 @@ def run_halving_sweep(ctx: ToolContext, dataset_id: str, backend: str) -> None:
     assert [r.note for r in records] == [f"lr scan: learning_rate={rate:g}" for rate in RATES]
     assert [r.decision for r in records] == [None, None, "discarded", None]
     assert records[2].decision_reason == halved.reason
-    assert get_run(ctx, RunRequest(run_id=halved.run_id)).status is JobStatus.CANCELLED
+    # Stopped if it was still training when it lost at the rung; a fast machine may have finished it by then.
+    assert get_run(ctx, RunRequest(run_id=halved.run_id)).status in (JobStatus.CANCELLED, JobStatus.SUCCEEDED)
     assert get_run(ctx, RunRequest(run_id=crashed.run_id)).status is JobStatus.FAILED
 
     # The ledger lists all four as the sweep does, the crash with its cause.
