@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tradewind.cli import build_parser
+from tradewind.core.markdown import table_cell
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "cli.md"
 """Where the page lives in a source checkout."""
@@ -58,14 +59,6 @@ def _usage(parser: argparse.ArgumentParser) -> str:
     return formatter.format_help().strip()
 
 
-def _cell(text: str) -> str:
-    """`text` for a table cell: one line, `|` escaped, `<`, `>` and `&` escaped outside code spans."""
-    parts = " ".join(text.split()).split("`")
-    for index in range(0, len(parts), 2):  # even parts are outside backticks
-        parts[index] = parts[index].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return "`".join(parts).replace("|", "\\|")
-
-
 def _code(value: object) -> str:
     return "`" + str(value).replace("|", "\\|") + "`"
 
@@ -93,7 +86,7 @@ def _help(action: argparse.Action, prog: str) -> str:
     text = action.help % {**vars(action), "prog": prog} if shown else ""
     if isinstance(action, argparse._AppendAction) and "repeatable" not in text:
         text = (text + " (repeatable)").strip()
-    return _cell(text)
+    return table_cell(text)
 
 
 def _table(actions: list[argparse.Action], prog: str) -> list[str]:
@@ -120,7 +113,7 @@ def cli_page() -> str:
         "",
         f"<!-- Generated from the `tradewind` parsers by `{REGENERATE}`; do not edit by hand. -->",
         "",
-        f"`{root.prog}`: {_cell(root.description or '')} Every command below answers `--help` with the same",
+        f"`{root.prog}`: {table_cell(root.description or '')} Every command below answers `--help` with the same",
         "text. Relative paths in arguments and configs are taken from the workspace root; only the config file",
         "of `tradewind train` and `tradewind estimate` is a plain path from the current folder (see",
         "[Workspace](../workspace.md)).",
@@ -135,7 +128,7 @@ def cli_page() -> str:
         level = "#" * min(parser.prog.count(" ") + 1, 4)
         lines += [f"{level} `{parser.prog}`", ""]
         if help_text:
-            lines += [_cell(help_text[0].upper() + help_text[1:]) + ".", ""]
+            lines += [table_cell(help_text[0].upper() + help_text[1:]) + ".", ""]
         lines += ["```text", _usage(parser), "```", ""]
         own = [action for action in _arguments(parser) if action.dest not in common]
         if own:

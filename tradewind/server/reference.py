@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 from mcp.types import Tool
 
+from tradewind.core.markdown import table_cell
 from tradewind.server.adapter import lean_output_schema
 from tradewind.server.app import TOOL_HINTS, build_server
 from tradewind.server.resources import schema_uri
@@ -66,18 +67,10 @@ def _published() -> tuple[list[Tool], dict[str, dict[str, Any]]]:
         return anyio.run(read)
 
 
-def _cell(text: str) -> str:
-    """`text` for a table cell or a paragraph: one line, `|` escaped, `<`/`>` escaped outside code spans."""
-    parts = " ".join(text.split()).split("`")
-    for index in range(0, len(parts), 2):  # even parts are outside backticks
-        parts[index] = parts[index].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return "`".join(parts).replace("|", "\\|")
-
-
 def _prose(text: str) -> str:
     """Docstring paragraphs, each joined to one line and escaped like a cell."""
     paragraphs = [" ".join(block.split()) for block in text.split("\n\n") if block.strip()]
-    return "\n\n".join(_cell(paragraph) for paragraph in paragraphs)
+    return "\n\n".join(table_cell(paragraph) for paragraph in paragraphs)
 
 
 def _literal(value: Any) -> str:
@@ -152,7 +145,7 @@ def _arguments_table(schema: dict[str, Any], prefix: str, links: dict[str, str])
     for name, field in schema.get("properties", {}).items():
         lines.append(
             f"| `{prefix}{name}` | {_type(field, links)} | {_default(name, field, required)} | "
-            f"{_allowed(field)} | {_cell(field.get('description', ''))} |"
+            f"{_allowed(field)} | {table_cell(field.get('description', ''))} |"
         )
     return lines
 
@@ -193,7 +186,7 @@ def tool_page(tool: Tool, schema: dict[str, Any]) -> str:
         "",
         _HEADER,
         "",
-        f"**{_cell(hints.title or tool.name)}.** {_cell(tool.description or '')}",
+        f"**{table_cell(hints.title or tool.name)}.** {table_cell(tool.description or '')}",
         "",
     ]
     if rest.strip():
@@ -213,14 +206,14 @@ def tool_page(tool: Tool, schema: dict[str, Any]) -> str:
     lines.append("")
     for argument, model, definition in nested:
         lines += [f"### `{argument}`", ""]
-        intro = _cell(definition.get("description", ""))
+        intro = table_cell(definition.get("description", ""))
         lines += [f"{intro} An object ({model}); the same fields as [`{argument}.`]({_CONFIG_REFERENCE}).", ""]
         lines += _arguments_table(definition, f"{argument}.", links)
         lines.append("")
 
     lines += ["## Result", "", "| field | type | description |", "|---|---|---|"]
     for name, field, description in _result_fields(tool.name):
-        lines.append(f"| `{name}` | {_type(field)} | {_cell(description)} |")
+        lines.append(f"| `{name}` | {_type(field)} | {table_cell(description)} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -240,9 +233,8 @@ def index_page(tools: list[Tool]) -> str:
         "|---|---|---|",
     ]
     for tool in tools:
-        lines.append(
-            f"| [`{tool.name}`]({tool.name}.md) | {_cell(tool.title or '')} | {_cell(tool.description or '')} |"
-        )
+        title, description = table_cell(tool.title or ""), table_cell(tool.description or "")
+        lines.append(f"| [`{tool.name}`]({tool.name}.md) | {title} | {description} |")
     lines.append("")
     return "\n".join(lines)
 
