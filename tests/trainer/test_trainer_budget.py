@@ -1,7 +1,9 @@
 """Budgeted runs: `time_budget_s` trains for that long (compilation excluded), decays the schedule to its end
 within it, and ends with val_loss and val_bpb on the dataset's fixed val tokens."""
 
+import json
 import math
+import shutil
 import time
 
 import jax
@@ -13,6 +15,7 @@ from flax import nnx
 from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer, open_token_cache
 from tradewind.trainer import TrainConfig, load_run_model, read_metrics, train
 from tradewind.trainer.plan import StepPlan, TimeBudget
+from tradewind.trainer.validation import fixed_val_tokens
 
 BUDGET_S = 30.0
 
@@ -88,3 +91,22 @@ def test_the_budget_replans_the_step_count_from_the_measured_speed_and_ends_wher
     assert 45 <= step <= 50  # 1 s of 20 ms updates, the last one included
     assert all(45 <= total <= 52 for total in planned[5:])  # planned from the speed after the warm-up
     assert budget.spent() == pytest.approx(1.0, abs=0.05)
+
+
+def test_the_fixed_val_tokens_are_the_first_of_the_val_split_and_lack_bytes_without_their_tokenizer(
+    tiny_cache, tmp_path
+):
+    cache = open_token_cache(tiny_cache)
+    val = fixed_val_tokens(cache, seq_len=32)
+    stream = np.asarray(cache.tokens("val")[: val.windows.shape[0] * 32 + 1])
+    assert val.windows.shape[0] == min(cache.manifest.val_tokens, len(cache.tokens("val")) - 1) // 32
+    assert (val.windows[1] == stream[32:65]).all() and val.scored == val.windows.shape[0] * 32
+    assert val.bytes == len(load_tokenizer("byte").decode(stream[1:].tolist()).encode("utf-8"))
+
+    # A run where the dataset's tokenizer file is not (a Ray host without it) still scores val_loss.
+    moved = tmp_path / "cache"
+    shutil.copytree(tiny_cache, moved)
+    manifest = json.loads((moved / "manifest.json").read_text())
+    manifest["tokenizer"]["name"] = str(tmp_path / "gone" / "tokenizer.json")
+    (moved / "manifest.json").write_text(json.dumps(manifest))
+    assert fixed_val_tokens(open_token_cache(moved), seq_len=32).bytes is None

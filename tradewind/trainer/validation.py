@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from tradewind.core import TradewindError
 from tradewind.data import TokenCache, load_tokenizer
 from tradewind.trainer.setup import TrainSetup
 from tradewind.trainer.step import Params, make_eval_step
@@ -29,7 +30,7 @@ class ValTokens:
     """The windows of the fixed val token set, and the UTF-8 bytes of the text their targets decode to."""
 
     windows: np.ndarray  # [n, seq_len + 1]; window i starts at token i * seq_len
-    bytes: int
+    bytes: int | None  # None when the dataset's tokenizer cannot be loaded here
 
     @property
     def scored(self) -> int:
@@ -57,8 +58,12 @@ def fixed_val_tokens(cache: TokenCache, seq_len: int, rows_multiple: int = 1) ->
     stream = np.asarray(tokens[: count * seq_len + 1], dtype=np.int32)
     starts = np.arange(count) * seq_len
     windows = stream[starts[:, None] + np.arange(seq_len + 1)]
-    text = load_tokenizer(cache.manifest.tokenizer.name).decode(stream[1:].tolist())
-    return ValTokens(windows, len(text.encode("utf-8")))
+    try:
+        tokenizer = load_tokenizer(cache.manifest.tokenizer.name)
+    except (TradewindError, OSError) as error:  # a hub tokenizer offline, a tokenizer.json on another host
+        print(f"val_bpb: no tokenizer to count the val text's bytes ({error}); val_loss only", flush=True)
+        return ValTokens(windows, None)
+    return ValTokens(windows, len(tokenizer.decode(stream[1:].tolist()).encode("utf-8")))
 
 
 def score_val_tokens(setup: TrainSetup, params: Params, val: ValTokens) -> ValScore:
