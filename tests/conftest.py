@@ -4,9 +4,15 @@ import itertools
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The suite compiles the same tiny models in many tests: they share one persistent XLA cache (set before JAX is
+# first imported; training jobs use their workspace's own, see `launching.training_env`).
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="tradewind-test-xla-"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer, read_documents
 from tradewind.tools import (
