@@ -88,6 +88,14 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """CONFIG and --set, as `train` and `estimate` read a run's config."""
+    parser.add_argument("config", help="a TrainConfig as YAML, the schema launch_training takes (see experiments/)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. model.n_layers=6"
+    )
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `tradewind` parser; with `command`, only that command's options generated from a request model.
 
@@ -180,10 +188,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     train = subcommands.add_parser(
         "train", parents=[common], help="launch a training run from a YAML config and follow it with a progress bar"
     )
-    train.add_argument("config", help="a TrainConfig as YAML, the schema launch_training takes (see experiments/)")
-    train.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. model.n_layers=6"
-    )
+    _add_config_arguments(train)
     train.add_argument("--detach", action="store_true", help="print the run id and return; the run goes on")
     train.set_defaults(handler=commands.train)
 
@@ -192,10 +197,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parents=[common],
         help="size a run before launching it: parameters, memory fit, step time, what a time budget trains",
     )
-    estimate.add_argument("config", help="a TrainConfig as YAML, the schema launch_training takes (as for train)")
-    estimate.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. model.n_layers=6"
-    )
+    _add_config_arguments(estimate)
     estimate.add_argument(
         "--budget-s", type=float, metavar="S", help="seconds of training to plan for (default: the config's steps)"
     )
