@@ -226,6 +226,9 @@ def test_a_grid_over_the_bound_and_more_concurrency_than_the_limit_are_refused(w
     eager = LaunchSweepRequest(base={"dataset": "ds-none"}, space={"seed": [1]}, max_concurrent=5)
     with pytest.raises(InvalidInputError, match=r"'max_concurrent': 5 is more than limits.max_active_runs \(4\)"):
         launch_sweep(workspace, eager)
+    into_a_value = LaunchSweepRequest(base={"dataset": "ds-none", "model": 3}, space={"model.d_model": [64]})
+    with pytest.raises(InvalidInputError, match=r"'space': 'model.d_model': 'model' is a value, not a section"):
+        launch_sweep(workspace, into_a_value)
 
 
 @pytest.mark.parametrize(

@@ -170,20 +170,32 @@ def parse_config(config_cls: type[ConfigT], data: Any, source: str = "config") -
         raise ConfigError(describe_validation_error(error, source)) from None
 
 
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set `a.b.c` in nested dicts, making the sections `data` leaves out.
+
+    Raises:
+        ValueError: a part of the key holds a value, not a section; the message names it.
+    """
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ValueError(f"{part!r} is a value, not a section")
+        node = child
+    node[leaf] = value
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `dotted.key=value` overrides to a nested dict; values are parsed as YAML scalars."""
     for override in overrides:
         key, sep, raw = override.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {override!r}: expected key=value, e.g. optimizer.learning_rate=1e-3")
-        node = data
-        *parents, leaf = key.split(".")
-        for part in parents:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {override!r}: {part!r} is not a section")
-            node = child
-        node[leaf] = yaml.safe_load(raw)
+        try:
+            set_dotted(data, key, yaml.safe_load(raw))
+        except ValueError as error:
+            raise ConfigError(f"override {override!r}: {error}") from None
     return data
 
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tradewind.cluster import JobSpec, Resources
 from tradewind.cluster.jobs import utc_now
 from tradewind.core import InvalidInputError, TradewindError, describe_validation_error, make_id
+from tradewind.core.config import set_dotted
 from tradewind.tools.bounds import PAGE_CHARS, cut, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
@@ -249,7 +250,10 @@ def _plan(
         label = _describe(overrides)
         arguments = copy.deepcopy(base)
         for key, value in overrides.items():
-            _set_dotted(arguments, key, value)
+            try:
+                set_dotted(arguments, key, value)
+            except ValueError as error:
+                raise InvalidInputError(f"argument 'space': {key!r}: {error} in base") from None
         arguments["note"] = cut(f"{request.note}: {label}" if request.note else label)
         arguments["parent_run"] = parent_run
         where = f"trial {len(trials)} ({label})"
@@ -298,18 +302,6 @@ def _baseline_arguments(ctx: ToolContext, base: dict[str, Any], parent_run: str 
             + describe_validation_error(error, str(layout.config))
         ) from None
     return arguments
-
-
-def _set_dotted(arguments: dict[str, Any], key: str, value: Any) -> None:
-    """Set `a.b.c` in nested dicts, making the sections the base leaves out."""
-    *sections, name = key.split(".")
-    target = arguments
-    for section in sections:
-        child = target.setdefault(section, {})
-        if not isinstance(child, dict):
-            raise InvalidInputError(f"argument 'space': {key!r}: {section!r} is a value in base, not a section")
-        target = child
-    target[name] = value
 
 
 def _describe(overrides: dict[str, Any]) -> str:
