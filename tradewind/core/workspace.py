@@ -24,8 +24,10 @@ import re
 import secrets
 import time
 from pathlib import Path
+from typing import IO, Any
 
 from tradewind.core.errors import InvalidInputError, NotFoundError, PathEscapeError
+from tradewind.core.files import check_tree, make_confined_dir, open_confined, write_confined
 
 ENV_VAR = "TRADEWIND_WORKSPACE"
 DEFAULT_ROOT = Path("~/.tradewind")
@@ -147,6 +149,60 @@ class Workspace:
     @property
     def pipelines_dir(self) -> Path:
         return self.root / PIPELINES_DIR
+
+    @property
+    def read_roots(self) -> tuple[Path, ...]:
+        """Where tools may read: the workspace and the `--allow-path` roots."""
+        return (self.root, *self.allowed_roots)
+
+    @property
+    def write_roots(self) -> tuple[Path, ...]:
+        """Where tools may write: the workspace alone."""
+        return (self.root,)
+
+    def open(
+        self,
+        path: str | os.PathLike[str],
+        mode: str = "rb",
+        *,
+        argument: str,
+        encoding: str | None = "utf-8",
+        errors: str | None = None,
+    ) -> IO[Any]:
+        """Open a file inside the workspace (or, to read, an allowed root) with no symlink leading out.
+
+        The one way tools, resources and the dashboard open workspace files (`core.files.open_confined`):
+        writing (`w`, `a`, `x`) is confined to the workspace and makes missing folders; reading to the
+        workspace and the `--allow-path` roots. `argument` is the request argument that led here, for errors.
+
+        Raises:
+            PathEscapeError: the file or a folder on the way leads outside.
+            NotFoundError: reading a file that is not there.
+            InvalidInputError: not a regular file.
+        """
+        writing = any(flag in mode for flag in "wax+")
+        return open_confined(
+            self.root / path,
+            mode,
+            roots=self.write_roots if writing else self.read_roots,
+            argument=argument,
+            encoding=encoding,
+            errors=errors,
+            make_parents=writing,
+        )
+
+    def write_atomic(self, path: str | os.PathLike[str], data: bytes | str, *, argument: str) -> Path:
+        """Write a workspace file atomically, confined like `open`; `str` data is written as UTF-8."""
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        return write_confined(self.root / path, payload, roots=self.write_roots, argument=argument)
+
+    def make_dir(self, path: str | os.PathLike[str], *, argument: str) -> Path:
+        """Make a folder inside the workspace (for a process to write into), refusing symlinks that lead out."""
+        return make_confined_dir(self.root / path, roots=self.write_roots, argument=argument)
+
+    def check_tree(self, path: str | os.PathLike[str], *, argument: str) -> Path:
+        """A folder another process will read whole (checkpoints, a tokenizer), checked for links leading out."""
+        return check_tree(self.root / path, roots=self.read_roots, argument=argument)
 
     def internal_input(self, path: Path) -> str | None:
         """What makes the resolved `path` a workspace internal that is never an input, else None.
