@@ -9,12 +9,12 @@ Layout::
     <root>/cache/xla/       compiled programs local training jobs reuse
     <root>/jobs/            job records of the local cluster backend (cluster.sqlite) and job logs
     <root>/steps/           outputs of pipeline steps, addressed by a hash of their inputs
-    <root>/pipelines/       pipeline files `run_pipeline` may run (made by the user)
+    <root>/pipelines/       a place for pipeline files (run only once granted with --allow-code)
 
 The root comes from `--workspace`, else `$TRADEWIND_WORKSPACE`, else `~/.tradewind`. Every path a tool
 accepts is resolved here: it must land inside the root or inside a root the user allowed explicitly
-(`--allow-path`), after following symlinks. Running code is a separate grant: a pipeline file must lie in
-`<root>/pipelines/` or under a root given with `--allow-code` (`resolve_code`).
+(`--allow-path`), after following symlinks. Running code is a separate grant, never a default: a pipeline
+file must lie under a root given with `--allow-code` (`resolve_code`), `pipelines/` included.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class Workspace:
     Args:
         root: the workspace folder; created on first use.
         allowed_paths: further folders whose files tools may read (never write, never run).
-        code_paths: further folders whose Python files `run_pipeline` may run (besides `<root>/pipelines/`).
+        code_paths: the folders whose Python files `run_pipeline` may import and run (`--allow-code`).
     """
 
     def __init__(
@@ -292,34 +292,35 @@ class Workspace:
         return resolved
 
     def resolve_code(self, path: str | os.PathLike[str], argument: str) -> Path:
-        """Resolve a Python file the user wants run: it must lie in `<root>/pipelines/` or under a code root.
+        """Resolve a Python file the user wants run (or imported, even for a dry run): it must lie under a root
+        given with `--allow-code`.
 
-        Reading and running are separate grants: a file elsewhere in the workspace, or under a root given
-        with `--allow-path` (inputs only), is refused. Symlinks are followed before the check.
+        Running code is a grant of its own, never a default: a file in the workspace (`pipelines/` included) or
+        under a root given with `--allow-path` (inputs only) is refused until its folder is allowed with
+        `--allow-code DIR`. Symlinks are followed before the check.
 
         Raises:
             InvalidInputError: as `resolve_path`.
-            PathEscapeError: the file is outside `pipelines/` and every code root; the message says where it
-                is and how to grant it (`--allow-code DIR`, or copying it into `pipelines/`).
+            PathEscapeError: the file is under no code root; the message says where it is and how to grant it.
             NotFoundError: nothing is there.
         """
         check_path_text(path, argument)
         raw = Path(path).expanduser()
         resolved = (raw if raw.is_absolute() else self.root / raw).resolve()
-        code_roots = (self.pipelines_dir, *self.code_roots)
-        if not any(resolved.is_relative_to(root) for root in code_roots):
+        if not any(resolved.is_relative_to(root) for root in self.code_roots):
             read_root = next((root for root in self.allowed_roots if resolved.is_relative_to(root)), None)
             if read_root is not None:
                 where = f"it is under {read_root}, a root allowed with --allow-path, which grants reading inputs"
                 where += ", not running code"
             elif resolved.is_relative_to(self.root):
-                where = f"it is in the workspace but not in {self.pipelines_dir}"
+                where = "it is in the workspace, and files there are not code the server may run"
             else:
-                where = "it is outside the workspace and every code root"
+                where = "it is outside every code root"
+            granted = ", ".join(str(root) for root in self.code_roots) or "none"
             raise PathEscapeError(
-                f"argument {argument!r}: {str(path)!r} ({resolved}) is refused because {where}; pipeline code runs "
-                f"only from {self.pipelines_dir}/ or a folder allowed with --allow-code DIR: copy the file into "
-                f"{self.pipelines_dir}/ or start the server with --allow-code for its folder"
+                f"argument {argument!r}: {str(path)!r} ({resolved}) is refused because {where}; this server runs or "
+                f"imports code only from folders granted with --allow-code DIR (granted: {granted}): restart it "
+                f"with --allow-code {resolved.parent}"
             )
         if not resolved.exists():
             raise NotFoundError(f"argument {argument!r}: no file at {str(path)!r} ({resolved})")
