@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -89,10 +90,9 @@ def _open_folder(resolved: Path, root: Path, argument: str, *, create: bool) -> 
             except FileNotFoundError:
                 if not create:
                     raise NotFoundError(f"argument {argument!r}: no folder at {resolved}") from None
-                try:
+                # made meanwhile by another writer: opened below all the same, without following
+                with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o777, dir_fd=fd)
-                except FileExistsError:
-                    pass  # made meanwhile by another writer: opened below, without following
                 child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = child
@@ -178,10 +178,8 @@ def write_confined(path: str | os.PathLike[str], data: bytes, *, roots: Roots, a
                 os.fsync(out.fileno())
             os.replace(temporary, resolved.name, src_dir_fd=folder, dst_dir_fd=folder)
         except BaseException:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary, dir_fd=folder)
-            except FileNotFoundError:
-                pass
             raise
     finally:
         os.close(folder)
