@@ -41,10 +41,46 @@ steps = [Step("second", write, {"word": "b"}, deps=(first,))]
 
 @pytest.fixture
 def tool_ctx(tmp_path):
-    context = ToolContext.open(tmp_path / "workspace")
+    """A workspace whose pipelines/ folder the server was told it may run (`--allow-code`), holding `pipe.py`."""
+    workspace = tmp_path / "workspace"
+    context = ToolContext.open(workspace, allowed_code=(workspace / "pipelines",))
     context.workspace.pipelines_dir.mkdir()
     (context.workspace.pipelines_dir / "pipe.py").write_text(PIPELINE)
     return context
+
+
+MARKER_PIPELINE = """
+import pathlib
+pathlib.Path({marker!r}).write_text("the file's top-level code ran")
+steps = []
+"""
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_pipeline_in_the_workspace_is_never_imported_without_allow_code_not_even_for_a_dry_run(tmp_path, dry_run):
+    ctx = ToolContext.open(tmp_path / "workspace")
+    marker = tmp_path / "outside" / "ran"
+    marker.parent.mkdir()
+    ctx.workspace.pipelines_dir.mkdir()
+    (ctx.workspace.pipelines_dir / "x.py").write_text(MARKER_PIPELINE.format(marker=str(marker)))
+    with pytest.raises(PathEscapeError, match=r"argument 'pipeline': .*--allow-code") as refused:
+        run_pipeline(ctx, RunPipelineRequest(pipeline="pipelines/x.py", dry_run=dry_run))
+    assert "pipelines/x.py" in str(refused.value)
+    assert not marker.exists() and ctx.backend.list() == []  # no job was started to import it
+
+
+@pytest.mark.anyio
+async def test_over_mcp_a_dry_run_of_a_pipeline_without_allow_code_is_an_error_and_runs_nothing(tmp_path):
+    ctx = ToolContext.open(tmp_path / "workspace")
+    marker = tmp_path / "ran"
+    ctx.workspace.pipelines_dir.mkdir()
+    (ctx.workspace.pipelines_dir / "x.py").write_text(MARKER_PIPELINE.format(marker=str(marker)))
+    server = MCPServer(name="cluster-tools")
+    server.add_tool(as_mcp_tool(run_pipeline, ctx), name="run_pipeline", structured_output=True)
+    async with Client(server) as client:
+        refused = await client.call_tool("run_pipeline", {"pipeline": "pipelines/x.py"})
+    assert refused.is_error and "--allow-code" in " ".join(block.text for block in refused.content)
+    assert not marker.exists() and ctx.backend.list() == []
 
 
 def test_cluster_status_shows_capacity_use_and_running_and_queued_jobs(tool_ctx, tmp_path):

@@ -73,8 +73,8 @@ class RunPipelineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pipeline: str = Field(
-        description="Python file defining `steps` (tradewind.cluster.Step list) in pipelines/ or an --allow-code "
-        "folder."
+        description="Python file defining `steps` (tradewind.cluster.Step list), under a folder the server was "
+        "started with --allow-code."
     )
     dry_run: bool = Field(
         default=True,
@@ -204,11 +204,13 @@ def _pipeline_result(path: Path, steps: list[PlannedStep], **fields: Any) -> Run
 
 
 def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progress = no_progress) -> RunPipelineResult:
-    """Plan or run a pipeline file's cached steps (a dry run imports it too). Use it for multi-step work.
+    """Plan or run a pipeline file's cached steps. Use it for multi-step work; the file must be under an
+    --allow-code folder (a dry run imports it too).
 
-    The file must be in the workspace's pipelines/ folder or under a folder allowed with --allow-code. Even
-    a dry run imports the file, so its top-level code runs (in a separate job process, in a fresh temporary
-    working folder); the steps (tokenize, train, eval, ...) run only with dry_run=false. Each step's output
+    Running code is a grant of its own: the file must lie under a folder the server was started with
+    `--allow-code DIR`; any other (the workspace's pipelines/ included) is refused before anything imports
+    it. Even a dry run imports the file, so its top-level code runs (in a separate job process, in a fresh
+    temporary working folder); the steps (tokenize, train, eval, ...) run only with dry_run=false. Each step's output
     goes to `<workspace>/steps/<name>-<hash of its config and inputs>`; finished steps are skipped, so
     rerunning an unchanged pipeline costs seconds. With dry_run=false the steps run as one background job
     (follow it with cluster_status); call again with dry_run=true to see which steps have finished. Steps
