@@ -1,25 +1,50 @@
 """Confinement: every path stays inside the workspace or an allowed root, workspace internals are never an
 input, and running code is a grant of its own (`pipelines/` or `--allow-code`), apart from reading inputs."""
 
+import inspect
+import json
+import re
 import shutil
 
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
 
-from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
+from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError, TradewindError
+from tradewind.server import build_server
 from tradewind.server.adapter import as_mcp_tool
+from tradewind.server.dashboard import dashboard_data
 from tradewind.tools import (
+    CompareRunsRequest,
+    InspectDatasetRequest,
+    LaunchTrainingRequest,
+    ListExperimentsRequest,
+    ProfileRunRequest,
+    ReadMetricsRequest,
+    SampleTextRequest,
+    SummarizeReportRequest,
+    TailLogsRequest,
     TokenizeDatasetRequest,
     ToolContext,
     TrainTokenizerRequest,
+    compare_runs,
+    inspect_dataset,
+    launch_training,
     list_datasets,
+    list_experiments,
+    list_runs,
+    profile_run,
+    read_metrics,
+    sample_text,
+    summarize_report,
+    tail_logs,
     tokenize_dataset,
     train_tokenizer,
 )
 from tradewind.tools.cluster import RunPipelineRequest, run_pipeline
 from tradewind.tools.datasets import ListDatasetsRequest, resolve_dataset
-from tradewind.tools.runs import RunRequest, get_run
+from tradewind.tools.runs import ListRunsRequest, RunRequest, get_run
 
 PIPELINE = """
 import os
@@ -134,7 +159,7 @@ def test_a_pipeline_under_an_allow_path_root_is_refused_and_one_elsewhere_in_the
     with pytest.raises(PathEscapeError, match=r"argument 'pipeline': .* --allow-path, which grants reading inputs"):
         run_pipeline(ctx, RunPipelineRequest(pipeline=str(inputs / "pipe.py")))
     (ctx.workspace.root / "pipe.py").write_text(PIPELINE.format(seen=str(seen)))
-    with pytest.raises(PathEscapeError, match=r"in the workspace but not in .*pipelines.*--allow-code DIR"):
+    with pytest.raises(PathEscapeError, match=r"in the workspace, and files there are not code .*--allow-code DIR"):
         run_pipeline(ctx, RunPipelineRequest(pipeline="pipe.py"))
     ctx.workspace.pipelines_dir.symlink_to(inputs)
     with pytest.raises(PathEscapeError, match="argument 'pipeline'"):
@@ -142,9 +167,12 @@ def test_a_pipeline_under_an_allow_path_root_is_refused_and_one_elsewhere_in_the
     assert not seen.exists()  # no refused file was imported
 
 
-def test_a_pipeline_under_pipelines_is_planned_with_its_import_in_a_fresh_temporary_folder(ctx, tmp_path, monkeypatch):
+def test_a_pipeline_under_a_granted_pipelines_folder_is_planned_with_its_import_in_a_fresh_temporary_folder(
+    tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     seen = tmp_path / "seen.txt"
+    ctx = ToolContext.open(tmp_path / "ws", allowed_code=(tmp_path / "ws" / "pipelines",))
     ctx.workspace.pipelines_dir.mkdir()
     (ctx.workspace.pipelines_dir / "pipe.py").write_text(PIPELINE.format(seen=str(seen)))
     plan = run_pipeline(ctx, RunPipelineRequest(pipeline="pipelines/pipe.py"))
@@ -162,3 +190,226 @@ def test_a_pipeline_under_an_allow_code_root_is_accepted(ctx, tmp_path):
     assert [(s.name, s.action) for s in plan.steps] == [("only", "run")]
     with pytest.raises(NotFoundError, match="argument 'pipeline': no file"):
         run_pipeline(ctx, RunPipelineRequest(pipeline=str(code / "missing.py")))
+
+
+# --- No file or folder inside a workspace object leads outside (issue 23, item 3) ---------------------------------
+#
+# A hand-made workspace holds a failed run `run-a` (record, config, metrics, log, summary, profile, a checkpoint
+# folder, samples), a finished `run-b`, a token cache `ds-trap`, a tokenizer folder `tkdir` and run-a's report.
+# Each case replaces one entry with a symlink to a copy outside the workspace holding a marker secret, then calls
+# every tool, resource and dashboard function that reads or writes that entry: each must refuse naming the
+# symlink, the secret must appear nowhere, and nothing outside may change.
+
+SECRET = "tw-marker-secret-7c1e"
+RUN = "run-a"
+DATASET = "ds-trap"
+# Tools of another helper's files (sampling, profiling, launching, experiments): their cases fail until they
+# confine these reads and writes too.
+LATER = {"sample_text", "profile_run", "resume_from", "export"}
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory, small_corpus):
+    """The workspace every case copies (tokenizing and training a tokenizer once per module)."""
+    from runs_helpers import metric_rows, write_run
+
+    from tradewind.cluster import JobStatus
+    from tradewind.trainer import ProfileSummary, RunRecord, TrainConfig, TrainSummary
+
+    root = tmp_path_factory.mktemp("template") / "ws"
+    ctx = ToolContext.open(root)
+    shutil.copy(small_corpus, root / "corpus.txt")
+    (root / "settings.yaml").write_text("backend: local\n")
+    info = tokenize_dataset(ctx, TokenizeDatasetRequest(input="corpus.txt"))
+    (ctx.workspace.datasets_dir / info.dataset_id).rename(ctx.workspace.datasets_dir / DATASET)
+    trained = train_tokenizer(ctx, TrainTokenizerRequest(input="corpus.txt", vocab_size=300))
+    (root / "tkdir").mkdir()
+    shutil.copy(trained.tokenizer, root / "tkdir" / "tokenizer.json")
+    config = TrainConfig(
+        dataset=f"datasets/{DATASET}",
+        steps=20,
+        batch_size=8,
+        seq_len=32,
+        model={"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64},
+    )
+    summary = TrainSummary(
+        parameters=1, steps=20, tokens_seen=5120, final_loss=2.0, first_eval_loss=5.0, final_eval_loss=2.1,
+        best_eval_loss=2.1, mean_tokens_per_s=100.0, compile_s=1.0, wall_s=2.0,
+    )  # fmt: skip
+    profile = ProfileSummary(
+        steps=2, compile_s=1.0, mean_step_s=0.1, tokens_per_s=100.0, parameters=1, trace_dir="profile", backend="cpu"
+    )
+    for run_id, status in ((RUN, JobStatus.FAILED), ("run-b", JobStatus.SUCCEEDED)):
+        record = RunRecord(run_id=run_id, backend="process", status=status, reason="exited with code 1")
+        layout = write_run(ctx, run_id, metric_rows(steps=20, eval_every=10), record)
+        layout.config.write_text(config.model_dump_json())
+        layout.summary.write_text(summary.model_dump_json())
+        layout.log.write_text("step 5 loss 3.0\nTraceback: RuntimeError: boom\n")
+        (layout.profile).mkdir()
+        (layout.profile / "summary.json").write_text(profile.model_dump_json())
+        (layout.checkpoints / "5").mkdir(parents=True)
+        (layout.checkpoints / "5" / "state").write_bytes(b"\0" * 16)
+        layout.samples.mkdir()
+    (ctx.workspace.reports_dir / f"{RUN}.md").write_text("# Training report\n")
+    (ctx.workspace.reports_dir / f"{RUN}-loss.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    return root
+
+
+def _snapshot(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def _link_out(root, relative, outside):
+    """Move `root/relative` outside (a secret planted in it) and leave a symlink to it in its place."""
+    inside = root / relative
+    target = outside / relative.replace("/", "__")
+    shutil.move(inside, target)
+    if target.is_dir():
+        (target / "secret.txt").write_text(SECRET)
+    else:
+        target.write_text(json.dumps({"secret": SECRET}) + "\n")
+    inside.symlink_to(target, target_is_directory=target.is_dir())
+
+
+async def _refusal(call):
+    """The error a call ends with (its text), or the result it returned, marked as not refused."""
+    try:
+        result = call()
+        if inspect.isawaitable(result):
+            result = await result
+    except (TradewindError, MCPError) as error:
+        return f"{type(error).__name__}: {error}"
+    return f"NOT REFUSED: {result}"
+
+
+def _resource(ctx, uri):
+    async def read():
+        async with Client(build_server(ctx)) as client:
+            try:
+                return await client.read_resource(uri)
+            except MCPError as error:  # raised outside the client's task group, not as a group of one
+                failure = error
+        raise failure
+
+    return read
+
+
+def _unreadable_reason(ctx, run_id):
+    listing = list_runs(ctx, ListRunsRequest())
+    reasons = {entry.run_id: entry.reason for entry in listing.unreadable}
+    if run_id in reasons:
+        raise PathEscapeError(reasons[run_id])  # list_runs tells of the refusal instead of raising it
+    return listing
+
+
+CALLS = {
+    "get_run": lambda ctx: get_run(ctx, RunRequest(run_id=RUN)),
+    "list_runs": lambda ctx: _unreadable_reason(ctx, RUN),
+    "tail_logs": lambda ctx: tail_logs(ctx, TailLogsRequest(run_id=RUN)),
+    "read_metrics": lambda ctx: read_metrics(ctx, ReadMetricsRequest(run_id=RUN)),
+    "summarize_report": lambda ctx: summarize_report(ctx, SummarizeReportRequest(run_id=RUN, sample=False)),
+    "compare_runs": lambda ctx: compare_runs(ctx, CompareRunsRequest(run_ids=[RUN, "run-b"])),
+    "dashboard_data": lambda ctx: dashboard_data(ctx, [RUN]),
+    "config resource": lambda ctx: _resource(ctx, f"tradewind://runs/{RUN}/config")(),
+    "metrics resource": lambda ctx: _resource(ctx, f"tradewind://runs/{RUN}/metrics")(),
+    "logs resource": lambda ctx: _resource(ctx, f"tradewind://runs/{RUN}/logs")(),
+    "profile resource": lambda ctx: _resource(ctx, f"tradewind://runs/{RUN}/profile")(),
+    "report resource": lambda ctx: _resource(ctx, f"tradewind://runs/{RUN}/report")(),
+    "plot resource": lambda ctx: _resource(ctx, f"tradewind://runs/{RUN}/plot")(),
+    "manifest resource": lambda ctx: _resource(ctx, f"tradewind://datasets/{DATASET}/manifest")(),
+    "inspect_dataset": lambda ctx: inspect_dataset(ctx, InspectDatasetRequest(dataset_id=DATASET)),
+    "launch_training": lambda ctx: launch_training(ctx, LaunchTrainingRequest(dataset=DATASET, steps=2)),
+    "tokenize with tkdir": lambda ctx: tokenize_dataset(
+        ctx, TokenizeDatasetRequest(input="corpus.txt", tokenizer="tkdir")
+    ),
+    "tokenize with tkdir/tokenizer.json": lambda ctx: tokenize_dataset(
+        ctx, TokenizeDatasetRequest(input="corpus.txt", tokenizer="tkdir/tokenizer.json")
+    ),
+    "sample_text": lambda ctx: sample_text(
+        ctx, SampleTextRequest(run_id=RUN, prompt="The", max_tokens=2, timeout_s=60)
+    ),
+    "profile_run": lambda ctx: profile_run(ctx, ProfileRunRequest(run_id=RUN, timeout_s=120)),
+    "resume_from": lambda ctx: launch_training(ctx, LaunchTrainingRequest(dataset=DATASET, steps=30, resume_from=RUN)),
+    "export": lambda ctx: list_experiments(ctx, ListExperimentsRequest(export="tsv")),
+}
+RUN_READERS = ("get_run", "list_runs", "dashboard_data", "summarize_report")
+# (the entry turned into a symlink that leads out, the calls that read or write through it)
+TRAPS = {
+    f"runs/{RUN}/train.log": (*RUN_READERS, "tail_logs", "logs resource"),
+    f"runs/{RUN}/metrics.jsonl": (*RUN_READERS, "read_metrics", "compare_runs", "metrics resource"),
+    f"runs/{RUN}/run.json": (*RUN_READERS, "read_metrics", "tail_logs"),
+    f"runs/{RUN}/summary.json": RUN_READERS,
+    f"runs/{RUN}/config.json": (*RUN_READERS, "compare_runs", "config resource"),
+    f"runs/{RUN}/profile/summary.json": ("summarize_report", "profile resource"),
+    f"runs/{RUN}/profile": ("summarize_report", "profile resource", "profile_run"),
+    f"runs/{RUN}/checkpoints/5": ("summarize_report", "sample_text", "resume_from"),
+    f"runs/{RUN}/checkpoints": ("summarize_report", "sample_text", "resume_from"),
+    f"runs/{RUN}/samples": ("sample_text",),
+    f"datasets/{DATASET}/manifest.json": ("inspect_dataset", "manifest resource", "launch_training"),
+    f"datasets/{DATASET}/train": ("inspect_dataset", "launch_training"),
+    "tkdir/tokenizer.json": ("tokenize with tkdir", "tokenize with tkdir/tokenizer.json"),
+    "tkdir": ("tokenize with tkdir", "tokenize with tkdir/tokenizer.json"),
+    f"reports/{RUN}.md": ("report resource", "summarize_report"),
+    f"reports/{RUN}-loss.png": ("plot resource", "summarize_report"),
+    "reports": ("report resource", "plot resource", "summarize_report", "compare_runs", "export"),
+}
+CASES = [
+    pytest.param(trap, call, id=f"{trap} {call}" + (" (H4)" if call in LATER else ""))
+    for trap, calls in TRAPS.items()
+    for call in calls
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("trap", "call"), CASES)
+async def test_a_symlink_inside_a_workspace_object_that_leads_out_is_refused_and_nothing_outside_is_touched(
+    template, tmp_path, trap, call
+):
+    root = tmp_path / "ws"
+    shutil.copytree(template, root, symlinks=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    _link_out(root, trap, outside)
+    before = _snapshot(outside)
+    ctx = ToolContext.open(root)
+    text = await _refusal(lambda: CALLS[call](ctx))
+    assert re.search(r"refused .*symlink", text), text[:2000]
+    assert SECRET not in text
+    assert _snapshot(outside) == before
+
+
+# --- Workspace internals are never inputs, by name or by glob (issue 23, item 5) --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "internal"),
+    [
+        (".tradewind-token", "'.tradewind-token'"),
+        ("[.a]*", "'.tradewind-token'"),
+        (".*", "'.tradewind-token'"),
+        ("notes/.hidden/secret.txt", "'.hidden'"),
+        ("notes/.*/*", "'.hidden'"),
+        ("settings.yaml", "settings.yaml"),
+        ("settings.*", "settings.yaml"),
+        ("cache/xla/program.bin", "cache/ folder"),
+        ("cache", "cache/ folder"),
+        ("c*/*/*", "cache/ folder"),
+    ],
+)
+def test_the_token_file_settings_cache_and_every_dot_file_are_never_an_input_by_name_or_glob(ctx, value, internal):
+    root = ctx.workspace.root
+    (root / ".tradewind-token").write_text(SECRET)
+    (root / "settings.yaml").write_text(f"# {SECRET}\nbackend: local\n")
+    (root / "notes" / ".hidden").mkdir(parents=True)
+    (root / "notes" / ".hidden" / "secret.txt").write_text(SECRET)
+    (root / "notes" / "visible.txt").write_text("a note\n")
+    ctx.workspace.compile_cache_dir.mkdir(parents=True)
+    (ctx.workspace.compile_cache_dir / "program.bin").write_text(SECRET)
+    for call in (
+        lambda: tokenize_dataset(ctx, TokenizeDatasetRequest(input=value)),
+        lambda: train_tokenizer(ctx, TrainTokenizerRequest(input=value, vocab_size=300)),
+    ):
+        with pytest.raises(InvalidInputError, match=r"argument 'input': .* workspace internals: .*") as caught:
+            call()
+        assert internal in str(caught.value)
+    assert not any(ctx.workspace.datasets_dir.iterdir())

@@ -27,7 +27,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -50,6 +50,14 @@ _MODE_FLAGS = {
 }
 
 Roots = Sequence[Path]
+# How a reader of a lower layer opens the file it reads, in binary mode: `open_plain` outside any workspace,
+# `Workspace.reader(argument)` for a workspace file (confined).
+Opener = Callable[[Path], IO[bytes]]
+
+
+def open_plain(path: Path) -> IO[bytes]:
+    """The opener of files no workspace confines (a trainer's own run folder, a path given on the command line)."""
+    return open(path, "rb")
 
 
 def confined_path(path: str | os.PathLike[str], roots: Roots, argument: str) -> tuple[Path, Path]:

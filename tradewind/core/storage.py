@@ -7,6 +7,7 @@ line-oriented, and readers skip a last line that is still being written.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+
+from tradewind.core.files import Opener, open_plain
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -43,9 +46,10 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """Read a JSON file written by `atomic_write_json`."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+def read_json(path: str | os.PathLike[str], opener: Opener = open_plain) -> Any:
+    """Read a JSON file written by `atomic_write_json`, opened with `opener`."""
+    with opener(Path(path)) as f:
+        return json.loads(f.read().decode("utf-8"))
 
 
 def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
@@ -55,22 +59,29 @@ def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
         f.flush()
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Read complete JSON lines; a last line without its newline is still being written and is skipped."""
+def complete_lines(path: str | os.PathLike[str], opener: Opener = open_plain) -> list[tuple[int, str]]:
+    """The complete lines of an append-only file with their line numbers (from 1), blank ones left out; a last
+    line without its newline is still being written and is left out too. None when the file does not exist."""
     path = Path(path)
     if not path.exists():
         return []
-    text = path.read_text(encoding="utf-8")
+    with opener(path) as f:
+        text = f.read().decode("utf-8", errors="replace")
     complete = text[: text.rfind("\n") + 1]
-    return [json.loads(line) for line in complete.splitlines() if line.strip()]
+    return [(number, line) for number, line in enumerate(complete.splitlines(), 1) if line.strip()]
 
 
-def tail_lines(path: str | os.PathLike[str], count: int) -> list[str]:
+def read_jsonl(path: str | os.PathLike[str], opener: Opener = open_plain) -> list[dict[str, Any]]:
+    """Read complete JSON lines; a last line without its newline is still being written and is skipped."""
+    return [json.loads(line) for _, line in complete_lines(path, opener)]
+
+
+def tail_lines(path: str | os.PathLike[str], count: int, opener: Opener = open_plain) -> list[str]:
     """The last `count` lines of a text file (fewer if it is shorter; none if it does not exist)."""
     path = Path(path)
     if not path.exists():
         return []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with opener(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
         return [line.rstrip("\n") for line in deque(f, maxlen=count)]
 
 

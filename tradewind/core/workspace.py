@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tradewind.core.errors import InvalidInputError, NotFoundError, PathEscapeError
-from tradewind.core.files import check_tree, make_confined_dir, open_confined, write_confined
+from tradewind.core.files import Opener, check_tree, make_confined_dir, open_confined, write_confined
 
 ENV_VAR = "TRADEWIND_WORKSPACE"
 DEFAULT_ROOT = Path("~/.tradewind")
@@ -35,6 +35,7 @@ _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_PATH_CHARS = 4096  # Linux's PATH_MAX
 MAX_NAME_BYTES = 255  # Linux's NAME_MAX: one component of a path
 PIPELINES_DIR = "pipelines"
+SETTINGS_FILE = "settings.yaml"  # the workspace's settings (`tradewind.tools.context`)
 
 
 def make_id(prefix: str) -> str:
@@ -191,6 +192,11 @@ class Workspace:
             make_parents=writing,
         )
 
+    def reader(self, argument: str) -> Opener:
+        """An opener for the readers of lower layers (`read_json`, `read_metrics`, `open_token_cache`, ...): each file
+        they read is opened with `open(path, "rb", argument=argument)`, so it is confined like any other."""
+        return lambda path: self.open(path, "rb", argument=argument)
+
     def write_atomic(self, path: str | os.PathLike[str], data: bytes | str, *, argument: str) -> Path:
         """Write a workspace file atomically, confined like `open`; `str` data is written as UTF-8."""
         payload = data.encode("utf-8") if isinstance(data, str) else data
@@ -207,13 +213,25 @@ class Workspace:
     def internal_input(self, path: Path) -> str | None:
         """What makes the resolved `path` a workspace internal that is never an input, else None.
 
-        Internals: `jobs/` (the job database `cluster.sqlite` and job logs) and everything under
-        `datasets/` (token caches: manifests and shard files).
+        Internals: `jobs/` (the job database `cluster.sqlite` and job logs), everything under `datasets/`
+        (token caches: manifests and shard files), `settings.yaml`, `cache/` (compiled programs), and every
+        file or folder of the workspace whose name starts with '.' (the HTTP token `.tradewind-token` among
+        them), at any depth. Files under an `--allow-path` root are the user's, not internals.
         """
+        if not path.is_relative_to(self.root):
+            return None
+        parts = path.relative_to(self.root).parts
+        hidden = next((part for part in parts if part.startswith(".")), None)
+        if hidden is not None:
+            return f"{path} is hidden ({hidden!r}: names starting with '.' hold the server's token and state)"
         if path.is_relative_to(self.jobs_dir):
             return f"{path} is in the workspace's jobs/ folder (the job database and job logs)"
         if path.is_relative_to(self.datasets_dir):
             return f"{path} is inside the workspace's token caches (datasets/)"
+        if path.is_relative_to(self.compile_cache_dir.parent):
+            return f"{path} is in the workspace's cache/ folder (compiled programs)"
+        if parts == (SETTINGS_FILE,):
+            return f"{path} is the workspace's {SETTINGS_FILE} (its settings and limits)"
         return None
 
     def dataset_dir(self, dataset_id: str, must_exist: bool = True) -> Path:

@@ -25,12 +25,14 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
 import pydantic
 
 from tradewind.core import InvalidInputError, NotFoundError, parse_config, read_json
+from tradewind.core.files import Opener, open_plain
 from tradewind.data.bad_records import BadRecords
 from tradewind.data.shards import ShardStats
 from tradewind.data.stream import ShardedTokens
@@ -186,8 +188,9 @@ class TokenCache:
         return self.path / split
 
 
-def open_token_cache(path: str | Path) -> TokenCache:
-    """Open the complete token cache at `path`.
+def open_token_cache(path: str | Path, opener: Opener = open_plain) -> TokenCache:
+    """Open the complete token cache at `path`, reading its manifest with `opener` (a workspace's confined reader,
+    for a cache a tool names).
 
     Raises:
         NotFoundError: no `manifest.json` there (the build did not finish, or the path is wrong).
@@ -199,7 +202,10 @@ def open_token_cache(path: str | Path) -> TokenCache:
         raise NotFoundError(
             f"no token cache at {path} (manifest.json missing: the build did not finish or the path is wrong)"
         )
-    raw = read_json(manifest_path)
+    try:
+        raw = read_json(manifest_path, opener)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InvalidInputError(f"{manifest_path}: not valid JSON ({error})") from None
     version = raw.get("format_version", 1) if isinstance(raw, dict) else None
     if version != FORMAT_VERSION:
         raise InvalidInputError(

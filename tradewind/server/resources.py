@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -35,6 +36,7 @@ from mcp.types import INVALID_PARAMS, ResourceLink
 from pydantic import Field, ValidationError
 
 from tradewind.core import NotFoundError, TradewindError
+from tradewind.core.files import Opener
 from tradewind.prompts import load_skill, render_prompt, skill_names
 from tradewind.tools import ToolContext
 from tradewind.trainer import RunLayout
@@ -121,17 +123,20 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
     """Serve the run, dataset, skill and tool-schema resource templates on `server`, reading `ctx`'s workspace;
     `tool_schemas` holds each listed tool's whole input schema."""
     workspace = ctx.workspace
+    # Every file a resource serves is opened through the workspace's confined open: a symlink in a run folder,
+    # a dataset or reports/ that leads outside is refused, never followed.
+    read_run, read_dataset = workspace.reader("run_id"), workspace.reader("dataset_id")
 
     def run_file(run_id: str, pick: Callable[[RunLayout], Path], what: str) -> Path:
         layout = RunLayout(_found(lambda: workspace.run_dir(run_id)))
         path = pick(layout)
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):  # a link is opened to be refused
             raise ResourceNotFoundError(f"run {run_id!r} has no {what} yet ({path.name} is missing)")
         return path
 
     @_run_resource(server, "config", "The training configuration a run was launched with (config.json).")
     def run_config(run_id: str) -> str:
-        return _whole_json(run_file(run_id, lambda layout: layout.config, "configuration"), "get_run")
+        return _whole_json(read_run, run_file(run_id, lambda layout: layout.config, "configuration"), "get_run")
 
     @_run_resource(
         server,
@@ -142,18 +147,20 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
     def run_metrics(run_id: str) -> str:
         path = run_file(run_id, lambda layout: layout.metrics, "metrics")
         return _tail(
-            path, f"every row of a step range with the `read_metrics` tool (run_id {run_id!r}, start_step, end_step)"
+            read_run,
+            path,
+            f"every row of a step range with the `read_metrics` tool (run_id {run_id!r}, start_step, end_step)",
         )
 
     @_run_resource(server, "logs", f"A run's training log; the last {MAX_RESOURCE_CHARS:,} characters when longer.")
     def run_logs(run_id: str) -> str:
         path = run_file(run_id, lambda layout: layout.log, "log")
-        return _tail(path, f"`get_run` (run_id {run_id!r}) names the whole file as `log_file`")
+        return _tail(read_run, path, f"`get_run` (run_id {run_id!r}) names the whole file as `log_file`")
 
     @_run_resource(server, "report", "A run's markdown report, once the `summarize_report` tool has written it.")
     def run_report(run_id: str) -> str:
         path = report_file(run_id, f"{run_id}.md")
-        return _head(path, f"the whole report is {path}")
+        return _head(read_run, path, f"the whole report is {path}")
 
     @_run_resource(
         server,
@@ -162,9 +169,10 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
     )
     def run_plot(run_id: str) -> bytes:
         path = report_file(run_id, f"{run_id}-loss.png")
-        if path.stat().st_size > MAX_IMAGE_BYTES:
-            raise ResourceError(f"{path} is over the {MAX_IMAGE_BYTES:,} bytes an image resource serves")
-        return path.read_bytes()
+        with _found(lambda: read_run(path)) as f:
+            if os.fstat(f.fileno()).st_size > MAX_IMAGE_BYTES:
+                raise ResourceError(f"{path} is over the {MAX_IMAGE_BYTES:,} bytes an image resource serves")
+            return f.read()
 
     @_run_resource(
         server,
@@ -172,12 +180,13 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         "What the `profile_run` tool measured (profile/summary.json), with its trace folder.",
     )
     def run_profile(run_id: str) -> str:
-        return _whole_json(run_file(run_id, lambda layout: layout.profile / "summary.json", "profile"), "profile_run")
+        profile = run_file(run_id, lambda layout: layout.profile / "summary.json", "profile")
+        return _whole_json(read_run, profile, "profile_run")
 
     def report_file(run_id: str, name: str) -> Path:
         _found(lambda: workspace.run_dir(run_id))
         path = workspace.reports_dir / name
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):
             raise ResourceNotFoundError(
                 f"run {run_id!r} has no report yet: call the `summarize_report` tool with run_id {run_id!r} first"
             )
@@ -193,11 +202,11 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
     def dataset_manifest(dataset_id: str) -> str:
         folder = _found(lambda: workspace.dataset_dir(dataset_id))
         path = folder / "manifest.json"
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):
             raise ResourceNotFoundError(
                 f"dataset {dataset_id!r} has no manifest.json: it is not a complete token cache"
             )
-        return _whole_json(path, "inspect_dataset")
+        return _whole_json(read_dataset, path, "inspect_dataset")
 
     @server.resource(
         skill_uri("{name}"),
@@ -233,9 +242,14 @@ def _found(read: Callable[[], T]) -> T:
         raise ResourceError(str(err)) from err
 
 
-def _whole_json(path: Path, tool: str) -> str:
+def _read_text(opener: Opener, path: Path) -> str:
+    with _found(lambda: opener(path)) as f:
+        return f.read().decode("utf-8", errors="replace")
+
+
+def _whole_json(opener: Opener, path: Path, tool: str) -> str:
     """A JSON file's text; a file over the bound is refused (cut JSON would not parse)."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = _read_text(opener, path)
     if len(text) > MAX_RESOURCE_CHARS:
         raise ResourceError(
             f"{path.name} is {len(text):,} characters, over the {MAX_RESOURCE_CHARS:,} a resource serves; "
@@ -244,10 +258,10 @@ def _whole_json(path: Path, tool: str) -> str:
     return text
 
 
-def _tail(path: Path, how_to_page: str) -> str:
+def _tail(opener: Opener, path: Path, how_to_page: str) -> str:
     """The last `MAX_RESOURCE_CHARS` characters of a text file, from a line start, after a note when cut."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
+    with _found(lambda: opener(path)) as f:
+        size = os.fstat(f.fileno()).st_size
         f.seek(max(0, size - 4 * MAX_RESOURCE_CHARS))  # a UTF-8 character is at most 4 bytes
         text = f.read().decode("utf-8", errors="replace")
     if size <= MAX_RESOURCE_CHARS or (size <= 4 * MAX_RESOURCE_CHARS and len(text) <= MAX_RESOURCE_CHARS):
@@ -258,9 +272,9 @@ def _tail(path: Path, how_to_page: str) -> str:
     return note + kept
 
 
-def _head(path: Path, where: str) -> str:
+def _head(opener: Opener, path: Path, where: str) -> str:
     """The first `MAX_RESOURCE_CHARS` characters of a text file, then a note when cut."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = _read_text(opener, path)
     if len(text) <= MAX_RESOURCE_CHARS:
         return text
     note = f"\n\n(cut at {MAX_RESOURCE_CHARS:,} of {len(text):,} characters; {where})\n"

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.core import InvalidInputError
-from tradewind.tools.context import ToolContext
+from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.report_data import (
     RunData,
     RunFigures,
@@ -116,10 +116,15 @@ def describe_anomalies(figures: RunFigures) -> str:
     return "; ".join(f"step {a.step} {a.kind} ({a.detail})" for a in figures.anomalies)
 
 
-def load_runs(ctx: ToolContext, run_ids: list[str], *, sample: bool) -> list[RunData]:
+def load_runs(ctx: ToolContext, run_ids: list[str], *, sample: bool, progress: Progress = no_progress) -> list[RunData]:
+    """Each run's data (`load_run`), reporting progress run by run so that a cancelled call stops between them."""
     if len(set(run_ids)) != len(run_ids):
         raise InvalidInputError(f"run_ids: each run once, not {run_ids}")
-    return [load_run(ctx, run_id, sample=sample) for run_id in run_ids]
+    runs = []
+    for index, run_id in enumerate(run_ids):
+        progress(index, len(run_ids), f"reading run {run_id}")
+        runs.append(load_run(ctx, run_id, sample=sample, progress=progress))
+    return runs
 
 
 def compare_runs(ctx: ToolContext, request: CompareRunsRequest) -> Comparison:
@@ -130,16 +135,19 @@ def compare_runs(ctx: ToolContext, request: CompareRunsRequest) -> Comparison:
     """
     runs = load_runs(ctx, request.run_ids, sample=False)
     name = report_name(request.run_ids)
-    plot_path = ctx.workspace.reports_dir / f"{name}-loss.png"
+    plot_name = f"{name}-loss.png"
     curves = {data.figures.run_id: (data.rows, data.config.tokens_per_step) for data in runs}
-    plot_overlay(curves, "loss by tokens seen", plot_path)
-    lines, at_tokens, values, best, differences = comparison_section(runs, request.metric, plot_path.name)
+    plot = plot_overlay(curves, "loss by tokens seen")
+    lines, at_tokens, values, best, differences = comparison_section(runs, request.metric, plot_name)
     title = "Comparison: " + ", ".join(request.run_ids)
-    report_path, html_path = write_report(ctx.workspace.reports_dir, name, "\n".join([f"# {title}", "", *lines]), title)
+    markdown = "\n".join([f"# {title}", "", *lines])
+    report_path, html_path, plots = write_report(
+        ctx.workspace, name, markdown, title, {plot_name: plot}, argument="run_ids"
+    )
     return Comparison(
         report_path=str(report_path),
         html_path=str(html_path),
-        plot_paths=[str(plot_path)],
+        plot_paths=[str(path) for path in plots],
         config_differences=differences,
         at_tokens=at_tokens,
         values=values,

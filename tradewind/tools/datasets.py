@@ -65,8 +65,9 @@ def resolve_dataset(
     is_path = names_a_path(value)
     path = value if is_path else ctx.workspace.datasets_dir / check_id(value, argument)
     folder = ctx.workspace.resolve_path(path, argument=argument, must_exist=False)
-    if (folder / MANIFEST).is_file():
-        return folder
+    if (folder / MANIFEST).is_file() or (folder / MANIFEST).is_symlink():
+        # The trainer and the samples read the whole cache: nothing in it may lead outside.
+        return ctx.workspace.check_tree(folder, argument=argument)
     raise _not_a_cache(ctx, value, folder, argument, is_path)
 
 
@@ -154,7 +155,7 @@ def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> Dataset
     (a built-in corpus is tokenized first, once).
     """
     path = resolve_dataset(ctx, request.dataset_id, argument="dataset_id")
-    cache = open_token_cache(path)
+    cache = open_token_cache(path, ctx.workspace.reader("dataset_id"))
     manifest = cache.manifest
     offsets = cache.offsets(request.split)
     lengths = np.diff(offsets)
@@ -244,7 +245,7 @@ def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList
             continue
         try:
             ctx.workspace.dataset_dir(folder.name)  # a valid id, and no symlink out of the workspace
-            manifest = open_token_cache(folder).manifest
+            manifest = open_token_cache(folder, ctx.workspace.reader("dataset_id")).manifest
         except TradewindError:
             continue  # a cache of another format, or a stray folder: not something to train on
         found.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -84,12 +85,13 @@ def tail_logs(ctx: ToolContext, request: TailLogsRequest) -> LogPage:
     """
     info = get_run(ctx, request)  # first: a run that is not there is an error naming it
     path = RunLayout(ctx.workspace.run_dir(request.run_id)).log
-    size = path.stat().st_size if path.exists() else 0
-    data = b""
-    if request.cursor < size:
-        with open(path, "rb") as f:
-            f.seek(request.cursor)
-            data = f.read(request.limit_bytes)
+    size, data = 0, b""
+    if path.exists() or path.is_symlink():  # a link is opened to be refused, never followed
+        with ctx.workspace.open(path, "rb", argument="run_id") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(min(request.cursor, size))
+            data = f.read(request.limit_bytes) if request.cursor < size else b""
+    if data:
         for cut in range(4):  # a character may straddle the page end: leave it for the next page
             try:
                 data[: len(data) - cut].decode("utf-8")

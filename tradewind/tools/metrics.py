@@ -12,12 +12,13 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, model_validator
 
-from tradewind.core import TradewindError
+from tradewind.core import ConfigError, NotFoundError
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies, failure_anomaly
+from tradewind.tools.bounds import cut
 from tradewind.tools.context import ToolContext
-from tradewind.tools.runs import MAX_STEP, RunRequest
-from tradewind.trainer import MetricRow, RunLayout, RunRecord, read_record
-from tradewind.trainer import read_metrics as read_metric_rows
+from tradewind.tools.runs import MAX_STEP, RunRequest, run_record
+from tradewind.trainer import MetricRow, RunLayout, RunRecord
+from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, load_metrics
 
 # The series read_metrics can return, in MetricRow's order; the first five unless asked.
 MetricName = Literal[
@@ -98,6 +99,11 @@ class Metrics(BaseModel):
     truncated: bool = Field(description="True when rows of the range were left out; `hint` says how to see them.")
     hint: str | None = Field(default=None, description="How to see the rows left out, when some were.")
     summary: MetricsSummary
+    skipped_rows: list[str] = Field(
+        default_factory=list,
+        description=f"Unreadable rows skipped, each 'file:line: what was wrong' (the first {MAX_ROW_PROBLEMS}, then "
+        "how many more).",
+    )
 
 
 def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
@@ -109,7 +115,8 @@ def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
     of it, up to max_points.
     """
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
-    rows = read_metric_rows(layout.metrics)
+    metrics = load_metrics(layout.metrics, ctx.workspace.reader("run_id"))
+    rows = metrics.rows
     low = request.start_step if request.start_step is not None else -1
     high = request.end_step if request.end_step is not None else math.inf
     in_range = [row for row in rows if low <= row.step <= high]
@@ -134,15 +141,17 @@ def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
         series={name: _series(kept, name) for name in names},
         truncated=truncated,
         hint=hint,
-        summary=metrics_summary(rows, _record(layout)),
+        summary=metrics_summary(rows, _record(ctx, request.run_id)),
+        skipped_rows=[cut(problem) for problem in metrics.skipped_rows()],
     )
 
 
-def _record(layout: RunLayout) -> RunRecord | None:
-    """The run's record: the run it continues, and why it failed (none without one)."""
+def _record(ctx: ToolContext, run_id: str) -> RunRecord | None:
+    """The run's record: the run it continues, and why it failed (none without a readable one; one that leads
+    outside the workspace is refused)."""
     try:
-        return read_record(layout.record)
-    except TradewindError:
+        return run_record(ctx, run_id)
+    except (NotFoundError, ConfigError):
         return None
 
 

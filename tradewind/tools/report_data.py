@@ -15,15 +15,17 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tradewind.cluster import JobStatus
-from tradewind.core import NotFoundError, TradewindError, read_json, tail_lines
+from tradewind.core import NotFoundError, TradewindError, tail_lines
+from tradewind.core.files import Opener
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies, failure_anomaly
-from tradewind.tools.context import ToolContext
+from tradewind.tools.bounds import cut
+from tradewind.tools.context import Cancelled, Progress, ToolContext, no_progress
 from tradewind.tools.logs import failure_hints
 from tradewind.tools.metrics import metrics_summary
-from tradewind.tools.runs import RunInfo, RunRequest, get_run
+from tradewind.tools.runs import RunInfo, RunRequest, get_run, read_run_json, run_record
 from tradewind.tools.sampling import SampleTextRequest, sample_text
 from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, TrainConfig
-from tradewind.trainer import read_metrics as read_metric_rows
+from tradewind.trainer.metrics import load_metrics
 
 SAMPLE_PROMPT = "The"
 SAMPLE_TOKENS = 60
@@ -52,6 +54,9 @@ class RunFigures(BaseModel):
     checkpoints: list[int] = Field(description="Steps of the checkpoints the run keeps.")
     sample: str | None = Field(default=None, description="Text sampled from the last checkpoint.")
     anomalies: list[Anomaly]
+    skipped_rows: list[str] = Field(
+        default_factory=list, description="Unreadable metrics rows skipped, each 'file:line: what was wrong'."
+    )
 
 
 @dataclass
@@ -68,20 +73,28 @@ class RunData:
         return step * self.config.tokens_per_step
 
 
-def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True) -> RunData:
-    """The run's figures; with `sample`, text sampled from its last checkpoint (a failure to sample is noted)."""
+def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True, progress: Progress = no_progress) -> RunData:
+    """The run's figures; with `sample`, text sampled from its last checkpoint (a failure to sample is noted).
+
+    Every file is read through the workspace's confined open. `progress` goes on to the sampling, so a cancelled
+    call stops there (`Cancelled` propagates).
+    """
     info = get_run(ctx, RunRequest(run_id=run_id))
     layout = RunLayout(Path(info.run_dir))
-    rows = read_metric_rows(layout.metrics)
+    read = ctx.workspace.reader("run_id")
+    metrics = load_metrics(layout.metrics, read)
+    rows = metrics.rows
     if not rows:
         raise NotFoundError(f"run {run_id!r} has logged no metrics yet; wait for it, then ask again")
-    config = TrainConfig.model_validate(read_json(layout.config))
+    config = read_run_json(layout.config, TrainConfig, read)
     profile_file = layout.profile / "summary.json"
-    profile = ProfileSummary.model_validate(read_json(profile_file)) if profile_file.exists() else None
+    present = profile_file.exists() or profile_file.is_symlink()  # a link is read to be refused, never followed
+    profile = read_run_json(profile_file, ProfileSummary, read) if present else None
     summary = metrics_summary(rows)
-    cause, stopped = failure_cause(layout, info.reason) if info.status is JobStatus.FAILED else (None, None)
-    anomalies = detect_anomalies(rows, parent=info.parent, parent_step=_parent_step(layout), stopped=stopped)
-    checkpoints = checkpoint_steps(layout)
+    cause, stopped = failure_cause(layout, info.reason, read) if info.status is JobStatus.FAILED else (None, None)
+    parent_step = _parent_step(ctx, run_id) if info.parent else None
+    anomalies = detect_anomalies(rows, parent=info.parent, parent_step=parent_step, stopped=stopped)
+    checkpoints = checkpoint_steps(ctx, layout)
     last = rows[-1]
     figures = RunFigures(
         run_id=run_id,
@@ -98,19 +111,20 @@ def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True) -> RunData:
         tokens_per_s=summary.mean_tokens_per_s,
         mfu=summary.mean_mfu,
         checkpoints=checkpoints,
-        sample=_sample(ctx, run_id) if sample and checkpoints else None,
+        sample=_sample(ctx, run_id, progress) if sample and checkpoints else None,
         anomalies=anomalies,
+        skipped_rows=[cut(problem) for problem in metrics.skipped_rows()],
     )
     return RunData(info=info, config=config, rows=rows, figures=figures, profile=profile)
 
 
-def failure_cause(layout: RunLayout, reason: str | None) -> tuple[str | None, Anomaly | None]:
+def failure_cause(layout: RunLayout, reason: str | None, opener: Opener) -> tuple[str | None, Anomaly | None]:
     """Why a failed run failed, in words, and the non-finite loss that stopped it if one did.
 
     The log names the cause ('training loss became nan at step 5'); the record's reason often only says how
     the process ended ('exited with code 1'), so the log comes first.
     """
-    lines = tail_lines(layout.log, LOG_LINES_READ)
+    lines = tail_lines(layout.log, LOG_LINES_READ, opener)
     hints = failure_hints([*lines, *([reason] if reason else [])])
     stopped = next((a for line in lines if (a := failure_anomaly(line))), None) or failure_anomaly(reason)
     if hints:
@@ -119,11 +133,18 @@ def failure_cause(layout: RunLayout, reason: str | None) -> tuple[str | None, An
     return (f"{reason}: `{last_error[:200]}`" if last_error and reason else reason or last_error), stopped
 
 
-def checkpoint_steps(layout: RunLayout) -> list[int]:
-    """Steps of the complete checkpoints in the run folder (orbax names a finished one by its step alone)."""
-    if not layout.checkpoints.is_dir():
+def checkpoint_steps(ctx: ToolContext, layout: RunLayout) -> list[int]:
+    """Steps of the complete checkpoints in the run folder (orbax names a finished one by its step alone).
+
+    Raises:
+        PathEscapeError: the folder, or anything in it, is a symlink that leads outside the workspace.
+    """
+    if not (layout.checkpoints.exists() or layout.checkpoints.is_symlink()):
         return []
-    return sorted(int(path.name) for path in layout.checkpoints.iterdir() if path.is_dir() and path.name.isdigit())
+    folder = ctx.workspace.check_tree(layout.checkpoints, argument="run_id")
+    if not folder.is_dir():
+        return []
+    return sorted(int(path.name) for path in folder.iterdir() if path.is_dir() and path.name.isdigit())
 
 
 def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -165,22 +186,22 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
-def _sample(ctx: ToolContext, run_id: str) -> str:
+def _sample(ctx: ToolContext, run_id: str, progress: Progress) -> str:
     request = SampleTextRequest(
         run_id=run_id, prompt=SAMPLE_PROMPT, max_tokens=SAMPLE_TOKENS, seed=0, timeout_s=SAMPLE_TIMEOUT_S
     )
     try:
-        result = sample_text(ctx, request)
+        result = sample_text(ctx, request, progress)
+    except Cancelled:
+        raise  # the caller cancelled the whole report, not just this sample
     except TradewindError as error:
         return f"(sampling failed: {error})"
     return result.prompt + result.text
 
 
-def _parent_step(layout: RunLayout) -> int | None:
-    try:
-        return read_json(layout.record).get("parent_step")
-    except (OSError, ValueError):
-        return None
+def _parent_step(ctx: ToolContext, run_id: str) -> int | None:
+    """The parent's checkpoint step a resumed run started from (its record), for the restart anomaly."""
+    return run_record(ctx, run_id).parent_step
 
 
 def _finite(value: float | None) -> bool:

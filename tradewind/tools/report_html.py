@@ -10,7 +10,10 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Mapping
 from pathlib import Path
+
+from tradewind.core import Workspace
 
 STYLE = (
     "body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}"
@@ -31,8 +34,9 @@ def _cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
-def markdown_to_html(markdown: str, folder: Path, title: str) -> str:
-    """The HTML page of `markdown`, whose images are files in `folder` (inlined; a missing one is named)."""
+def markdown_to_html(markdown: str, images: Mapping[str, bytes], title: str) -> str:
+    """The HTML page of `markdown`, whose image lines name PNGs in `images` by file name (inlined; a missing one
+    is named)."""
     out: list[str] = []
     lines = markdown.splitlines()
     index = 0
@@ -65,7 +69,7 @@ def markdown_to_html(markdown: str, folder: Path, title: str) -> str:
             level = len(heading.group(1))
             out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
         elif image := _IMAGE.match(line):
-            out.append(_image(folder / image.group(2), image.group(1)))
+            out.append(_image(images, image.group(2), image.group(1)))
         elif line.strip():
             out.append(f"<p>{_inline(line)}</p>")
         index += 1
@@ -76,18 +80,22 @@ def markdown_to_html(markdown: str, folder: Path, title: str) -> str:
     )
 
 
-def _image(path: Path, alt: str) -> str:
-    if not path.is_file():
-        return f"<p>(missing image {html.escape(path.name)})</p>"
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
+def _image(images: Mapping[str, bytes], name: str, alt: str) -> str:
+    if name not in images:
+        return f"<p>(missing image {html.escape(name)})</p>"
+    data = base64.b64encode(images[name]).decode("ascii")
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def write_report(folder: Path, name: str, markdown: str, title: str) -> tuple[Path, Path]:
-    """Write `<name>.md` and its self-contained `<name>.html` into `folder`; return their paths."""
-    from tradewind.core import atomic_write_text
-
-    markdown_path, html_path = folder / f"{name}.md", folder / f"{name}.html"
-    atomic_write_text(markdown_path, markdown)
-    atomic_write_text(html_path, markdown_to_html(markdown, folder, title))
-    return markdown_path, html_path
+def write_report(
+    workspace: Workspace, name: str, markdown: str, title: str, images: Mapping[str, bytes], *, argument: str
+) -> tuple[Path, Path, list[Path]]:
+    """Write the PNG `images` (by file name), `<name>.md` and its self-contained `<name>.html` into the workspace's
+    `reports/`, each through the confined atomic write: a symlink there that leads out is refused, naming
+    `argument`. Returns the report's paths and the images'."""
+    folder = workspace.reports_dir
+    plots = [workspace.write_atomic(folder / file, png, argument=argument) for file, png in images.items()]
+    markdown_path = workspace.write_atomic(folder / f"{name}.md", markdown, argument=argument)
+    page = markdown_to_html(markdown, images, title)
+    html_path = workspace.write_atomic(folder / f"{name}.html", page, argument=argument)
+    return markdown_path, html_path, plots

@@ -5,9 +5,9 @@ Small files (840 x 480 pixels, a few tens of KB) so that a tool result can carry
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 from tradewind.trainer import MetricRow
 
@@ -46,18 +46,20 @@ def _plain_log(ax) -> None:
     ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))
 
 
-def _save(fig, path: Path) -> None:
-    """Write `fig` as a 256-colour PNG: a third of the bytes of matplotlib's own, the same to look at."""
+def _png(fig) -> bytes:
+    """`fig` as a 256-colour PNG: a third of the bytes of matplotlib's own, the same to look at."""
     from PIL import Image
 
     fig.canvas.draw()
     image = Image.frombuffer("RGBA", fig.canvas.get_width_height(), fig.canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-    image.convert("RGB").quantize(256).save(path, format="PNG", optimize=True)
+    out = io.BytesIO()
+    image.convert("RGB").quantize(256).save(out, format="PNG", optimize=True)
+    return out.getvalue()
 
 
-def plot_run(rows: Sequence[MetricRow], title: str, path: Path) -> None:
-    """Four panels against step into a PNG at `path`: train and eval loss (log axis), learning rate, gradient
-    norm (log axis) and tokens per second."""
+def plot_run(rows: Sequence[MetricRow], title: str) -> bytes:
+    """Four panels against step as a PNG: train and eval loss (log axis), learning rate, gradient norm (log axis)
+    and tokens per second. The caller writes it (through the workspace's confined write)."""
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=FIGSIZE, dpi=DPI, sharex=True)
     (loss_ax, lr_ax), (grad_ax, speed_ax) = axes
@@ -87,13 +89,14 @@ def plot_run(rows: Sequence[MetricRow], title: str, path: Path) -> None:
         ax.set_xlabel("step", fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    _save(fig, path)
+    png = _png(fig)
     plt.close(fig)
+    return png
 
 
-def plot_overlay(curves: dict[str, tuple[list[MetricRow], int]], title: str, path: Path) -> None:
-    """Each run's train loss (line) and eval loss (dots) against tokens seen, log loss axis; `curves` maps a
-    run id to its rows and its tokens per step."""
+def plot_overlay(curves: dict[str, tuple[list[MetricRow], int]], title: str) -> bytes:
+    """Each run's train loss (line) and eval loss (dots) against tokens seen, log loss axis, as a PNG; `curves`
+    maps a run id to its rows and its tokens per step."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
     for index, (run_id, (rows, tokens_per_step)) in enumerate(curves.items()):
@@ -107,5 +110,6 @@ def plot_overlay(curves: dict[str, tuple[list[MetricRow], int]], title: str, pat
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    _save(fig, path)
+    png = _png(fig)
     plt.close(fig)
+    return png

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tradewind.cluster import JobStatus
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly
 from tradewind.tools.comparing import MAX_RUNS, comparison_section, load_runs, report_name
-from tradewind.tools.context import ToolContext
+from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.profiling import describe_profile
 from tradewind.tools.report_data import SAMPLE_PROMPT, SAMPLE_TOKENS, RunData, RunFigures, bounded, fmt
 from tradewind.tools.report_html import write_report
@@ -143,7 +143,7 @@ def _sample_lines(figures: RunFigures) -> list[str]:
     ]
 
 
-def summarize_report(ctx: ToolContext, request: SummarizeReportRequest) -> ReportInfo:
+def summarize_report(ctx: ToolContext, request: SummarizeReportRequest, progress: Progress = no_progress) -> ReportInfo:
     """Write a report on runs (markdown, HTML, PNG plots). Use it to hand results to a person.
 
     Works on finished, failed and running runs (a running one is reported as it stands). Figures come from
@@ -151,25 +151,28 @@ def summarize_report(ctx: ToolContext, request: SummarizeReportRequest) -> Repor
     paths; `tradewind://runs/{run_id}/report` serves a one-run report's text.
     """
     run_ids = getattr(request, "run_ids", None) or [request.run_id]
-    runs = load_runs(ctx, run_ids, sample=getattr(request, "sample", True))
-    reports_dir = ctx.workspace.reports_dir
+    runs = load_runs(ctx, run_ids, sample=getattr(request, "sample", True), progress=progress)
+    images: dict[str, bytes] = {}
     if len(runs) == 1:
         (data,) = runs
-        name, lines, plots = data.figures.run_id, [], []
+        name, lines = data.figures.run_id, []
     else:
         name = report_name(run_ids)
-        overlay = reports_dir / f"{name}-loss.png"
+        overlay = f"{name}-loss.png"
         curves = {data.figures.run_id: (data.rows, data.config.tokens_per_step) for data in runs}
-        plot_overlay(curves, "loss by tokens seen", overlay)
-        section, *_ = comparison_section(runs, "eval_loss", overlay.name)
-        lines, plots = [f"# Report: {', '.join(run_ids)}", "", *section], [overlay]
+        images[overlay] = plot_overlay(curves, "loss by tokens seen")
+        section, *_ = comparison_section(runs, "eval_loss", overlay)
+        lines = [f"# Report: {', '.join(run_ids)}", "", *section]
     for data in runs:
-        plot = reports_dir / f"{data.figures.run_id}-loss.png"
-        plot_run(data.rows, f"{data.figures.run_id} ({data.info.status.value.lower()})", plot)
-        plots.append(plot)
-        lines += render_run(data, plot.name, "#" if len(runs) == 1 else "##")
+        progress(len(runs), len(runs), f"drawing run {data.figures.run_id}")
+        plot = f"{data.figures.run_id}-loss.png"
+        images[plot] = plot_run(data.rows, f"{data.figures.run_id} ({data.info.status.value.lower()})")
+        lines += render_run(data, plot, "#" if len(runs) == 1 else "##")
     title = f"Training report: {', '.join(run_ids)}"
-    report_path, html_path = write_report(reports_dir, name, "\n".join(lines), title)
+    argument = "run_id" if len(runs) == 1 else "run_ids"
+    report_path, html_path, plots = write_report(
+        ctx.workspace, name, "\n".join(lines), title, images, argument=argument
+    )
     figures = [bounded(data.figures) for data in runs]
     first = figures[0]
     return ReportInfo(

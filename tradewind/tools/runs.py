@@ -7,22 +7,34 @@ started by `launch_training`, `tradewind train` or a Python call of `tradewind.t
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import JobRecord, JobStatus
 from tradewind.cluster.process import process_alive
-from tradewind.core import InvalidInputError, TradewindError, check_id, tail_lines
+from tradewind.core import (
+    ConfigError,
+    InvalidInputError,
+    NotFoundError,
+    TradewindError,
+    check_id,
+    parse_config,
+    read_json,
+    tail_lines,
+)
+from tradewind.core.files import Opener
 from tradewind.tools.bounds import LINE_CHARS, PAGE_CHARS, PageRequest, cut, fitting
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
-from tradewind.trainer import RunLayout, RunRecord, TrainSummary, read_record, read_summary, read_train_config
-from tradewind.trainer import read_metrics as read_metric_rows
-from tradewind.trainer.metrics import planned_steps
+from tradewind.trainer import RunLayout, RunRecord, TrainConfig, TrainSummary, read_summary
+from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, load_metrics, planned_steps
 
+M = TypeVar("M", bound=BaseModel)
 CANCEL_WAIT_S = 60.0
 REASON_CHARS = 2_000  # a run's reason in get_run; the whole story is in its log (tail_logs)
 MAX_STEP = 1_000_000_000
@@ -75,6 +87,11 @@ class RunInfo(BaseModel):
         "characters; tail_logs reads the whole log.",
     )
     summary: TrainSummary | None = Field(default=None, description="Final figures, once the run has finished.")
+    skipped_rows: list[str] = Field(
+        default_factory=list,
+        description=f"metrics.jsonl rows skipped as unreadable, each 'file:line: what was wrong' (the first "
+        f"{MAX_ROW_PROBLEMS}, then how many more).",
+    )
 
 
 class WaitForRunResult(RunInfo):
@@ -112,11 +129,28 @@ class RunList(BaseModel):
     )
 
 
+def read_run_json(path: Path, model: type[M], opener: Opener) -> M:
+    """A JSON file of a run folder (`run.json`, `config.json`, `profile/summary.json`) read with `opener` (the
+    workspace's confined reader) and validated as `model`.
+
+    Raises:
+        NotFoundError: no such file.
+        PathEscapeError: it, or a folder on the way, is a symlink that leads outside.
+        ConfigError: it is not JSON, or not a `model`; the message names the file and each bad field.
+    """
+    try:
+        data = read_json(path, opener)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:  # not JSON (a refusal is a ValueError too)
+        raise ConfigError(f"{path}: not valid JSON ({cut(str(error), 200)})") from None
+    return parse_config(model, data, source=str(path))
+
+
 def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
     """A run's status and losses (a summary once done). Use it to check a run without waiting."""
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
-    record = read_record(layout.record)
-    config = read_train_config(layout.config)
+    read = ctx.workspace.reader("run_id")
+    record = run_record(ctx, request.run_id)
+    config = read_run_json(layout.config, TrainConfig, read)
     job, reason = _job(ctx, record)
     if job is not None and job.status.finished and _trained_again_after(record, job):
         job, reason = None, None  # resumed by hand (python -m tradewind.trainer) after its job ended
@@ -125,8 +159,9 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         reason = record.reason  # the trainer's own words beat an exit code
     elif status is JobStatus.FAILED and job is None:
         reason = record.reason or f"the training process {record.pid} on {record.host} ended without finishing"
-    rows = read_metric_rows(layout.metrics)
-    summary = read_summary(layout.summary)
+    metrics = load_metrics(layout.metrics, read)
+    rows = metrics.rows
+    summary = read_summary(layout.summary, read)
     losses = [row.loss for row in rows if row.loss is not None]
     eval_losses = [row.eval_loss for row in rows if row.eval_loss is not None]
     return RunInfo(
@@ -153,9 +188,24 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         pid=job.pid if job else record.pid,
         exit_code=job.exit_code if job else None,
         reason=cut(reason, REASON_CHARS) if reason else None,
-        log_tail=[cut(line) for line in tail_lines(layout.log, LOG_TAIL_LINES)] if status is JobStatus.FAILED else [],
+        log_tail=[cut(line) for line in tail_lines(layout.log, LOG_TAIL_LINES, read)]
+        if status is JobStatus.FAILED
+        else [],
         summary=summary,
+        skipped_rows=[cut(problem) for problem in metrics.skipped_rows()],
     )
+
+
+def run_record(ctx: ToolContext, run_id: str) -> RunRecord:
+    """The record (`run.json`) of run `run_id`, read through the workspace's confined open.
+
+    Raises:
+        NotFoundError: the folder holds no record (not a run folder, or one made by an older Tradewind).
+    """
+    layout = RunLayout(ctx.workspace.run_dir(run_id))
+    if not (layout.record.exists() or layout.record.is_symlink()):
+        raise NotFoundError(f"no run record {layout.record.name} in {layout.root}")
+    return read_run_json(layout.record, RunRecord, ctx.workspace.reader("run_id"))
 
 
 def _job(ctx: ToolContext, record: RunRecord) -> tuple[JobRecord | None, str | None]:
@@ -205,7 +255,7 @@ def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progres
     timeout or a cancelled call, call again to keep waiting.
     """
     deadline = time.monotonic() + request.timeout_s
-    record = read_record(RunLayout(ctx.workspace.run_dir(request.run_id)).record)
+    record = run_record(ctx, request.run_id)
     backend = ctx.job_backend(record.backend, record.address) if record.job_id else None
     info = get_run(ctx, request)
     while True:
@@ -230,8 +280,7 @@ def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
     returned as it is. Waits up to a minute for the processes to end; a run still stopping then is
     returned RUNNING with reason 'cancelled on request'.
     """
-    layout = RunLayout(ctx.workspace.run_dir(request.run_id))
-    record = read_record(layout.record)
+    record = run_record(ctx, request.run_id)
     if record.job_id is None:
         raise InvalidInputError(
             f"argument 'run_id': run {request.run_id} is trained by a Python call in process {record.pid} on "
@@ -270,7 +319,10 @@ def _entry(ctx: ToolContext, folder: Path) -> RunEntry | UnreadableRun:
     try:
         info = get_run(ctx, RunRequest(run_id=folder.name))
     except (TradewindError, ValueError, OSError) as error:  # one bad folder must not hide the others
-        return UnreadableRun(run_id=folder.name, reason=cut(str(error)))
+        # Tradewind's errors name the file and field; of any other only its first line, never a raw dump of the
+        # file's content (pydantic's carries the input and a URL).
+        why = str(error) if isinstance(error, TradewindError) else str(error).splitlines()[0]
+        return UnreadableRun(run_id=folder.name, reason=cut(why.replace("\n", "; ")))
     return RunEntry(
         **info.model_dump(include=set(RunEntry.model_fields) - {"reason"}),
         reason=cut(info.reason) if info.reason else None,

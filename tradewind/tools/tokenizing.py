@@ -139,9 +139,11 @@ def _input_sources(ctx: ToolContext, value: str) -> list[SourceFile]:
 
 
 def _resolve_tokenizer(ctx: ToolContext, value: str) -> str:
+    """A tokenizer name as `load_tokenizer` takes it; a file or folder is checked whole, since the tokenizer
+    library opens what is in it (a folder's `tokenizer.json` that links out is refused, as that file would be)."""
     if value == "byte" or value.startswith("hf:"):
         return value
-    return str(ctx.workspace.resolve_path(value, argument="tokenizer"))
+    return str(ctx.workspace.check_tree(ctx.workspace.resolve_path(value, argument="tokenizer"), argument="tokenizer"))
 
 
 def _tokenizer_dir(ctx: ToolContext, tokenizer_id: str) -> Path:
@@ -186,7 +188,7 @@ def tokenize_dataset(
     dataset_id = cache_id(sources, tokenizer, request)
     out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
     if (out_dir / MANIFEST).exists():
-        return _info(dataset_id, out_dir, True, open_token_cache(out_dir).manifest)
+        return _info(dataset_id, out_dir, True, open_token_cache(out_dir, ctx.workspace.reader("input")).manifest)
     manifest = build_token_cache(
         sources,
         out_dir,

@@ -15,17 +15,25 @@ Rows of `metrics.jsonl`, one JSON object per line, in step order:
 A resumed run first drops the rows past the checkpoint it resumed from, then goes on appending.
 
 A step that is both a log step and an eval step has one row with both; fields that do not apply are left
-out of the JSON rather than written as null.
+out of the JSON rather than written as null. Readers skip a row that is not a `MetricRow` (a hand edit, a
+torn write) and name it with its file and line (`load_metrics`), so one bad row hides no run.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tradewind.core import read_json, read_jsonl
+from tradewind.core import ConfigError, describe_validation_error, parse_config, read_json
+from tradewind.core.files import Opener, open_plain
+from tradewind.core.storage import complete_lines
+
+MAX_ROW_PROBLEMS = 5  # skipped rows named one by one; the rest are counted
 
 
 class MetricRow(BaseModel):
@@ -181,16 +189,55 @@ def planned_steps(steps: int, time_budget_s: float | None, rows: list[MetricRow]
     return reached + int(left / timed[-1].step_time_s)
 
 
-def read_metrics(path: str | os.PathLike[str]) -> list[MetricRow]:
-    """Read the complete rows of a `metrics.jsonl`; a last line still being written is skipped.
+@dataclass
+class MetricLog:
+    """The rows of a `metrics.jsonl` that are `MetricRow`s, and those skipped because they are not."""
 
-    Returns an empty list when the file does not exist yet (the run has not logged anything).
+    rows: list[MetricRow] = field(default_factory=list)
+    skipped: int = 0
+    problems: list[str] = field(default_factory=list)  # 'file:line: what was wrong', the first MAX_ROW_PROBLEMS
+
+    def skipped_rows(self) -> list[str]:
+        """The skipped rows as a result reports them: each named, then how many more there were."""
+        more = self.skipped - len(self.problems)
+        return [*self.problems, *([f"... and {more} more rows skipped"] if more else [])]
+
+
+def load_metrics(path: str | os.PathLike[str], opener: Opener = open_plain) -> MetricLog:
+    """Read the complete rows of a `metrics.jsonl`, opened with `opener`; a last line still being written is left
+    out, and a line that is not a `MetricRow` is skipped and counted (the first few named with file and line).
+
+    An empty log when the file does not exist yet (the run has not logged anything).
     """
-    return [MetricRow.model_validate(record) for record in read_jsonl(path)]
+    path = Path(path)
+    log = MetricLog()
+    for number, line in complete_lines(path, opener):
+        try:
+            log.rows.append(MetricRow.model_validate_json(line))
+        except ValidationError as error:
+            log.skipped += 1
+            if len(log.problems) < MAX_ROW_PROBLEMS:
+                problems = describe_validation_error(error, f"{path.parent.name}/{path.name}:{number}").splitlines()
+                # one line per row: 'run-x/metrics.jsonl:7: elapsed: Field required; note: Extra inputs ...'
+                log.problems.append(problems[0] + "".join(f"; {p.partition(': ')[2]}" for p in problems[1:]))
+    return log
 
 
-def read_summary(path: str | os.PathLike[str]) -> TrainSummary | None:
-    """Read a run's `summary.json`, or None if the run has not finished."""
+def read_metrics(path: str | os.PathLike[str], opener: Opener = open_plain) -> list[MetricRow]:
+    """The rows of a `metrics.jsonl` (see `load_metrics`, which also tells of the rows skipped)."""
+    return load_metrics(path, opener).rows
+
+
+def read_summary(path: str | os.PathLike[str], opener: Opener = open_plain) -> TrainSummary | None:
+    """Read a run's `summary.json` (opened with `opener`), or None if the run has not finished.
+
+    Raises:
+        ConfigError: it is not a summary; the message names the file and each bad field.
+    """
     if not os.path.exists(path):
         return None
-    return TrainSummary.model_validate(read_json(path))
+    try:
+        data = read_json(path, opener)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: not valid JSON ({error})") from None
+    return parse_config(TrainSummary, data, source=str(path))
