@@ -1,0 +1,41 @@
+"""summarize_report through the real MCP client: a cancel stops it while it samples a run's checkpoint."""
+
+import sys
+import time
+
+import anyio
+import pytest
+from mcp import Client
+from polling import wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+def threads_inside(function_name: str) -> bool:
+    """Whether any thread is running a frame of a function called `function_name`."""
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_name == function_name:
+                return True
+            frame = frame.f_back
+    return False
+
+
+@pytest.mark.slow
+async def test_a_cancelled_summarize_report_stops_sampling_within_a_second(server, finished_run):
+    # The measured defect: summarize_report(sample=true) went on sampling for 13.8-22 s after the cancel.
+    async with Client(server) as client:
+        async with anyio.create_task_group() as group:
+            group.start_soon(client.call_tool, "summarize_report", {"run_id": finished_run.run_id, "sample": True})
+            # Cancel once the server is waiting on the sampling worker (starting it, or its answer).
+            await anyio.to_thread.run_sync(
+                lambda: wait_until(lambda: threads_inside("ask_sample_worker"), 120, "the report to start sampling")
+            )
+            cancelled_at = time.monotonic()
+            group.cancel_scope.cancel()
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: not threads_inside("summarize_report"), 60, "the report to stop")
+        )
+        stopped_after = time.monotonic() - cancelled_at
+    print(f"summarize_report stopped {stopped_after:.2f} s after the cancel")
+    assert stopped_after < 1.0
