@@ -12,8 +12,10 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel, ConfigDict, Discriminator, Field
 
 from tradewind.core import NotFoundError
+from tradewind.core.text import MAX_TEXT_CHARS, MULTILINE
 from tradewind.server.adapter import as_mcp_tool, compact_sections, lean_input_schema, lean_output_schema
 from tradewind.tools import ToolContext
+from tradewind.tools.bounds import SUMMARY_CHARS
 from tradewind.tools.context import Progress
 
 pytestmark = pytest.mark.anyio
@@ -151,7 +153,7 @@ async def test_a_tool_is_listed_with_flat_arguments_from_its_request_model_and_i
     assert "mcp_context" not in json.dumps(tool.input_schema)
 
 
-async def test_a_call_gets_compact_json_text_equal_to_its_structured_result_and_only_increasing_progress(server):
+async def test_a_call_gets_its_result_as_structured_content_a_text_summary_and_only_increasing_progress(server):
     seen = []
 
     async def on_progress(progress, total, message):
@@ -167,8 +169,67 @@ async def test_a_call_gets_compact_json_text_equal_to_its_structured_result_and_
         "inner": {"depth": 1},
         "sent": ["colour", "steps"],  # what the client sent, not the defaults the SDK filled in
     }
-    assert result.content[0].text == json.dumps(result.structured_content, separators=(",", ":"))
+    # The text is a summary for clients that show only text, not the result a second time.
+    assert result.content[0].text == (
+        'echo result (whole in structured content): steps=2, note=null, colour="blue", inner: 1 entry, sent: 2 items'
+    )
     assert seen == [(1, 3, "at 1"), (2, 3, "at 2"), (3, 3, "at 3")]
+
+
+async def test_the_text_summary_of_a_huge_result_stays_within_its_share_of_the_answer(server):
+    async with Client(server) as client:
+        result = await client.call_tool("echo", {"steps": 3, "note": "n" * 4096})
+    assert not result.is_error and result.structured_content["note"] == "n" * 4096
+    (text,) = [block.text for block in result.content if block.type == "text"]
+    assert len(text) <= SUMMARY_CHARS and "note: 4,096 characters" in text
+
+
+class NoteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str
+    body: Annotated[str, MULTILINE] = ""
+    tags: dict[str, list[str]] = {}
+
+
+def note(ctx: ToolContext, request: NoteRequest) -> NoteRequest:
+    """Keep a note."""
+    return request
+
+
+@pytest.fixture
+def note_server(tmp_path) -> MCPServer:
+    server = MCPServer(name="adapter-text")
+    server.add_tool(as_mcp_tool(note, ToolContext.open(tmp_path / "ws")), name="note", structured_output=True)
+    return server
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"title": "a\x00b"}, "argument 'title': character 1 is U+0000, a control character"),
+        ({"title": "line\nbreak"}, "argument 'title': character 4 is U+000A"),
+        ({"title": "t", "body": "tab\tand\nlines\x1b[31m"}, "argument 'body': character 13 is U+001B"),
+        ({"title": "t" * (MAX_TEXT_CHARS + 1)}, f"argument 'title': 4,097 characters; the limit is {MAX_TEXT_CHARS:,}"),
+        ({"title": "t", "tags": {"k": ["ok", "\x85"]}}, "argument 'tags.k[1]': character 0 is U+0085"),
+        ({"title": "t", "tags": {"\x07": []}}, "argument 'tags (a key)': character 0 is U+0007"),
+        ({"title": "\ud800"}, "argument 'title': character 0 is U+D800, a lone surrogate"),
+    ],
+    ids=["nul", "newline-in-one-line", "escape-in-multiline", "too-long", "nested-list", "dict-key", "surrogate"],
+)
+async def test_a_string_too_long_or_with_a_control_character_is_refused_naming_its_field(
+    note_server, arguments, expected
+):
+    async with Client(note_server) as client:
+        result = await client.call_tool("note", arguments)
+    assert result.is_error and expected in result.content[0].text, result.content[0].text
+
+
+async def test_text_at_the_limit_and_lines_in_a_multiline_field_are_taken(note_server):
+    arguments = {"title": "t" * MAX_TEXT_CHARS, "body": "two\n\tlines", "tags": {"k": ["é", "日本"]}}
+    async with Client(note_server) as client:
+        result = await client.call_tool("note", arguments)
+    assert not result.is_error and result.structured_content == arguments
 
 
 @pytest.mark.parametrize(

@@ -1,58 +1,55 @@
-"""Every tool's result fits 32,000 characters of compact JSON, however large what it describes
-(read_metrics' downsampling itself is tested in test_tools_metrics.py).
+"""Every tool's whole answer, as an MCP client receives it, fits 32,000 characters, however large what it
+describes (read_metrics' downsampling itself is tested in test_tools_metrics.py).
+
+An answer is the structured content (the result, within `RESULT_CHARS`), a short text summarizing it and the
+resource links (`answer_chars`); images are counted apart, at most `MAX_IMAGES` of at most `MAX_IMAGE_BYTES`.
+Each case calls the tool through `mcp.Client(build_server(ctx))`.
 
 The big cases are written as files in fresh workspaces: a 2,500-step metrics file with every field set,
-a hundred run folders with long ids and reasons, a log of control characters, inputs with long names and
-bad records, a queue of jobs with long names, a pipeline of hundreds of steps. launch_training and
-cancel_run return get_run's result, tested here at its largest; profile_run's result has only numbers and
-paths; sample_text's text is cut like any string here, but the tiny test model cannot generate enough
-text to need it.
+a hundred run folders with long ids and reasons, a log of control characters, eight failed runs with the
+longest ids for one report, inputs with long names and bad records, a queue of jobs with long names, a
+pipeline of hundreds of steps. launch_training and cancel_run return get_run's result, tested here at its
+largest; profile_run's result has only numbers and paths; sample_text's text is cut like any string here,
+but the tiny test model cannot generate enough text to need it.
 """
 
 import json
 import shutil
 from typing import get_args
 
+import anyio
 import pytest
+from mcp import Client
+from mcp_helpers import answer_chars, images_of
 from runs_helpers import STEPS, metric_rows, write_run
 
 from tradewind.cluster import JobSpec, JobStatus, Resources
-from tradewind.tools import (
-    ClusterStatusRequest,
-    InspectDatasetRequest,
-    ListDatasetsRequest,
-    ListRunsRequest,
-    ReadMetricsRequest,
-    RunPipelineRequest,
-    RunRequest,
-    TailLogsRequest,
-    TokenizeDatasetRequest,
-    ToolContext,
-    TrainTokenizerRequest,
-    WaitForRunRequest,
-    cluster_status,
-    get_run,
-    inspect_dataset,
-    list_datasets,
-    list_runs,
-    read_metrics,
-    run_pipeline,
-    summarize_report,
-    tail_logs,
-    tokenize_dataset,
-    train_tokenizer,
-    wait_for_run,
-)
-from tradewind.tools.bounds import RESULT_CHARS
+from tradewind.server import build_server
+from tradewind.tools import TokenizeDatasetRequest, ToolContext, tokenize_dataset
+from tradewind.tools.bounds import ANSWER_CHARS, MAX_IMAGE_BYTES, MAX_IMAGES, RESULT_CHARS
+from tradewind.tools.comparing import MAX_RUNS
 from tradewind.tools.metrics import MAX_POINTS, MetricName
 from tradewind.trainer import RunRecord
 
 ALL_SERIES = list(get_args(MetricName))
 
 
-def size(result) -> int:
-    """What the MCP server sends of a result: its compact JSON."""
-    return len(result.model_dump_json())
+def answer(ctx: ToolContext, tool: str, arguments: dict) -> dict:
+    """Call `tool` through the MCP client on `ctx`'s server; check that the whole answer fits `ANSWER_CHARS` (and
+    the result `RESULT_CHARS`, its images the image bounds); return the structured result."""
+
+    async def call():
+        async with Client(build_server(ctx)) as client:
+            return await client.call_tool(tool, arguments)
+
+    result = anyio.run(call)
+    assert not result.is_error, result.content
+    structured = json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False)
+    assert len(structured) <= RESULT_CHARS, (tool, len(structured))
+    assert answer_chars(result) <= ANSWER_CHARS, (tool, answer_chars(result))
+    images = images_of(result)
+    assert len(images) <= MAX_IMAGES and all(len(image) <= MAX_IMAGE_BYTES for image in images)
+    return result.structured_content
 
 
 @pytest.fixture
@@ -66,11 +63,10 @@ def fresh(tmp_path) -> ToolContext:
 def test_read_metrics_of_2500_steps_with_every_field_set_fits_at_the_largest_max_points(fresh):
     write_run(fresh, "run-big", metric_rows(every_field=True))
     for series in (ALL_SERIES[:1], ALL_SERIES[:5], ALL_SERIES):
-        result = read_metrics(fresh, ReadMetricsRequest(run_id="run-big", series=series, max_points=MAX_POINTS))
-        assert size(result) <= RESULT_CHARS, (len(series), size(result))
-        points = sum(len(s.steps) for s in result.series.values())
-        assert points <= MAX_POINTS and result.truncated and result.rows_in_range == STEPS + 1
-        assert "start_step" in result.hint and "tradewind://runs/run-big/metrics" in result.hint
+        result = answer(fresh, "read_metrics", {"run_id": "run-big", "series": series, "max_points": MAX_POINTS})
+        points = sum(len(s["steps"]) for s in result["series"].values())
+        assert points <= MAX_POINTS and result["truncated"] and result["rows_in_range"] == STEPS + 1
+        assert "start_step" in result["hint"] and "tradewind://runs/run-big/metrics" in result["hint"]
 
 
 # Runs: get_run, wait_for_run, list_runs, tail_logs
@@ -86,11 +82,10 @@ def failed_run(ctx: ToolContext, run_id: str) -> None:
 
 def test_get_run_and_wait_for_run_of_a_run_with_a_huge_reason_and_log_lines_fit(fresh):
     failed_run(fresh, "run-failed")
-    info = get_run(fresh, RunRequest(run_id="run-failed"))
-    assert info.status is JobStatus.FAILED and len(info.log_tail) == 20 and size(info) <= RESULT_CHARS
-    assert info.reason.startswith("a long reason") and info.reason.endswith("…")
-    waited = wait_for_run(fresh, WaitForRunRequest(run_id="run-failed", timeout_s=1))
-    assert size(waited) <= RESULT_CHARS
+    info = answer(fresh, "get_run", {"run_id": "run-failed"})
+    assert info["status"] == "FAILED" and len(info["log_tail"]) == 20
+    assert info["reason"].startswith("a long reason") and info["reason"].endswith("…")
+    answer(fresh, "wait_for_run", {"run_id": "run-failed", "timeout_s": 1})
 
 
 def test_list_runs_pages_a_hundred_long_named_folders_within_the_bound_and_the_cursor_reaches_each_once(fresh):
@@ -103,17 +98,17 @@ def test_list_runs_pages_a_hundred_long_named_folders_within_the_bound_and_the_c
         (fresh.workspace.runs_dir / names[-1]).mkdir()
     seen, cursor, pages = [], None, 0
     while True:
-        page = list_runs(fresh, ListRunsRequest(limit=200, cursor=cursor))
-        assert size(page) <= RESULT_CHARS and page.total == len(names)
-        seen += [entry.run_id for entry in page.runs] + [entry.run_id for entry in page.unreadable]
+        page = answer(fresh, "list_runs", {"limit": 200, "cursor": cursor})
+        assert page["total"] == len(names)
+        seen += [entry["run_id"] for entry in page["runs"]] + [entry["run_id"] for entry in page["unreadable"]]
         pages += 1
-        if page.next_cursor is None:
+        if page["next_cursor"] is None:
             break
-        cursor = page.next_cursor
+        cursor = page["next_cursor"]
     assert pages > 1 and sorted(seen) == sorted(names) and len(seen) == len(names)
     runs = [name for name in seen if name.startswith("run-")]
     assert runs == sorted(runs, reverse=True)  # newest (highest id) first, page after page
-    assert all(len(run.reason) <= 300 for run in list_runs(fresh, ListRunsRequest(limit=5)).runs)
+    assert all(len(run["reason"]) <= 300 for run in answer(fresh, "list_runs", {"limit": 5})["runs"])
 
 
 def test_tail_logs_of_a_log_of_control_characters_fits_and_pages_through_every_byte(fresh):
@@ -123,11 +118,11 @@ def test_tail_logs_of_a_log_of_control_characters_fits_and_pages_through_every_b
     layout.log.write_bytes(log)
     pages, cursor = [], 0
     while True:
-        page = tail_logs(fresh, TailLogsRequest(run_id="run-noisy", cursor=cursor, limit_bytes=32_000))
-        assert size(page) <= RESULT_CHARS and page.next_cursor > cursor
-        pages.append(page.text)
-        cursor = page.next_cursor
-        if page.finished:
+        page = answer(fresh, "tail_logs", {"run_id": "run-noisy", "cursor": cursor, "limit_bytes": 32_000})
+        assert page["next_cursor"] > cursor
+        pages.append(page["text"])
+        cursor = page["next_cursor"]
+        if page["finished"]:
             break
     assert cursor == len(log) and "".join(pages) == log.decode("utf-8", errors="replace")
 
@@ -151,24 +146,25 @@ def messy(tmp_path_factory):
 
 
 def test_tokenize_dataset_with_bad_records_in_many_long_named_files_fits(messy):
-    _, info = messy
-    assert size(info) <= RESULT_CHARS
-    assert info.bad_records.skipped == 30 and info.bad_records.files == 30 and len(info.bad_records.per_file) == 20
-    assert all(len(example) <= 300 for example in info.bad_records.examples)
+    ctx, built = messy
+    info = answer(ctx, "tokenize_dataset", {"input": "inputs", "workers": 1})  # the same cache, reused
+    assert info["dataset_id"] == built.dataset_id and info["reused"]
+    bad = info["bad_records"]
+    assert bad["skipped"] == 30 and bad["files"] == 30 and len(bad["per_file"]) == 20
+    assert all(len(example) <= 300 for example in bad["examples"])
 
 
 def test_inspect_dataset_with_the_most_and_longest_samples_fits_and_says_they_are_cut(messy):
     ctx, info = messy
-    report = inspect_dataset(ctx, InspectDatasetRequest(dataset_id=info.dataset_id, samples=20, sample_chars=10_000))
-    assert size(report) <= RESULT_CHARS
-    assert len(report.samples) == 20 and all(sample.truncated for sample in report.samples)
-    assert len(report.sources) == 20 and report.sources_total == 30
+    report = answer(ctx, "inspect_dataset", {"dataset_id": info.dataset_id, "samples": 20, "sample_chars": 10_000})
+    assert len(report["samples"]) == 20 and all(sample["truncated"] for sample in report["samples"])
+    assert len(report["sources"]) == 20 and report["sources_total"] == 30
 
 
 def test_train_tokenizer_on_files_with_bad_records_fits(messy):
     ctx, _ = messy
-    trained = train_tokenizer(ctx, TrainTokenizerRequest(input="inputs", vocab_size=260, max_documents=5))
-    assert size(trained) <= RESULT_CHARS and trained.bad_records.files >= 1
+    trained = answer(ctx, "train_tokenizer", {"input": "inputs", "vocab_size": 260, "max_documents": 5})
+    assert trained["bad_records"]["files"] >= 1
 
 
 def test_list_datasets_pages_a_hundred_datasets_within_the_bound(messy, fresh):
@@ -177,23 +173,31 @@ def test_list_datasets_pages_a_hundred_datasets_within_the_bound(messy, fresh):
         shutil.copytree(ctx.workspace.dataset_dir(info.dataset_id), fresh.workspace.datasets_dir / f"ds-{index:04d}")
     seen, cursor = [], None
     while True:
-        page = list_datasets(fresh, ListDatasetsRequest(limit=500, cursor=cursor))
-        assert size(page) <= RESULT_CHARS and page.total == 100
-        seen += [summary.dataset_id for summary in page.datasets]
-        if page.next_cursor is None:
+        page = answer(fresh, "list_datasets", {"limit": 500, "cursor": cursor})
+        assert page["total"] == 100
+        seen += [summary["dataset_id"] for summary in page["datasets"]]
+        if page["next_cursor"] is None:
             break
-        cursor = page.next_cursor
+        cursor = page["next_cursor"]
     assert sorted(seen) == [f"ds-{index:04d}" for index in range(100)] and len(seen) == len(set(seen))
 
 
 # Reports, the cluster and pipelines
 
 
+def test_a_report_on_the_most_failed_runs_with_the_longest_ids_fits_with_its_images_apart(fresh):
+    run_ids = [f"run-{index}-" + "x" * 122 for index in range(MAX_RUNS)]
+    for run_id in run_ids:
+        failed_run(fresh, run_id)
+    for arguments in ({"run_ids": run_ids, "sample": False}, {"run_id": run_ids[0], "sample": False}):
+        report = answer(fresh, "summarize_report", arguments)
+        assert report["status"] == "FAILED" and len(report["runs"]) == len(arguments.get("run_ids", [None]))
+
+
 @pytest.mark.slow
 def test_summarize_report_names_the_report_resource_instead_of_inlining_it(ctx, finished_run):
-    report = summarize_report(ctx, RunRequest(run_id=finished_run.run_id))
-    assert report.report_uri == f"tradewind://runs/{finished_run.run_id}/report"
-    assert "markdown" not in report.model_dump() and size(report) <= RESULT_CHARS
+    report = answer(ctx, "summarize_report", {"run_id": finished_run.run_id})
+    assert report["report_uri"] == f"tradewind://runs/{finished_run.run_id}/report" and "markdown" not in report
 
 
 def test_cluster_status_with_dozens_of_long_named_queued_jobs_fits(fresh, tmp_path):
@@ -209,23 +213,25 @@ def test_cluster_status_with_dozens_of_long_named_queued_jobs_fits(fresh, tmp_pa
         for _ in range(60)
     ]
     try:
-        status = cluster_status(fresh, ClusterStatusRequest(backend="local", limit=500))
+        status = answer(fresh, "cluster_status", {"backend": "local", "limit": 500})
     finally:
         for record in queued:
             fresh.backend.cancel(record.id)
         release.touch()
         fresh.backend.wait(held.id, timeout=30)
-    (local,) = status.backends
-    assert size(status) <= RESULT_CHARS and local.queued_count + local.running_count == 61  # the hold job too
-    assert 0 < len(local.queued) < local.queued_count
+    (local,) = status["backends"]
+    assert local["queued_count"] + local["running_count"] == 61  # the hold job too
+    assert 0 < len(local["queued"]) < local["queued_count"]
 
 
-def test_run_pipeline_dry_run_of_hundreds_of_long_named_steps_fits(fresh):
-    fresh.workspace.pipelines_dir.mkdir()
-    (fresh.workspace.pipelines_dir / "many.py").write_text(
+def test_run_pipeline_dry_run_of_hundreds_of_long_named_steps_fits(tmp_path):
+    root = tmp_path / "workspace"
+    granted = ToolContext.open(root, allowed_code=(root / "pipelines",))
+    granted.workspace.pipelines_dir.mkdir()
+    (granted.workspace.pipelines_dir / "many.py").write_text(
         "from tradewind.cluster import Step\n\n"
         "def write(out, config, inputs):\n    (out / 'out.txt').write_text('x')\n\n"
         "steps = [Step(f'step{i:03d}' + 's' * 150, write, {'i': i}) for i in range(400)]\n"
     )
-    result = run_pipeline(fresh, RunPipelineRequest(pipeline="pipelines/many.py"))
-    assert size(result) <= RESULT_CHARS and result.steps_total == 400 and 0 < len(result.steps) < 400
+    result = answer(granted, "run_pipeline", {"pipeline": "pipelines/many.py"})
+    assert result["steps_total"] == 400 and 0 < len(result["steps"]) < 400

@@ -8,11 +8,14 @@ schema comes from the same pydantic model the Python API uses; an argument that 
 the resource `tradewind://schema/{tool}` (`request_schema`), which the tool's description names once. The output schema
 comes from the result model. The request model is also the only validator: the SDK's own argument model lets every value
 through (`_Unchecked`), and the wrapper validates exactly what the client sent, so a misspelt argument is an error
-naming the nearest valid one rather than silently dropped. Errors Tradewind raises on purpose become MCP error results
-carrying their message, with long echoed values cut to 200 characters. A result is sent as compact JSON text and
-structured content, followed by links to the resources that hold more (a run's log, metrics, report; see
-`resources.result_links`). A result model that names fields of PNG paths in its class variable `image_fields` (reports,
-comparisons) also sends those PNGs as image content.
+naming the nearest valid one rather than silently dropped; then every string of the request, nested ones too, is held to
+a length and refused with a control character (`core.text.check_text`). Errors Tradewind raises on purpose become MCP
+error results carrying their message, with long echoed values cut to 200 characters.
+
+A result is sent as structured content (within `RESULT_CHARS`), beside a one-paragraph text summary of it and links to
+the resources that hold more (a run's log, metrics, report; see `resources.result_links`), the two within
+`SUMMARY_CHARS`, so that a whole answer fits `ANSWER_CHARS` (`tools.bounds`). A result model that names fields of PNG
+paths in its class variable `image_fields` (reports, comparisons) also sends those PNGs as image content, counted apart.
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ from __future__ import annotations
 import base64
 import functools
 import inspect
+import json
 import threading
 import typing
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -38,12 +41,16 @@ from pydantic_core import core_schema
 
 from tradewind.core import TradewindError, describe_validation_error, listed_fields
 from tradewind.core.config import cut_echoes
+from tradewind.core.text import check_text
 from tradewind.server.resources import result_links
 from tradewind.tools import ToolContext
+from tradewind.tools.bounds import MAX_IMAGE_BYTES, MAX_IMAGES, RESULT_CHARS, SUMMARY_CHARS, cut
 from tradewind.tools.context import Cancelled, Progress
 
-MAX_IMAGE_BYTES = 512_000  # a PNG larger than this is left to its path (and resource)
-MAX_IMAGES = 3  # per result: a report on eight runs has nine plots; the first (the overlay) says the most
+CANCEL_GRACE_S = 0.8  # a cancelled call is answered within this, whether or not its tool has stopped by then
+SUMMARY_STRING_CHARS = 160  # a string field longer than this is summarized by its length (a 128-character id is not)
+PNG = "image/png"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _UNSENT = object()  # what the SDK's argument model holds for a required argument the call left out
 
 
@@ -125,8 +132,8 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
 
     The tool runs in a worker thread, so a long tool never blocks the server's event loop and other calls are
     answered meanwhile. A thread cannot be interrupted, so when the client cancels the call (the SDK cancels the
-    request's cancel scope) a watcher task sets a flag that the tool's progress callback turns into `Cancelled`:
-    a long tool stops at its next progress report, and the request ends once it has.
+    request's cancel scope) the tool's progress callback raises `Cancelled` at its next report, and the request
+    ends once the tool has stopped, or `CANCEL_GRACE_S` after the cancel if it has not (`_run_cancellable`).
     """
     hints = typing.get_type_hints(tool)
     request_model, result_model = hints["request"], hints["return"]
@@ -138,27 +145,26 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
             # The only validation the arguments get. Strict, as JSON has types: "5" is not 5 and true is not 1.
             request = request_model.model_validate(sent, strict=True)
         except pydantic.ValidationError as error:
-            raise ToolError(describe_validation_error(error, tool.__name__, arguments_of=request_model)) from None
+            raise _error(describe_validation_error(error, tool.__name__, arguments_of=request_model)) from None
         try:
+            check_text(request)  # every string: bounded, and no control characters (the models' types allow both)
             if reports_progress:
                 return tool(ctx, request, progress=_progress_reporter(mcp_context, cancelled))
             return tool(ctx, request)
         except pydantic.ValidationError as error:  # a model the tool builds from valid arguments
-            raise ToolError(cut_echoes(describe_validation_error(error, tool.__name__), sent)) from None
+            raise _error(cut_echoes(describe_validation_error(error, tool.__name__), sent)) from None
         except TradewindError as error:  # Cancelled too: the SDK never sends a cancelled call's answer
-            raise ToolError(cut_echoes(str(error), sent)) from None
+            raise _error(cut_echoes(str(error), sent)) from None
 
     @functools.wraps(tool)
     async def call(mcp_context: Context, **arguments: Any) -> Any:
-        cancelled = threading.Event()
-        if reports_progress:
-            result = await _run_cancellable(run, mcp_context, cancelled, arguments)
-        else:  # a quick tool: nothing could hear the cancellation, so no watcher
-            result = await anyio.to_thread.run_sync(run, mcp_context, cancelled, arguments)
+        result = await _run_cancellable(run, mcp_context, threading.Event(), arguments)
         structured = result.model_dump(mode="json")
-        text = TextContent(type="text", text=result.model_dump_json())  # compact: the SDK's own is indented
-        content = [text, *result_links(tool.__name__, structured), *result_images(result)]
-        return CallToolResult(content=content, structured_content=structured)
+        links = result_links(tool.__name__, structured)
+        text_budget = SUMMARY_CHARS - sum(_json_chars(link) for link in links)
+        text = TextContent(type="text", text=summarize(tool.__name__, structured, text_budget))
+        images = result_images(result, ctx)
+        return CallToolResult(content=[text, *links, *images], structured_content=structured)
 
     call.__signature__ = _signature(request_model, result_model)  # type: ignore[attr-defined]
     call.__annotations__ = {"mcp_context": Context, "return": result_model}
@@ -166,41 +172,90 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
     return call
 
 
-def result_images(result: pydantic.BaseModel) -> list[ImageContent]:
-    """The PNG files named by the fields in `result`'s `image_fields`, as image content (the first few small ones)."""
+def _error(message: str) -> ToolError:
+    """An error result's message, cut to fit an answer (a failed job's message carries the end of its log)."""
+    return ToolError(cut(message, RESULT_CHARS))
+
+
+def _json_chars(block: pydantic.BaseModel) -> int:
+    """Characters a content block takes in the answer, as the SDK sends it."""
+    return len(block.model_dump_json(by_alias=True, exclude_none=True))
+
+
+def summarize(tool_name: str, structured: dict[str, Any], budget: int) -> str:
+    """The answer's text: a one-paragraph summary of the result, within `budget` characters.
+
+    The result itself is the structured content; a client that shows only text still sees the tool, each
+    top-level number, flag and short string (ids, statuses, most paths), the length of a long one, and how many
+    items each list or object holds. Written from the result alone, the same for every tool.
+    """
+    facts = []
+    for name, value in structured.items():
+        if isinstance(value, list):
+            facts.append(f"{name}: {len(value)} item{'' if len(value) == 1 else 's'}")
+        elif isinstance(value, dict):
+            facts.append(f"{name}: {len(value)} entr{'y' if len(value) == 1 else 'ies'}")
+        elif isinstance(value, str) and len(value) > SUMMARY_STRING_CHARS:
+            facts.append(f"{name}: {len(value):,} characters")
+        else:
+            facts.append(f"{name}={json.dumps(value, ensure_ascii=False)}")
+    return cut(f"{tool_name} result (whole in structured content): {', '.join(facts)}", budget)
+
+
+def result_images(result: pydantic.BaseModel, ctx: ToolContext) -> list[ImageContent]:
+    """The PNG files named by the fields in `result`'s `image_fields`, as image content (the first few small ones).
+
+    Each is opened through the workspace (a link leading out of it is not followed) and sent only if it is a PNG
+    of at most `MAX_IMAGE_BYTES`; the others stay paths in the result.
+    """
     images = []
     for name in getattr(result, "image_fields", ()):
-        for path in map(Path, getattr(result, name, ())):
+        for path in getattr(result, name, ()):
             if len(images) == MAX_IMAGES:
                 return images
-            if path.suffix == ".png" and path.is_file() and path.stat().st_size <= MAX_IMAGE_BYTES:
-                data = base64.b64encode(path.read_bytes()).decode("ascii")
-                images.append(ImageContent(type="image", data=data, mime_type="image/png"))
+            data = _small_png(ctx, path, name)
+            if data is not None:
+                images.append(ImageContent(type="image", data=base64.b64encode(data).decode("ascii"), mime_type=PNG))
     return images
+
+
+def _small_png(ctx: ToolContext, path: str, argument: str) -> bytes | None:
+    if not path.endswith(".png"):
+        return None
+    try:
+        with ctx.workspace.open(path, "rb", argument=argument) as file:
+            data = file.read(MAX_IMAGE_BYTES + 1)
+    except (TradewindError, OSError):  # gone, or not the workspace's own file: the result still names it
+        return None
+    return data if len(data) <= MAX_IMAGE_BYTES and data.startswith(PNG_SIGNATURE) else None
 
 
 async def _run_cancellable(
     run: Callable[..., Any], mcp_context: Context, cancelled: threading.Event, arguments: dict[str, Any]
 ) -> Any:
-    """`run` in a worker thread, with `cancelled` set once the request is cancelled (or has ended)."""
+    """`run` in a worker thread; once the request is cancelled, `cancelled` is set and the request ends when `run`
+    has stopped or `CANCEL_GRACE_S` later, whichever comes first.
 
-    async def watch() -> None:
+    A tool that reports progress stops at its next report (the callback raises `Cancelled`), which the long ones do
+    at least twice a second. One that cannot stop sooner (it reports nothing, or is inside a single long step) runs
+    on in its thread and its result is dropped: the client gets its answer within the grace, not when the tool
+    ends.
+    """
+    stopped = threading.Event()
+
+    def target() -> Any:
         try:
-            await anyio.sleep_forever()
-        finally:  # the request's cancel scope was cancelled (notifications/cancelled), or the call ended
-            cancelled.set()
+            return run(mcp_context, cancelled, arguments)
+        finally:
+            stopped.set()
 
-    failure: list[Exception] = []
-    async with anyio.create_task_group() as group:
-        group.start_soon(watch)
-        try:  # not abandoned on cancellation: the request ends when the tool has stopped, not before
-            result = await anyio.to_thread.run_sync(run, mcp_context, cancelled, arguments)
-        except Exception as error:  # raised below, outside the group, which would wrap it in an ExceptionGroup
-            failure.append(error)
-        group.cancel_scope.cancel()
-    if failure:
-        raise failure[0]
-    return result
+    try:
+        return await anyio.to_thread.run_sync(target, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        cancelled.set()
+        with anyio.CancelScope(shield=True):  # the request is cancelled: wait a moment for the tool to stop
+            await anyio.to_thread.run_sync(stopped.wait, CANCEL_GRACE_S, abandon_on_cancel=True)
+        raise
 
 
 def _automatic_title(key: str) -> str:

@@ -1,9 +1,11 @@
 """How much one tool result may hold, and how tools cut what they return to fit.
 
-An agent pays for every character a tool returns, in its context window, so every result fits
-`RESULT_CHARS` characters of compact JSON (what the MCP server sends as structured content) by
-construction: long strings are cut, long lists are capped or paged, and a result says when it left
-something out and how to get it.
+An agent pays for every character a tool call answers, in its context window, so a whole answer fits
+`ANSWER_CHARS`: the result, sent as structured content, fits `RESULT_CHARS` characters of compact JSON by
+construction (long strings are cut, long lists are capped or paged, and a result says when it left
+something out and how to get it), and the server's text beside it, a summary of the result, with the
+resource links fits the rest, `SUMMARY_CHARS`. Images (report plots) are counted apart: at most
+`MAX_IMAGES` of at most `MAX_IMAGE_BYTES` each.
 
 Sizes are counted as JSON counts them: a quote, a backslash or a control character in a string takes two
 to six characters once escaped, and a log full of terminal colour codes would otherwise swell to six times
@@ -18,7 +20,11 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RESULT_CHARS = 32_000  # about 8k tokens: the most one tool call returns
+ANSWER_CHARS = 32_000  # about 8k tokens: the most one tool call's answer costs (text + structured content)
+SUMMARY_CHARS = 1_000  # the answer's text, a summary of the result, and its resource links
+RESULT_CHARS = ANSWER_CHARS - SUMMARY_CHARS  # the result itself: the answer's structured content
+MAX_IMAGES = 3  # PNGs sent with one result: a report on eight runs has nine plots; the first says the most
+MAX_IMAGE_BYTES = 512 * 1024  # a PNG larger than this is left to its path (and resource)
 LINE_CHARS = 300  # one line of a log, an error or a reason, as shown inside a result
 PATH_CHARS = 300  # one path, shown by its end (the file's name) when longer
 PAGE_CHARS = RESULT_CHARS - 1_000  # the entries of a listing's page; the rest is room for counts and a cursor
