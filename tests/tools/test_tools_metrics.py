@@ -2,13 +2,28 @@
 summary of every row. The runs are metrics files written as a trainer writes them (runs_helpers.metric_rows)."""
 
 import itertools
+import json
 from typing import get_args
 
 import pytest
 from runs_helpers import STEPS, TOKENS_PER_STEP, metric_rows, write_run
 
-from tradewind.tools import ReadMetricsRequest, ToolContext, read_metrics
+from tradewind.cluster import JobStatus
+from tradewind.tools import (
+    ListRunsRequest,
+    ReadMetricsRequest,
+    RunRequest,
+    SummarizeReportRequest,
+    TailLogsRequest,
+    ToolContext,
+    get_run,
+    list_runs,
+    read_metrics,
+    summarize_report,
+    tail_logs,
+)
 from tradewind.tools.metrics import MetricName
+from tradewind.trainer import RunRecord
 
 ALL_SERIES = list(get_args(MetricName))
 
@@ -81,3 +96,47 @@ def test_read_metrics_summary_agrees_with_the_trainers_summary_of_a_finished_run
 def test_read_metrics_refuses_a_step_range_that_ends_before_it_starts():
     with pytest.raises(ValueError, match="start_step 9 is after end_step 3"):
         ReadMetricsRequest(run_id="run-x", start_step=9, end_step=3)
+
+
+def test_a_corrupt_metrics_row_is_skipped_and_named_with_its_file_and_line_by_every_tool_that_reads_it(fresh):
+    # The measured defect: one row with an extra key made get_run, tail_logs, read_metrics and summarize_report fail
+    # with "elapsed: Field required / note: Extra inputs are not permitted", naming no file, and list_runs show
+    # pydantic's raw dump of it.
+    record = RunRecord(run_id="run-torn", backend="process", status=JobStatus.SUCCEEDED)
+    layout = write_run(fresh, "run-torn", metric_rows(steps=20), record)
+    lines = layout.metrics.read_text().splitlines(keepends=True)
+    lines[2:2] = ['{"step": 2, "note": "tw-marker-note"}\n', "not json\n"]
+    layout.metrics.write_text("".join(lines))
+    expected = [
+        "run-torn/metrics.jsonl:3: elapsed: Field required; note: Extra inputs are not permitted",
+        "run-torn/metrics.jsonl:4: (top level): Invalid JSON: expected ident at line 1 column 2",
+    ]
+    info = get_run(fresh, RunRequest(run_id="run-torn"))
+    assert info.step == 20 and info.skipped_rows == expected
+    metrics = read_metrics(fresh, ReadMetricsRequest(run_id="run-torn"))
+    assert metrics.summary.rows == 21 and metrics.skipped_rows == expected
+    assert tail_logs(fresh, TailLogsRequest(run_id="run-torn")).status == "SUCCEEDED"
+    report = summarize_report(fresh, SummarizeReportRequest(run_id="run-torn", sample=False))
+    assert report.runs[0].steps == 20 and report.runs[0].skipped_rows == expected
+    listing = list_runs(fresh, ListRunsRequest())
+    assert [run.run_id for run in listing.runs] == ["run-torn"] and listing.unreadable == []
+
+
+def test_more_corrupt_rows_than_are_named_are_counted():
+    from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, MetricLog
+
+    log = MetricLog(skipped=MAX_ROW_PROBLEMS + 7, problems=[f"m.jsonl:{n}: bad" for n in range(MAX_ROW_PROBLEMS)])
+    assert log.skipped_rows()[-1] == "... and 7 more rows skipped"
+
+
+def test_list_runs_says_which_file_and_field_of_an_unreadable_run_is_wrong_without_a_raw_validation_dump(fresh):
+    record = RunRecord(run_id="run-bad-summary", backend="process", status=JobStatus.SUCCEEDED)
+    layout = write_run(fresh, "run-bad-summary", metric_rows(steps=5), record)
+    summary = {"parameters": 1, "steps": "tw-marker-value", "tokens_seen": 1, "final_loss": None, "extra": 1}
+    summary.update(first_eval_loss=None, final_eval_loss=None, best_eval_loss=None, mean_tokens_per_s=None)
+    layout.summary.write_text(json.dumps({**summary, "compile_s": 1.0, "wall_s": 2.0}))
+    (reason,) = [entry.reason for entry in list_runs(fresh, ListRunsRequest()).unreadable]
+    assert reason == (
+        "summary.json: steps: Input should be a valid integer, unable to parse string as an integer; "
+        "summary.json: extra: Extra inputs are not permitted"
+    )

@@ -322,6 +322,7 @@ def _entry(ctx: ToolContext, folder: Path) -> RunEntry | UnreadableRun:
         # Tradewind's errors name the file and field; of any other only its first line, never a raw dump of the
         # file's content (pydantic's carries the input and a URL).
         why = str(error) if isinstance(error, TradewindError) else str(error).splitlines()[0]
+        why = why.replace(f"{folder}{os.sep}", "")  # files by their names in the run's folder: short, and enough
         return UnreadableRun(run_id=folder.name, reason=cut(why.replace("\n", "; ")))
     return RunEntry(
         **info.model_dump(include=set(RunEntry.model_fields) - {"reason"}),
