@@ -1,18 +1,36 @@
-"""Long calls through the real MCP client: cancelling them, and progress that only increases."""
+"""Long calls through the real MCP client: cancelling them, and progress that only increases.
+
+Over HTTP, a cancelled call's answer (-32800) ends its response stream within a second of the
+`notifications/cancelled`, whether or not the tool can stop that soon: a tool that reports progress stops at its
+next report and the answer waits for it; one that cannot stop is left to finish in its thread, unanswered.
+"""
 
 import itertools
+import json
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anyio
+import httpx
 import pytest
+import uvicorn
+from http_helpers import free_loopback_port
 from mcp import Client
+from mcp.server.mcpserver import MCPServer
 from mcp_helpers import call
 from polling import wait_until
+from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.data import builtin_corpus_path, read_documents
+from tradewind.server.adapter import as_mcp_tool
+from tradewind.tools import ToolContext
+from tradewind.tools.context import Progress
 
 pytestmark = pytest.mark.anyio
+CANCELLED_WITHIN_S = 1.0  # from the client's notifications/cancelled to the end of the call's response stream
 
 
 async def wait_in_thread(condition, timeout_s: float, what: str) -> None:
@@ -142,3 +160,116 @@ async def test_a_cancelled_tokenize_dataset_leaves_no_partial_cache_and_can_run_
     assert info["reused"] is False
     assert info["dataset_id"] not in before and (datasets / info["dataset_id"] / "manifest.json").exists()
     assert partials() == []
+
+
+# Cancelling over HTTP: tools of the test's own that stop at once, or never, when cancelled.
+
+
+class HoldRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seconds: float = Field(gt=0, le=30)
+
+
+class HoldResult(BaseModel):
+    held_s: float
+
+
+class Holds:
+    """What the two holding tools did: started, and (for the one that listens) stopped."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+        self.release = threading.Event()
+
+
+@pytest.fixture
+def holds() -> Iterator[Holds]:
+    held = Holds()
+    yield held
+    held.release.set()  # a tool that did not stop when cancelled ends with the test
+
+
+@pytest.fixture
+def holding_server(tmp_path, holds) -> MCPServer:
+    def deaf_hold(ctx: ToolContext, request: HoldRequest) -> HoldResult:
+        """Hold for `seconds` without reporting progress: nothing tells it the call was cancelled."""
+        holds.started.set()
+        holds.release.wait(request.seconds)
+        return HoldResult(held_s=request.seconds)
+
+    def polite_hold(ctx: ToolContext, request: HoldRequest, progress: Progress) -> HoldResult:
+        """Hold for `seconds`, reporting progress every 0.1 s, and stop at a report once the call is cancelled."""
+        start = time.monotonic()
+        try:
+            while (held := time.monotonic() - start) < request.seconds:
+                progress(held, request.seconds, "holding")
+                holds.started.set()
+                holds.release.wait(0.1)
+            return HoldResult(held_s=held)
+        finally:
+            holds.stopped.set()
+
+    server = MCPServer(name="holds")
+    context = ToolContext.open(tmp_path / "ws")
+    for tool in (deaf_hold, polite_hold):
+        server.add_tool(as_mcp_tool(tool, context), name=tool.__name__, structured_output=True)
+    return server
+
+
+@contextmanager
+def over_http(server: MCPServer) -> Iterator[str]:
+    """`server`'s streamable-HTTP app under uvicorn on a free loopback port, in a thread; yields its URL."""
+    port = free_loopback_port()
+    app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    running = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: running.started, 30, "uvicorn to start")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        running.should_exit = True
+        thread.join(30)
+
+
+def cancel_over_http(url: str, tool: str, started: threading.Event) -> tuple[list[dict], float]:
+    """Call `tool` (holding 10 s) over HTTP, send notifications/cancelled once it has started, and read its response
+    stream to the end; return the JSON-RPC messages the stream carried and the seconds from the cancel to its end."""
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    with httpx.Client(timeout=60) as client:
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
+        opened = client.post(
+            url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+        )
+        headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        client.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        params = {"name": tool, "arguments": {"seconds": 10}, "_meta": {"progressToken": "hold"}}
+        request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+        messages = []
+        with client.stream("POST", url, headers=headers, json=request) as stream:
+            wait_until(started.is_set, 30, f"{tool} to start")
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
+            client.post(url, headers=headers, json=cancel)
+            cancelled_at = time.monotonic()
+            messages += [json.loads(line[5:]) for line in stream.iter_lines() if line.startswith("data:")]
+            ended = time.monotonic() - cancelled_at
+    return messages, ended
+
+
+def test_a_cancelled_call_whose_tool_cannot_stop_ends_its_http_stream_within_a_second(holding_server, holds):
+    with over_http(holding_server) as url:
+        messages, ended = cancel_over_http(url, "deaf_hold", holds.started)
+    assert messages[-1]["error"]["code"] == -32800, messages
+    assert ended < CANCELLED_WITHIN_S, f"the stream ended {ended:.2f} s after the cancel"
+    assert not holds.release.is_set()  # the tool was still holding: the answer did not wait for it
+
+
+def test_a_cancelled_call_whose_tool_stops_is_answered_once_it_has_stopped(holding_server, holds):
+    with over_http(holding_server) as url:
+        messages, ended = cancel_over_http(url, "polite_hold", holds.started)
+        stopped_when_answered = holds.stopped.is_set()
+    assert messages[-1]["error"]["code"] == -32800, messages
+    assert ended < CANCELLED_WITHIN_S, f"the stream ended {ended:.2f} s after the cancel"
+    assert stopped_when_answered  # nothing of the call runs on after its answer
