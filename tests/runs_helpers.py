@@ -1,9 +1,27 @@
-"""Helpers the run tests share: finish a run, read its losses, write a run folder with made-up metrics."""
+"""Helpers the run tests share: finish a run, read its losses, write a run folder with made-up metrics, hold a
+run PENDING."""
 
 import math
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+from polling import wait_until
+
+from tradewind.cluster import JobSpec, JobStatus, Resources
 from tradewind.core import atomic_write_json
-from tradewind.tools import ToolContext, WaitForRunRequest, WaitForRunResult, wait_for_run
+from tradewind.tools import (
+    LaunchTrainingRequest,
+    RunInfo,
+    RunRequest,
+    ToolContext,
+    WaitForRunRequest,
+    WaitForRunResult,
+    cancel_run,
+    launch_training,
+    wait_for_run,
+)
 from tradewind.trainer import MetricRow, RunLayout, RunRecord, TrainConfig, read_metrics, write_record
 
 
@@ -60,3 +78,28 @@ def write_run(ctx: ToolContext, run_id: str, rows: list[MetricRow], record: RunR
         write_record(layout.record, record)
         atomic_write_json(layout.config, TrainConfig(dataset="datasets/ds-gone").model_dump(mode="json"))
     return layout
+
+
+@contextmanager
+def pending_run(ctx: ToolContext, dataset: str, settings: dict) -> Iterator[RunInfo]:
+    """A run that stays PENDING and never trains: a job holding every CPU of the local backend is admitted first,
+    so the run queues behind it. On exit the run is cancelled and the hold released."""
+    release = Path(tempfile.mkdtemp(prefix="tradewind-hold-")) / "release"
+    hold = ctx.backend.submit(
+        JobSpec(
+            name="hold",
+            command=["bash", "-c", f"while [ ! -e {release} ]; do sleep 0.05; done"],
+            resources=Resources(cpus=ctx.backend.capacity.cpus),
+        )
+    )
+    try:
+        wait_until(lambda: ctx.backend.status(hold.id).status is JobStatus.RUNNING, what="the hold job to start")
+        run = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=10, **settings))
+        try:
+            assert run.status is JobStatus.PENDING, run
+            yield run
+        finally:
+            cancel_run(ctx, RunRequest(run_id=run.run_id))
+    finally:
+        release.touch()
+        ctx.backend.wait(hold.id, timeout=30)

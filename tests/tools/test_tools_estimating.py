@@ -57,6 +57,15 @@ def test_a_model_too_big_for_memory_does_not_fit_and_the_advice_says_memory(cach
     assert "DOES NOT FIT" in describe_estimate(result)
 
 
+def test_a_config_that_does_not_fit_memory_is_never_probed(cache_ctx):
+    config = {"dataset": "tiny", **TINY, "model": HUGE_MODEL}
+    # A probe would be cut off at timeout_s=1 and fail the call; none must start.
+    result = estimate_run(cache_ctx, EstimateRunRequest(config=config, probe=True, timeout_s=1))
+
+    assert result.fits is False and result.step_time_source is None and "memory" in result.advice
+    assert estimate_jobs(cache_ctx) == []
+
+
 @pytest.mark.parametrize(
     ("arguments", "named"),
     [

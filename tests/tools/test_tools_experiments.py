@@ -9,7 +9,7 @@ from polling import wait_until
 from runs_helpers import finish
 
 from tradewind.cluster import JobStatus
-from tradewind.core import InvalidInputError, NotFoundError, read_json
+from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError, read_json
 from tradewind.tools import (
     LaunchTrainingRequest,
     ListExperimentsRequest,
@@ -144,3 +144,34 @@ def test_a_budgeted_launch_trains_for_its_budget_and_reports_its_steps_and_val_b
     assert summary.train_s == pytest.approx(4, rel=0.05) and summary.time_budget_s == 4
     assert done.total_steps == done.step == summary.steps != 200  # the clock decided, not `steps`
     assert summary.val_bpb is not None and summary.val_tokens > 0
+
+
+@pytest.mark.parametrize("argument", ["sweep_id", "changed"])
+@pytest.mark.parametrize("value", ["x" * 1_000_000, "a\x00b", "../../x", "a b", ""])
+def test_list_experiments_refuses_a_sweep_id_or_field_that_is_no_name(tmp_path, argument, value):
+    ctx = ToolContext.open(tmp_path / "ws")
+    with pytest.raises(InvalidInputError, match=rf"^argument '{argument}': "):
+        list_experiments(ctx, ListExperimentsRequest(**{argument: value}))
+
+
+@pytest.mark.parametrize("reason", ["  ", "\t\n"])
+def test_a_blank_reason_is_refused_naming_it(ctx, reason):
+    with pytest.raises(InvalidInputError, match=r"argument 'reason': it is blank"):
+        set_experiment_status(ctx, SetExperimentStatusRequest(run_id="run-nope", status="kept", reason=reason))
+
+
+@pytest.mark.parametrize("linked", ["file", "folder"])
+def test_the_export_never_writes_through_a_link_leading_out_of_the_workspace(tmp_path, linked):
+    ctx = ToolContext.open(tmp_path / "ws")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "experiments.tsv").write_text("mine", encoding="utf-8")
+    if linked == "file":
+        (ctx.workspace.reports_dir / "experiments.tsv").symlink_to(outside / "experiments.tsv")
+    else:
+        ctx.workspace.reports_dir.rmdir()
+        ctx.workspace.reports_dir.symlink_to(outside)
+    with pytest.raises(PathEscapeError, match=r"argument 'export'"):
+        list_experiments(ctx, ListExperimentsRequest(export="tsv"))
+    assert [p.name for p in outside.iterdir()] == ["experiments.tsv"]
+    assert (outside / "experiments.tsv").read_text(encoding="utf-8") == "mine"

@@ -1,14 +1,21 @@
 """launch_training: accelerators refused before anything is queued, and `resume_from`, which continues a
-finished run exactly as one longer run and refuses what would change it."""
+finished run exactly as one longer run and refuses what would change it, a run that has not ended, and a run
+whose files link outside; unknown runs named with their argument; W&B refused without its extra."""
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from mcp import Client
-from runs_helpers import finish, losses
+from polling import wait_until
+from runs_helpers import finish, losses, pending_run
 
 from tradewind.cluster import JobStatus
-from tradewind.core import InvalidInputError
+from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
 from tradewind.server import build_server
-from tradewind.tools import LaunchTrainingRequest, RunRequest, get_run, launch_training
+from tradewind.tools import LaunchTrainingRequest, RunRequest, ToolContext, cancel_run, get_run, launch_training
+from tradewind.trainer import RunLayout, TrainConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -57,3 +64,77 @@ def test_resume_from_refuses_what_would_change_the_run_and_steps_that_do_not_go_
         launch_training(ctx, LaunchTrainingRequest(resume_from=reference.run_id, steps=40, seed=7))
     with pytest.raises(InvalidInputError, match=r"argument 'model'"):
         launch_training(ctx, LaunchTrainingRequest(resume_from=reference.run_id, steps=40, model={"d_model": 64}))
+
+
+@pytest.fixture
+def own_ctx(tmp_path, ctx, dataset_id) -> tuple[ToolContext, str]:
+    """A fresh workspace (its own job ledger, so holding its CPUs blocks no other test) with the suite's dataset."""
+    dataset = ctx.workspace.dataset_dir(dataset_id)
+    fresh = ToolContext.open(tmp_path / "ws", allowed_paths=(dataset.parent,))
+    fresh.settings_path.write_text("backend: local\n", encoding="utf-8")
+    return fresh, str(dataset)
+
+
+def test_a_pending_run_cannot_be_continued_and_the_refusal_names_its_status(own_ctx, tiny_run_settings):
+    ctx, dataset = own_ctx
+    with pending_run(ctx, dataset, tiny_run_settings) as parent:
+        before = sorted(p.name for p in ctx.workspace.runs_dir.iterdir())
+        with pytest.raises(InvalidInputError, match=rf"argument 'resume_from': run {parent.run_id} is PENDING") as no:
+            launch_training(ctx, LaunchTrainingRequest(resume_from=parent.run_id, steps=20))
+        assert "wait_for_run" in str(no.value) and "cancel_run" in str(no.value)
+        assert sorted(p.name for p in ctx.workspace.runs_dir.iterdir()) == before
+
+
+@pytest.mark.slow
+def test_a_running_run_cannot_be_continued_while_it_rotates_its_checkpoints(own_ctx, tiny_run_settings):
+    ctx, dataset = own_ctx
+    settings = {**tiny_run_settings, "checkpoints": {"every_steps": 5, "keep_last": 1}}
+    parent = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=100_000, **settings))
+    try:
+        wait_until(lambda: get_run(ctx, RunRequest(run_id=parent.run_id)).step >= 5, timeout=240, what="a checkpoint")
+        with pytest.raises(InvalidInputError, match=rf"argument 'resume_from': run {parent.run_id} is RUNNING"):
+            launch_training(ctx, LaunchTrainingRequest(resume_from=parent.run_id, steps=200_000))
+        assert [p.name for p in ctx.workspace.runs_dir.iterdir()] == [parent.run_id]
+    finally:
+        cancel_run(ctx, RunRequest(run_id=parent.run_id))
+
+
+@pytest.mark.parametrize("argument", ["parent_run", "resume_from"])
+def test_an_unknown_parent_or_resumed_run_is_named_with_its_argument(ctx, dataset_id, argument):
+    with pytest.raises(NotFoundError, match=rf"^argument '{argument}': unknown run id 'run-nope'"):
+        launch_training(ctx, LaunchTrainingRequest(dataset=dataset_id, steps=10, **{argument: "run-nope"}))
+
+
+def test_a_wandb_project_without_the_wandb_extra_is_refused_before_any_run_exists(own_ctx, tiny_run_settings):
+    ctx, dataset = own_ctx
+    # A fresh interpreter where `import wandb` fails, as it does without the extra.
+    code = (
+        "import sys; sys.modules['wandb'] = None\n"
+        "from tradewind.tools import LaunchTrainingRequest, ToolContext, launch_training\n"
+        f"ctx = ToolContext.open({str(ctx.workspace.root)!r}, allowed_paths=({str(Path(dataset).parent)!r},))\n"
+        f"request = LaunchTrainingRequest(dataset={dataset!r}, steps=10, wandb_project='tw', **{tiny_run_settings!r})\n"
+        "launch_training(ctx, request)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "InvalidInputError: argument 'wandb_project': W&B logging needs the wandb package" in result.stderr
+    assert "pip install 'tradewind[wandb]'" in result.stderr
+    assert list(ctx.workspace.runs_dir.iterdir()) == [] and ctx.backend.list() == []
+
+
+def test_resume_from_refuses_a_run_whose_checkpoints_or_config_link_outside(own_ctx, tmp_path):
+    ctx, dataset = own_ctx
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "config.json").write_text(TrainConfig(dataset=dataset).model_dump_json(), encoding="utf-8")
+    layout = RunLayout(ctx.workspace.run_dir("copied", must_exist=False))
+    (layout.checkpoints / "10").mkdir(parents=True)
+    layout.config.write_text(TrainConfig(dataset=dataset).model_dump_json(), encoding="utf-8")
+    (layout.checkpoints / "10" / "state").symlink_to(secret)
+    with pytest.raises(PathEscapeError, match=r"argument 'resume_from': .*checkpoints/10/state"):
+        launch_training(ctx, LaunchTrainingRequest(resume_from="copied", steps=20))
+    layout.config.unlink()
+    layout.config.symlink_to(secret / "config.json")
+    with pytest.raises(PathEscapeError, match=r"argument 'resume_from': .*config\.json"):
+        launch_training(ctx, LaunchTrainingRequest(resume_from="copied", steps=20))
+    assert [p.name for p in ctx.workspace.runs_dir.iterdir()] == ["copied"]

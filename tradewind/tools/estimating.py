@@ -21,6 +21,7 @@ from tradewind.core import InvalidInputError, TradewindError, describe_validatio
 from tradewind.data import open_token_cache
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.launching import LaunchTrainingRequest, run_config, training_env
+from tradewind.tools.limits import admit_job
 from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_config
 from tradewind.trainer.estimate import (
     ESTIMATE_CALLABLE,
@@ -69,18 +70,20 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
     token, memory against the device's, seconds per step, the steps and tokens the budget buys, the
     compute-optimal token count (20 per parameter) and one sentence of advice. The step time comes from a
     finished run of the same shape, else from a probe that compiles the model and times 3 steps (about as long
-    as a run's start); nothing is queued as a run.
+    as a run's start); nothing is queued as a run. A config that does not fit memory is not probed, and the
+    probe is refused where the workspace's limits (settings.yaml) would refuse the run.
     """
     config = _config(ctx, request, progress)
     vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
+    estimate, source = estimate_training(config), None
     earlier = _same_shape_run(ctx, config, vocab_size)
     if earlier is not None:
         step_time_s, source = earlier
-        estimate = estimate_training(config).model_copy(update={"step_time_s": step_time_s})
-    elif request.probe and not config.accelerator.startswith("tpu"):
+        estimate = estimate.model_copy(update={"step_time_s": step_time_s})
+    # A config that does not fit is never probed: the analytic estimate already says what to change.
+    elif request.probe and estimate.fits is not False and not config.accelerator.startswith("tpu"):
+        admit_job(ctx, config, vocab_size=vocab_size, what="estimate_run's probe", instead=" use probe=false,")
         estimate, source = _probe(ctx, config, request.timeout_s, progress), "probe"
-    else:
-        estimate, source = estimate_training(config), None
     budget = request.time_budget_s or config.time_budget_s
     return _plan(estimate, source, budget, config)
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import csv
 import io
-from pathlib import Path
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import JobStatus
-from tradewind.core import InvalidInputError, TradewindError, atomic_write_text, read_json
+from tradewind.core import InvalidInputError, TradewindError, check_id, read_json
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import ToolContext
 from tradewind.tools.runs import RunInfo, RunRequest, get_run
@@ -35,6 +35,8 @@ from tradewind.trainer.record import RunRecord, update_record
 Status = Literal["running", "finished", "kept", "discarded", "crashed"]
 REASON_CHARS = 300  # a crash cause in the ledger; get_run and tail_logs have the whole story
 MAX_CHANGES = 20  # changed fields listed per experiment
+FIELD_CHARS = 200  # a dotted config field name, far longer than any TrainConfig has
+_FIELD_NAME = re.compile(rf"(?=.{{1,{FIELD_CHARS}}}$)[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 EXPORT_COLUMNS = (
     "run_id", "status", "val_bpb", "val_loss", "parent", "changes", "note", "reason", "sweep_id", "baseline",
     "steps", "train_s", "load", "concurrent_runs", "created_at",
@@ -96,6 +98,13 @@ def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> Exper
 
     Filter by status, by a changed config field or by sweep; export writes every match as TSV or CSV.
     """
+    if request.sweep_id is not None:
+        check_id(request.sweep_id, "sweep_id")
+    if request.changed is not None and not _FIELD_NAME.fullmatch(request.changed):
+        raise InvalidInputError(
+            f"argument 'changed': {cut(request.changed, 80)!r} is not a config field; give a dotted field name of "
+            f"at most {FIELD_CHARS} characters, such as optimizer.learning_rate"
+        )
     entries = [entry for entry in _experiments(ctx) if _matches(entry, request)]
     entries.sort(key=lambda entry: entry.created_at, reverse=True)
     entries.sort(key=lambda entry: (entry.val_bpb is None, entry.val_bpb or 0.0))
@@ -112,6 +121,8 @@ def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest)
     """Keep or discard an ended run, with a reason. Use it after comparing its val_bpb with its parent's.
 
     The ledger keeps both the status and the reason."""
+    if not request.reason.strip():
+        raise InvalidInputError("argument 'reason': it is blank; say in one line why the run is kept or discarded")
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     if not get_run(ctx, RunRequest(run_id=request.run_id)).status.finished:
         raise InvalidInputError(
@@ -213,8 +224,7 @@ def _export(ctx: ToolContext, entries: list[Experiment], form: Literal["tsv", "c
         row["changes"] = "; ".join(f"{name}={value}" for name, value in entry.changes.items())
         # A tab or a newline in a note would break a TSV row; CSV quotes them, TSV gets spaces.
         writer.writerow(["" if row[c] is None else _one_line(str(row[c]), form) for c in EXPORT_COLUMNS])
-    path = Path(ctx.workspace.reports_dir) / f"experiments.{form}"
-    atomic_write_text(path, text.getvalue())
+    path = ctx.workspace.write_atomic(f"reports/experiments.{form}", text.getvalue(), argument="export")
     return str(path)
 
 

@@ -7,6 +7,8 @@ submits training jobs; `tradewind.tools.runs` watches and stops the runs it star
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,10 +17,17 @@ from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from tradewind.cluster import JobSpec, accelerator_resources
-from tradewind.core import InvalidInputError, NotFoundError, TradewindError, atomic_write_json, make_id
+from tradewind.core import (
+    ConfigError,
+    InvalidInputError,
+    NotFoundError,
+    TradewindError,
+    make_id,
+    parse_config,
+)
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
-from tradewind.tools.limits import check_launch_limits
+from tradewind.tools.limits import active_runs, check_launch_limits
 from tradewind.tools.runs import RunInfo, RunRequest, get_run
 from tradewind.trainer import (
     TRAIN_CALLABLE,
@@ -30,8 +39,6 @@ from tradewind.trainer import (
     model_for_init_from,
     open_run_data,
     read_record,
-    read_train_config,
-    write_record,
 )
 
 RAY_PENDING_TIMEOUT_S = 1800.0  # a Ray run that names no pending_timeout_s
@@ -86,20 +93,19 @@ def launch_training(
     (a 1.3M-parameter model: about 3 steps of 16 x 128 tokens per second on 2 cores).
     """
     config, parent, parent_step = run_config(ctx, request, progress)
-    parent_run = (
-        None if request.parent_run is None else ctx.workspace.run_folder(request.parent_run, argument="parent_run").name
-    )
+    parent_run = None if request.parent_run is None else run_folder(ctx, request.parent_run, "parent_run").name
+    check_wandb(config.wandb_project)
     data = open_run_data(config)  # fail now, not minutes later in the training process, if one batch does not fit
     backend_name = config.backend or ctx.default_backend()
     resources, hosts = accelerator_resources(config.accelerator, slices=config.slices)
-    active_runs = _active_runs(ctx)
+    active = active_runs(ctx)
     check_launch_limits(
         ctx,
         config,
         vocab_size=data.cache.manifest.tokenizer.vocab_size,
         backend=backend_name,
         processes=hosts * config.replicas,
-        active_runs=active_runs,
+        active_runs=active,
     )
     pending_timeout_s = config.pending_timeout_s
     if pending_timeout_s is None and backend_name == "ray":
@@ -108,8 +114,8 @@ def launch_training(
 
     run_id = make_id("run")
     layout = RunLayout(ctx.workspace.run_dir(run_id, must_exist=False))
-    layout.root.mkdir(parents=True)
-    atomic_write_json(layout.config, config.model_dump(mode="json"))
+    ctx.workspace.make_dir(layout.root, argument="run_id")
+    ctx.workspace.write_atomic(layout.config, config.model_dump_json(indent=2), argument="run_id")
     record = RunRecord(
         run_id=run_id,
         backend=backend_name,
@@ -123,9 +129,9 @@ def launch_training(
         note=request.note,
         sweep_id=sweep_id,
         baseline=baseline,
-        concurrent_runs=len(active_runs),
+        concurrent_runs=len(active),
     )
-    write_record(layout.record, record)
+    ctx.workspace.write_atomic(layout.record, record.model_dump_json(indent=2), argument="run_id")
     spec = JobSpec(
         name=f"train {run_id}",
         callable=TRAIN_CALLABLE,
@@ -158,19 +164,6 @@ def training_env(ctx: ToolContext, config: TrainConfig, backend: str) -> dict[st
     return env
 
 
-def _active_runs(ctx: ToolContext) -> list[str]:
-    """The workspace's runs still pending or running (a record that says so is checked against its job)."""
-    active = []
-    for folder in sorted(ctx.workspace.runs_dir.iterdir()):
-        try:
-            recorded = read_record(RunLayout(folder).record).status
-            if not recorded.finished and not get_run(ctx, RunRequest(run_id=folder.name)).status.finished:
-                active.append(folder.name)
-        except (TradewindError, ValueError, OSError):  # not a readable run: list_runs reports those
-            continue
-    return active
-
-
 def run_config(
     ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress
 ) -> tuple[TrainConfig, str | None, int | None]:
@@ -192,8 +185,9 @@ def _continued_config(
 ) -> tuple[TrainConfig, str, int]:
     """The config of a run that continues `request.resume_from`: the parent's, with the fields the request
     sets; those that fix the data order and the model must stay as they were."""
-    parent_dir = ctx.workspace.run_folder(request.resume_from, argument="resume_from")
-    parent = read_train_config(RunLayout(parent_dir).config)
+    parent_dir = run_folder(ctx, request.resume_from, "resume_from")
+    _check_parent_ended(ctx, parent_dir)
+    parent = read_run_config(ctx, parent_dir, argument="resume_from")
     overrides = request.model_dump(exclude_unset=True, exclude={"resume_from", *LAUNCH_ONLY})
     if "dataset" in overrides:
         overrides["dataset"] = str(resolve_dataset(ctx, overrides["dataset"], progress))
@@ -205,6 +199,8 @@ def _continued_config(
                 f"argument {name!r}: a run that continues {parent_dir.name} keeps its {name} "
                 f"({inherited[name]!r}); leave it out, or launch a new run instead"
             )
+    # The new run's processes read these whole: nothing in them may lead out of the workspace.
+    ctx.workspace.check_tree(RunLayout(parent_dir).checkpoints, argument="resume_from")
     saved = _checkpoint_steps(parent_dir)
     if not saved:
         raise NotFoundError(f"argument 'resume_from': run {parent_dir.name} has no checkpoint to continue from")
@@ -216,6 +212,70 @@ def _continued_config(
     merged["resume_from"] = str(parent_dir)
     merged["init_from"] = None  # the weights come from the parent's checkpoint
     return TrainConfig.model_validate(merged), parent_dir.name, saved[-1]
+
+
+def run_folder(ctx: ToolContext, value: str, argument: str) -> Path:
+    """The folder of the run `value` (an id, or a path) names, for request argument `argument`.
+
+    Raises:
+        NotFoundError: no such run; the message names `argument`.
+        PathEscapeError, InvalidInputError: as `Workspace.run_folder`.
+    """
+    try:
+        return ctx.workspace.run_folder(value, argument=argument)
+    except NotFoundError as error:
+        raise NotFoundError(f"argument {argument!r}: {error}") from None
+
+
+def check_wandb(project: str | None) -> None:
+    """Refuse a W&B project where the run could not log to it: without the `wandb` extra the trainer would
+    skip W&B with a log line nobody reads, and the run would not be where the caller will look for it.
+
+    Raises:
+        InvalidInputError: naming `wandb_project` and how to install the extra.
+    """
+    # find_spec looks for the package without importing it (wandb takes seconds to import).
+    if project is not None and importlib.util.find_spec("wandb") is None:
+        raise InvalidInputError(
+            "argument 'wandb_project': W&B logging needs the wandb package, which is not installed where this "
+            "server runs; install it (pip install 'tradewind[wandb]') and restart, or leave wandb_project out"
+        )
+
+
+def _check_parent_ended(ctx: ToolContext, parent_dir: Path) -> None:
+    """Refuse to continue a run that is still pending or running: it still writes its checkpoints (and, past
+    `keep_last`, deletes them), so two runs would train one lineage from files that change under them."""
+    layout = RunLayout(parent_dir)
+    if not layout.record.is_file():
+        return  # a folder trained by hand or copied here: no job of ours writes it
+    if parent_dir.parent == ctx.workspace.runs_dir:
+        status = get_run(ctx, RunRequest(run_id=parent_dir.name)).status  # the record checked against its job
+    else:
+        status = read_record(layout.record).status
+    if not status.finished:
+        raise InvalidInputError(
+            f"argument 'resume_from': run {parent_dir.name} is {status.value}, and a run can be continued only once "
+            "it has ended (it still writes and rotates the checkpoints a continued run would start from); "
+            "wait_for_run until it ends, or cancel_run it first"
+        )
+
+
+def read_run_config(ctx: ToolContext, run_dir: Path, argument: str) -> TrainConfig:
+    """The `config.json` of the run folder `run_dir`, read through the workspace (no link in the run leads out).
+
+    Raises:
+        NotFoundError: the run has no config.
+        PathEscapeError: its config is a symlink leading outside the workspace and the allowed roots.
+        ConfigError: it does not validate; the message names the file and each bad field.
+    """
+    path = RunLayout(run_dir).config
+    with ctx.workspace.open(path, "r", argument=argument) as file:
+        text = file.read()
+    try:
+        values = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(f"{path}: not valid JSON ({error})") from None
+    return parse_config(TrainConfig, values, source=str(path))
 
 
 def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -1,17 +1,24 @@
-"""What one `launch_training` call may start: how many runs at once, how many steps, how much memory.
+"""What the tools may start: how many runs at once, how many steps, how much memory.
 
 The limits live under `limits:` in `<workspace>/settings.yaml` (`LaunchLimits`), so the person who owns
 the machine sets them and an agent cannot raise them with an argument; each refusal names the limit, the
 value asked for and the line of settings.yaml that would allow it.
+
+They bind every job a tool starts, not only runs: `launch_training` (and so every sweep trial) goes through
+`check_launch_limits`; the jobs that train a config's steps on this machine for a tool (estimate_run's probe,
+profile_run) go through `admit_job` (they count as one more active run, and their memory is checked as a
+run's); a sampling request goes through `check_sampling_memory` before the worker loads the model. Each check
+runs before anything is submitted.
 """
 
 from __future__ import annotations
 
 import psutil
 
-from tradewind.core import InvalidInputError
+from tradewind.core import InvalidInputError, TradewindError
 from tradewind.tools.context import LaunchLimits, ToolContext
-from tradewind.trainer import TrainConfig, training_memory
+from tradewind.tools.runs import RunRequest, get_run
+from tradewind.trainer import RunLayout, TrainConfig, read_record, training_memory
 
 GIB = 2**30
 
@@ -22,6 +29,19 @@ class LimitReached(InvalidInputError):
     def __init__(self, message: str, limit: str):
         super().__init__(message)
         self.limit = limit
+
+
+def active_runs(ctx: ToolContext) -> list[str]:
+    """The workspace's runs still pending or running (a record that says so is checked against its job)."""
+    active = []
+    for folder in sorted(ctx.workspace.runs_dir.iterdir()):
+        try:
+            recorded = read_record(RunLayout(folder).record).status
+            if not recorded.finished and not get_run(ctx, RunRequest(run_id=folder.name)).status.finished:
+                active.append(folder.name)
+        except (TradewindError, ValueError, OSError):  # not a readable run: list_runs reports those
+            continue
+    return active
 
 
 def check_launch_limits(
@@ -37,36 +57,91 @@ def check_launch_limits(
         InvalidInputError: naming the limit, what was asked for, and how to raise it.
     """
     limits = ctx.settings().limits
-    if len(active_runs) >= limits.max_active_runs:
-        raise LimitReached(
-            f"{len(active_runs)} runs are already pending or running ({', '.join(active_runs)}) and the limit is "
-            f"{limits.max_active_runs}; wait for one (wait_for_run), stop one (cancel_run), or raise "
-            f"{_setting(ctx, 'max_active_runs', limits)}",
-            "max_active_runs",
-        )
     if config.steps > limits.max_steps:
         raise InvalidInputError(
             f"argument 'steps': {config.steps} is more than the limit of {limits.max_steps} steps per run; ask for "
             f"fewer, or raise {_setting(ctx, 'max_steps', limits)}"
         )
-    if backend == "local" and config.accelerator == "cpu":
-        _check_memory(ctx, config, vocab_size, processes, limits)
+    _admit(ctx, config, vocab_size, processes, active_runs, what="the run", local=backend == "local", instead="")
 
 
-def _check_memory(ctx: ToolContext, config: TrainConfig, vocab_size: int, processes: int, limits: LaunchLimits) -> None:
-    estimate = training_memory(config, vocab_size, processes)
-    needed = processes * estimate.total_bytes
+def admit_job(ctx: ToolContext, config: TrainConfig, *, vocab_size: int, what: str, instead: str) -> None:
+    """Refuse a job that trains `config`'s steps on this machine for a tool (estimate_run's probe, profile_run)
+    where a run of it would be refused: it counts as one more active run, and a CPU one's memory is checked.
+
+    `what` names the job in the message ("estimate_run's probe"); `instead` says what to do short of waiting.
+
+    Raises:
+        LimitReached: as `check_launch_limits`.
+    """
+    _admit(ctx, config, vocab_size, 1, active_runs(ctx), what=what, local=True, instead=instead)
+
+
+def check_sampling_memory(ctx: ToolContext, config: TrainConfig, vocab_size: int) -> None:
+    """Refuse to load run `config`'s model for sampling on this machine if its weights and key/value cache
+    would take more than the workspace's share of the available memory.
+
+    Raises:
+        LimitReached: naming the need, what is available and the setting.
+    """
+    model = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
+    weights = 4 * model.count_params()  # float32
+    cache = 2 * 4 * model.n_layers * model.max_seq_len * model.d_model  # keys and values of one sequence
+    _check_memory(
+        ctx,
+        weights + cache,
+        f"{model.count_params():,} float32 parameters and a key/value cache of {model.max_seq_len} tokens",
+        what="sampling this run",
+        instead=" wait for other runs to end,",
+        limits=ctx.settings().limits,
+    )
+
+
+def _admit(
+    ctx: ToolContext,
+    config: TrainConfig,
+    vocab_size: int,
+    processes: int,
+    active: list[str],
+    *,
+    what: str,
+    local: bool,
+    instead: str,
+) -> None:
+    limits = ctx.settings().limits
+    if len(active) >= limits.max_active_runs:
+        beside = "" if what == "the run" else f" and {what} would train beside them"
+        raise LimitReached(
+            f"{len(active)} runs are already pending or running ({', '.join(active)}){beside}, and the limit is "
+            f"{limits.max_active_runs}; wait for one (wait_for_run), stop one (cancel_run),{instead} or raise "
+            f"{_setting(ctx, 'max_active_runs', limits)}",
+            "max_active_runs",
+        )
+    if local and config.accelerator == "cpu":
+        estimate = training_memory(config, vocab_size, processes)
+        _check_memory(
+            ctx,
+            processes * estimate.total_bytes,
+            f"{processes} x ({estimate.params:,} parameters with gradients and {config.optimizer.type} state: "
+            f"{estimate.state_bytes / GIB:,.1f} GiB, and activations for {estimate.sequences} sequences of "
+            f"{config.seq_len} tokens: {estimate.activation_bytes / GIB:,.1f} GiB)",
+            what=what,
+            instead=f"{instead} shrink the model, batch_size or seq_len, raise grad_accum,",
+            limits=limits,
+        )
+
+
+def _check_memory(
+    ctx: ToolContext, needed: int, breakdown: str, *, what: str, instead: str, limits: LaunchLimits
+) -> None:
     available = psutil.virtual_memory().available
     allowed = limits.memory_fraction * available
     if needed <= allowed:
         return
     raise LimitReached(
-        f"the run needs about {needed / GIB:,.1f} GiB of memory ({processes} x ({estimate.params:,} parameters "
-        f"with gradients and {config.optimizer.type} state: {estimate.state_bytes / GIB:,.1f} GiB, and "
-        f"activations for {estimate.sequences} sequences of {config.seq_len} "
-        f"tokens: {estimate.activation_bytes / GIB:,.1f} GiB)), more than {limits.memory_fraction:g} of the "
-        f"{available / GIB:,.1f} GiB this machine has available; shrink the model, batch_size or seq_len, raise "
-        f"grad_accum, or raise {_setting(ctx, 'memory_fraction', limits)}",
+        f"{what} needs about {needed / GIB:,.1f} GiB of memory ({breakdown}), more than {limits.memory_fraction:g} "
+        f"of the {available / GIB:,.1f} GiB this machine has available;{instead} or raise "
+        f"{_setting(ctx, 'memory_fraction', limits)}",
         "memory_fraction",
     )
 

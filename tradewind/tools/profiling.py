@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
 from tradewind.cluster import JobSpec
-from tradewind.core import make_id, read_json
+from tradewind.core import make_id
+from tradewind.data import open_token_cache
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
+from tradewind.tools.launching import read_run_config
+from tradewind.tools.limits import admit_job
 from tradewind.tools.runs import RunRequest
 from tradewind.trainer import PROFILE_CALLABLE, ProfileJob, ProfileOptions, ProfileSummary, RunLayout
 
@@ -27,9 +32,14 @@ def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress
     memory, MFU, a verdict (data-bound, host-bound, recompiling, checkpoint-bound, compute-bound) with
     one suggestion, and the trace (TensorBoard or Perfetto). Runs in a separate process on fresh weights;
     takes about as long as compiling the model plus `steps` training steps, and does not disturb the run's
-    own files.
+    own files. It is refused where the workspace's limits (settings.yaml) would refuse the run.
     """
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
+    config = read_run_config(ctx, layout.root, argument="run_id")
+    vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
+    admit_job(ctx, config, vocab_size=vocab_size, what="profile_run's job", instead="")
+    # The job writes its summary, trace and log here: made first, so a link planted in its place is refused.
+    ctx.workspace.make_dir(layout.profile, argument="run_id")
     log_path = layout.profile / "profile.log"
     job = ProfileJob(run_dir=str(layout.root), **request.model_dump(include=set(ProfileOptions.model_fields)))
     run_job(
@@ -42,7 +52,8 @@ def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress
         activity=f"profiling run {request.run_id!r}",
         progress=progress,
     )
-    summary = ProfileSummary.model_validate(read_json(layout.profile / "summary.json"))
+    with ctx.workspace.open(layout.profile / "summary.json", argument="run_id") as file:
+        summary = ProfileSummary.model_validate_json(file.read())
     return ProfileResult(**summary.model_dump(), run_id=request.run_id, log_file=str(log_path))
 
 

@@ -20,9 +20,12 @@ from pydantic import BaseModel, Field
 
 import tradewind.core
 from tradewind.cluster import JobSpec, Resources
-from tradewind.core import NotFoundError, TradewindError, make_id, read_json, tail_lines
+from tradewind.core import NotFoundError, TradewindError, make_id, tail_lines
+from tradewind.data import open_token_cache
 from tradewind.tools.bounds import LINE_CHARS, cut
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
+from tradewind.tools.launching import read_run_config
+from tradewind.tools.limits import check_sampling_memory
 from tradewind.tools.runs import RunRequest
 from tradewind.trainer import RunLayout, SampleJob, SampleOptions
 from tradewind.trainer.jobs import SAMPLE_WORKER_CALLABLE, SampleWorkerJob
@@ -59,6 +62,11 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     if not layout.checkpoints.is_dir():
         raise NotFoundError(f"run {request.run_id!r} has no checkpoints yet; wait until it saves one")
+    config = read_run_config(ctx, layout.root, argument="run_id")
+    check_sampling_memory(ctx, config, open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size)
+    # The worker reads the checkpoints whole and writes into samples/: neither may lead out of the workspace.
+    ctx.workspace.check_tree(layout.checkpoints, argument="run_id")
+    ctx.workspace.make_dir(layout.samples, argument="run_id")
     sample_id = make_id("sample")
     out_path = layout.samples / f"{sample_id}.json"
     options = request.model_dump(include=set(SampleOptions.model_fields))
@@ -69,7 +77,8 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
     )
     if error := reply.get("error"):
         raise _worker_error(error)
-    output = read_json(out_path)
+    with ctx.workspace.open(out_path, "r", argument="run_id") as file:
+        output = json.load(file)
     text = cut(output["text"], MAX_TEXT_CHARS)
     return SampleTextResult(
         run_id=request.run_id,

@@ -27,7 +27,8 @@ import jax.numpy as jnp
 from flax import nnx
 from pydantic import BaseModel
 
-from tradewind.core import InvalidInputError, atomic_write_json, parse_config
+from tradewind.core import InvalidInputError, parse_config
+from tradewind.core.files import write_confined
 from tradewind.data import Tokenizer, load_tokenizer
 from tradewind.trainer.jobs import SampleJob, SampleOptions
 from tradewind.trainer.models import init_cache
@@ -127,6 +128,13 @@ def _generate_program(graphdef, model_config, max_tokens, temperature, top_k, to
         return program
 
 
+def write_sample(job: SampleJob, text: str, path: str | None = None) -> None:
+    """Write `text` to `path` (default: the job's output file) atomically, confined to the job's run folder: a
+    symlink planted there (`samples/` leading out) is refused, not followed."""
+    run_dir = Path(job.run_dir).resolve()
+    write_confined(path or job.output_file, text.encode("utf-8"), roots=(run_dir,), argument="run_id")
+
+
 def sample_run(run_dir: Path, options: SampleOptions) -> SampleOutput:
     """Sample from run `run_dir`'s newest (or `options.step`'s) checkpoint, with the dataset's tokenizer."""
     loaded = load_run_model(run_dir, options.step)
@@ -135,7 +143,7 @@ def sample_run(run_dir: Path, options: SampleOptions) -> SampleOutput:
 
 def sample_loaded(loaded: LoadedRun, tokenizer: Tokenizer, options: SampleOptions) -> SampleOutput:
     """Sample from a run's model already loaded (`load_run_model`) with its dataset's tokenizer."""
-    ids = tokenizer.encode_batch([options.prompt])[0]
+    ids = prompt_ids(tokenizer, options.prompt)
     out = sample_tokens(
         loaded.graphdef,
         loaded.params,
@@ -150,6 +158,15 @@ def sample_loaded(loaded: LoadedRun, tokenizer: Tokenizer, options: SampleOption
     return SampleOutput(text=tokenizer.decode(out), prompt=options.prompt, tokens=out, step=loaded.step)
 
 
+def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
+    """The token ids sampling starts from: the prompt's; for an empty prompt the tokenizer's BOS token, or a
+    newline when it has none (the model needs one token before it can draw the next)."""
+    ids = tokenizer.encode_batch([prompt])[0]
+    if ids:
+        return ids
+    return [tokenizer.bos_id] if tokenizer.bos_id is not None else tokenizer.encode_batch(["\n"])[0]
+
+
 def sample_job(**job: Any) -> None:
     """The entry of a sampling job: validates its keyword arguments as a `SampleJob`, samples, writes the result.
 
@@ -159,5 +176,5 @@ def sample_job(**job: Any) -> None:
     """
     request = parse_config(SampleJob, job, source="sample job")
     result = sample_run(Path(request.run_dir), request)
-    atomic_write_json(request.output_file, result.model_dump())
+    write_sample(request, result.model_dump_json())
     print(result.prompt + result.text)  # the job's log shows what was sampled

@@ -10,9 +10,10 @@ Protocol: one request per connection, one JSON line each way, at most `MAX_MESSA
     {"op": "sample", "job": SampleJob, "log_file": "runs/r1/samples/ID.log"}  -> {"pid": 123, "error": null}
     {"op": "ping"}                                                            -> {"pid": 123, "error": null}
 A sample writes the job's output file (a `SampleOutput`) and the log file (prompt and text) as the sampling
-job does; a failure answers `{"error": {"type": "NotFoundError", "message": "..."}}`. Requests are served one
-at a time; a client that hangs up (cancelled, timed out) does not stop the worker. The worker exits after
-`idle_s` without a request, or once its socket file is removed or replaced (a newer worker took over).
+job does, both confined to the job's run folder; a failure answers
+`{"error": {"type": "NotFoundError", "message": "..."}}`. Requests are served one at a time; a client that
+hangs up (cancelled, timed out) does not stop the worker. The worker exits after `idle_s` without a request,
+or once its socket file is removed or replaced (a newer worker took over).
 
 This module imports no JAX until the worker serves: the tools import its constants and `exchange`.
 
@@ -36,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tradewind.core import TradewindError, atomic_write_json, parse_config
+from tradewind.core import TradewindError, parse_config
 from tradewind.trainer.jobs import SampleJob, SampleWorkerJob
 
 SOCKET_NAME = "sample-worker.sock"
@@ -181,7 +182,7 @@ class RunCache:
 
 
 def _answer(request: dict[str, Any], cache: RunCache) -> dict[str, Any]:
-    from tradewind.trainer.sample import sample_loaded
+    from tradewind.trainer.sample import sample_loaded, write_sample
 
     reply: dict[str, Any] = {"pid": os.getpid(), "error": None}
     try:
@@ -192,9 +193,9 @@ def _answer(request: dict[str, Any], cache: RunCache) -> dict[str, Any]:
         job = parse_config(SampleJob, request.get("job"), source="sample request")
         loaded, tokenizer = cache.get(Path(job.run_dir), job.step)
         result = sample_loaded(loaded, tokenizer, job)
-        atomic_write_json(job.output_file, result.model_dump())
+        write_sample(job, result.model_dump_json())
         if log_file := request.get("log_file"):
-            Path(log_file).write_text(result.prompt + result.text + "\n", encoding="utf-8")
+            write_sample(job, result.prompt + result.text + "\n", str(log_file))
     except TradewindError as error:
         print(f"sample request failed: {error}", file=sys.stderr, flush=True)
         reply["error"] = {"type": type(error).__name__, "message": str(error)}
