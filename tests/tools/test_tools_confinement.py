@@ -226,7 +226,7 @@ def template(tmp_path_factory, small_corpus):
     (root / "tkdir").mkdir()
     shutil.copy(trained.tokenizer, root / "tkdir" / "tokenizer.json")
     config = TrainConfig(
-        dataset=f"datasets/{DATASET}",
+        dataset=str(ctx.workspace.datasets_dir / DATASET),  # as launch_training records it: resolved
         steps=20,
         batch_size=8,
         seq_len=32,
@@ -329,7 +329,7 @@ CALLS = {
         ctx, SampleTextRequest(run_id=RUN, prompt="The", max_tokens=2, timeout_s=60)
     ),
     "profile_run": lambda ctx: profile_run(ctx, ProfileRunRequest(run_id=RUN, timeout_s=120)),
-    "resume_from": lambda ctx: launch_training(ctx, LaunchTrainingRequest(dataset=DATASET, steps=30, resume_from=RUN)),
+    "resume_from": lambda ctx: launch_training(ctx, LaunchTrainingRequest(steps=30, resume_from=RUN)),
     "export": lambda ctx: list_experiments(ctx, ListExperimentsRequest(export="tsv")),
 }
 RUN_READERS = ("get_run", "list_runs", "dashboard_data", "summarize_report")
@@ -367,6 +367,8 @@ async def test_a_symlink_inside_a_workspace_object_that_leads_out_is_refused_and
 ):
     root = tmp_path / "ws"
     shutil.copytree(template, root, symlinks=True)
+    for config in root.glob("runs/*/config.json"):  # the copy's runs train on the copy's dataset
+        config.write_text(config.read_text().replace(str(template), str(root)))
     outside = tmp_path / "outside"
     outside.mkdir()
     _link_out(root, trap, outside)
