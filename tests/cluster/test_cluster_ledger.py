@@ -7,14 +7,17 @@ import pytest
 
 from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, Resources
 from tradewind.cluster.ledger import (
+    VANISHED_REASON,
     Capacity,
-    admit_queued,
     check_fits_at_all,
     demand,
     detect_capacity,
-    usage,
+    held,
+    observe,
+    reconcile,
 )
-from tradewind.cluster.store import JobStore
+from tradewind.cluster.process import process_start_time
+from tradewind.cluster.store import ACTIVE, JobStore
 from tradewind.core import InvalidInputError
 
 
@@ -32,6 +35,17 @@ def queue(store: JobStore, *specs: JobSpec, submitted_at: str | None = None) -> 
             store.insert(JobRecord(id=job_id, spec=one, **fields), conn)
             ids.append(job_id)
     return ids
+
+
+def admit_queued(store: JobStore, capacity: Capacity) -> list[str]:
+    """The ids `reconcile` hands out to start (none of these tests has a vanished supervisor)."""
+    start, vanished = reconcile(store, capacity)
+    assert vanished == []
+    return start
+
+
+def usage(store: JobStore) -> Capacity:
+    return held(store.rows(ACTIVE))[0]
 
 
 def test_an_amount_is_described_with_its_unit_singular_or_plural():
@@ -131,3 +145,41 @@ def test_a_queued_job_past_its_pending_timeout_fails_naming_what_it_needs_and_wh
         f"4 CPUs, 0 GiB memory, 0 GPUs, with 2 CPUs, 0 GiB memory, 0 GPUs in use by {holder}"
     )
     assert usage(store) == Capacity(cpus=3, memory_gb=0, gpus=0)  # the failed job never held anything
+
+
+def claim(store: JobStore, job_id: str, pid: int, start: int | None) -> None:
+    """Record `pid` as the job's supervisor, RUNNING, as a supervisor's claim does."""
+
+    def change(row):
+        row.record.supervisor_pid, row.record.supervisor_start, row.record.status = pid, start, JobStatus.RUNNING
+        return row.record
+
+    store.update(job_id, change)
+
+
+def test_reads_report_a_job_whose_supervisor_vanished_as_failed_and_only_reconcile_records_it(tmp_path):
+    store = JobStore(tmp_path / "cluster.sqlite")
+    capacity = Capacity(cpus=2, memory_gb=0, gpus=0)
+    gone, waiting = queue(store, spec("gone", cpus=2), spec("waiting", cpus=2))
+    assert admit_queued(store, capacity) == [gone]
+    claim(store, gone, pid=os.getpid(), start=process_start_time(os.getpid()) + 1)  # a start time not ours: dead
+    seen = observe(store, capacity, store.rows())
+    assert [(r.id, r.status, r.reason) for r in seen] == [
+        (gone, JobStatus.FAILED, VANISHED_REASON),
+        (waiting, JobStatus.PENDING, None),
+    ]
+    assert store.get(gone).record.status is JobStatus.RUNNING  # reading wrote nothing
+    assert usage(store) == Capacity(cpus=0, memory_gb=0, gpus=0)  # what it held is free to whoever admits next
+    start, vanished = reconcile(store, capacity)
+    assert (start, [r.id for r in vanished]) == ([waiting], [gone])
+    assert store.get(gone).record.status is JobStatus.FAILED and store.get(gone).record.reason == VANISHED_REASON
+
+
+def test_an_admitted_job_no_supervisor_claimed_within_the_grace_is_handed_out_again_once(tmp_path):
+    store = JobStore(tmp_path / "cluster.sqlite")
+    (orphan,) = queue(store, spec("orphan"))
+    with store.transaction() as conn:
+        conn.execute("UPDATE jobs SET admitted = 1 WHERE id = ?", (orphan,))  # admitted long ago, never claimed
+    capacity = Capacity(cpus=2, memory_gb=0, gpus=0)
+    assert admit_queued(store, capacity) == [orphan]
+    assert admit_queued(store, capacity) == []  # the supervisor started now has its own grace

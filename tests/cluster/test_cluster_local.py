@@ -33,14 +33,40 @@ def test_successful_job_records_exit_code_and_log(backend, tmp_path):
     assert (tmp_path / "job.log").read_text() == "hello from the job\n"
 
 
-def test_state_is_kept_in_a_sqlite_database_in_wal_mode(backend, tmp_path):
+def test_state_is_kept_in_a_sqlite_database_with_a_rollback_journal_so_readers_create_no_files(backend, tmp_path):
     import sqlite3
 
     backend.wait(backend.submit(shell_job(tmp_path, "true"), job_id="job-a").id, timeout=30)
     with sqlite3.connect(backend.jobs_dir / "cluster.sqlite") as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
         assert conn.execute("SELECT id, status FROM jobs").fetchall() == [("job-a", "SUCCEEDED")]
     assert not (backend.jobs_dir / "job-a" / "job.json").exists()
+    files = sorted(p.name for p in backend.jobs_dir.iterdir())
+    assert LocalBackend(backend.jobs_dir, read_only=True).status("job-a").status is JobStatus.SUCCEEDED
+    assert sorted(p.name for p in backend.jobs_dir.iterdir()) == files
+
+
+def test_a_database_of_an_earlier_version_in_wal_mode_is_moved_to_a_rollback_journal(tmp_path):
+    import sqlite3
+
+    (tmp_path / "jobs").mkdir()
+    with sqlite3.connect(tmp_path / "jobs" / "cluster.sqlite") as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+    LocalBackend(tmp_path / "jobs")
+    with sqlite3.connect(tmp_path / "jobs" / "cluster.sqlite") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+
+
+def test_a_read_only_backend_reads_a_workspace_without_jobs_as_empty_and_refuses_to_change_anything(tmp_path):
+    backend = LocalBackend(tmp_path / "jobs", read_only=True)
+    assert backend.list() == [] and backend.cluster_status().queued == []
+    with pytest.raises(NotFoundError, match="unknown job id 'job-x'"):
+        backend.status("job-x")
+    with pytest.raises(InvalidInputError, match="opened read-only"):
+        backend.submit(shell_job(tmp_path, "true"))
+    with pytest.raises(InvalidInputError, match="opened read-only"):
+        backend.cancel("job-x")
+    assert not (tmp_path / "jobs").exists()
 
 
 def test_failing_job_is_failed_with_its_exit_code(backend, tmp_path):
@@ -290,16 +316,40 @@ def test_a_restarted_server_reattaches_to_a_running_job(tmp_path):
     assert [job.id for job in restarted.list()] == ["job-long"]
 
 
-def test_vanished_supervisor_marks_the_job_failed_and_stops_its_processes(backend, tmp_path):
-    record = backend.submit(shell_job(tmp_path, "sleep 300"))
+def test_a_vanished_supervisor_is_reported_failed_by_reads_and_recorded_with_its_processes_stopped_by_a_submit(
+    backend, tmp_path
+):
+    record = backend.submit(shell_job(tmp_path, "sleep 300", resources=Resources(cpus=2)))
     running = wait_until(lambda: (r := backend.status(record.id)).status is JobStatus.RUNNING and r)
+    queued = backend.submit(shell_job(tmp_path, "echo after", resources=Resources(cpus=1)))
     os.kill(running.supervisor_pid, signal.SIGKILL)
     restarted = LocalBackend(backend.jobs_dir)
     seen = wait_until(lambda: (r := restarted.status(record.id)).status is not JobStatus.RUNNING and r)
-    assert seen.status is JobStatus.FAILED
-    assert "supervising process vanished" in seen.reason
+    assert seen.status is JobStatus.FAILED and "supervising process vanished" in seen.reason
+    assert [job.status for job in restarted.list()] == [JobStatus.PENDING, JobStatus.FAILED]
+    status = restarted.cluster_status()
+    assert (status.used["cpus"], [j.id for j in status.queued], status.running) == (0, [queued.id], [])
+    # Reading wrote nothing and started nothing: the row still says RUNNING, the job's process lives on.
+    assert restarted.store.get(record.id).record.status is JobStatus.RUNNING
+    assert process_alive(running.pid, running.pid_starts[0])
+    assert restarted.status(queued.id).status is JobStatus.PENDING
+    restarted.submit(shell_job(tmp_path, "true", resources=Resources(cpus=0)))  # whoever changes things records it
+    assert restarted.store.get(record.id).record.status is JobStatus.FAILED
     assert not process_alive(running.pid, running.pid_starts[0])
-    assert restarted.cluster_status().used["cpus"] == 0
+    assert restarted.wait(queued.id, timeout=30).status is JobStatus.SUCCEEDED
+
+
+def test_a_job_queued_behind_a_vanished_one_is_started_by_a_running_jobs_supervisor_without_any_call(backend, tmp_path):
+    release = tmp_path / "release"
+    backend.submit(shell_job(tmp_path, f"while [ ! -e {release} ]; do sleep 0.05; done", resources=Resources(cpus=1)))
+    doomed = backend.submit(shell_job(tmp_path, "sleep 300", resources=Resources(cpus=1)))
+    running = wait_until(lambda: (r := backend.status(doomed.id)).status is JobStatus.RUNNING and r)
+    queued = backend.submit(shell_job(tmp_path, "echo after", resources=Resources(cpus=1)))
+    os.kill(running.supervisor_pid, signal.SIGKILL)
+    wait_until(lambda: backend.store.get(queued.id).record.status is JobStatus.SUCCEEDED, 30, "the queued job ran")
+    assert backend.store.get(doomed.id).record.status is JobStatus.FAILED
+    assert not process_alive(running.pid, running.pid_starts[0])
+    release.touch()
 
 
 def test_unknown_job_id_is_not_found(backend):
@@ -379,7 +429,7 @@ def test_declared_capacity_is_kept_for_later_backends_on_the_same_folder(tmp_pat
     assert LocalBackend(tmp_path / "jobs").capacity.model_dump() == later.capacity.model_dump()
 
 
-def test_an_admitted_job_whose_submitter_died_before_starting_it_is_started_by_the_next_look(tmp_path):
+def test_an_admitted_job_whose_submitter_died_before_starting_it_is_started_by_the_next_submit(tmp_path):
     from tradewind.cluster.jobs import JobRecord
     from tradewind.cluster.store import JobStore
 
@@ -390,7 +440,10 @@ def test_an_admitted_job_whose_submitter_died_before_starting_it_is_started_by_t
     with store.transaction() as conn:
         store.insert(record, conn)
         conn.execute("UPDATE jobs SET admitted = ? WHERE id = ?", (time.time() - 3600, record.id))
-    done = LocalBackend(backend.jobs_dir).wait(record.id, timeout=30)
+    later = LocalBackend(backend.jobs_dir)
+    assert later.wait(record.id, timeout=0.5).status is JobStatus.PENDING  # a look starts nothing
+    later.submit(JobSpec(name="next", command=["true"]))
+    done = later.wait(record.id, timeout=30)
     assert (done.status, done.exit_code, done.attempts) == (JobStatus.SUCCEEDED, 0, 1)
 
 
@@ -405,3 +458,14 @@ def test_a_second_supervisor_for_a_claimed_job_leaves_it_alone(backend, tmp_path
     release.touch()
     done = backend.wait(record.id, timeout=30)
     assert (done.status, done.attempts, done.supervisor_pid) == (JobStatus.SUCCEEDED, 1, running.supervisor_pid)
+
+
+def test_a_cancelled_jobs_supervisor_is_reaped_at_once_leaving_no_zombie_child(backend, tmp_path):
+    import psutil
+
+    record = backend.submit(shell_job(tmp_path, "sleep 300"))
+    running = wait_until(lambda: (r := backend.status(record.id)).status is JobStatus.RUNNING and r)
+    backend.cancel(record.id)
+    # Reaped, its pid leaves the process table; a zombie would stay there until someone waited on it.
+    wait_until(lambda: not psutil.pid_exists(running.supervisor_pid), 30, "the cancelled job's supervisor reaped")
+    assert not [c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE]

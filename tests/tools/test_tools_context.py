@@ -111,3 +111,12 @@ def test_a_caller_that_cancels_through_progress_cancels_the_job_too(fresh):
         run_job(fresh, shell(fresh, "sleep 60"), job_id="job-gone", timeout_s=60, activity="x", progress=cancel)
     stopped = wait_until(lambda: (r := fresh.backend.status("job-gone")).status.finished and r, 30, "the job ending")
     assert stopped.status is JobStatus.CANCELLED
+
+
+def test_a_read_only_context_reads_the_jobs_of_its_workspace_and_refuses_to_start_one(fresh):
+    job = fresh.backend.submit(JobSpec(name="done", command=["true"]), job_id="job-done")
+    wait_until(lambda: fresh.backend.status(job.id).status is JobStatus.SUCCEEDED)
+    observer = ToolContext.open(fresh.workspace.root, read_only=True)
+    assert observer.job_backend("local").status("job-done").status is JobStatus.SUCCEEDED
+    with pytest.raises(InvalidInputError, match="opened read-only"):
+        observer.backend.submit(JobSpec(name="more", command=["true"]))

@@ -27,18 +27,21 @@ class Backend(Protocol):
     def cluster_status(self) -> BackendStatus: ...
 
 
-def get_backend(name: str, jobs_dir: str | os.PathLike[str], address: str | None = None) -> Backend:
+def get_backend(
+    name: str, jobs_dir: str | os.PathLike[str], address: str | None = None, read_only: bool = False
+) -> Backend:
     """The backend called `name`: "local" (state under `jobs_dir`) or "ray" (`address`, else `$RAY_ADDRESS`).
 
     Unlike `RayBackend()`, this never starts a Ray inside the calling process (a server's): without an
-    address there is no cluster to use.
+    address there is no cluster to use. With `read_only`, the backend only reads and writes nothing to the
+    workspace (see `LocalBackend` and `RayBackend`).
 
     Raises:
         InvalidInputError: an unknown name; "ray" without the `ray` extra installed, without an address,
             or with one where no Ray head answers.
     """
     if name == "local":
-        return LocalBackend(jobs_dir)
+        return LocalBackend(jobs_dir, read_only=read_only)
     if name == "ray":
         if not (address or os.environ.get("RAY_ADDRESS")):
             raise InvalidInputError(
@@ -46,7 +49,7 @@ def get_backend(name: str, jobs_dir: str | os.PathLike[str], address: str | None
                 "(its GCS address, host:6379), or start one with `ray start --head`"
             )
         try:
-            return RayBackend(address)
+            return RayBackend(address, read_only=read_only)
         except ImportError as error:  # RayBackend imports Ray when it is made, not when its module is
             raise InvalidInputError(
                 "argument 'backend': Ray is not installed (pip install 'tradewind[ray]')"

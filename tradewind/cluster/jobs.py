@@ -103,6 +103,16 @@ class Resources(BaseModel):
         return self
 
 
+class Callback(BaseModel):
+    """A Python callable named by import path, with its arguments (JSON values)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    callable: str = Field(pattern=r"^[\w.]+:[\w.]+$", description="Import path 'package.module:function'.")
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
 class JobSpec(BaseModel):
     """What to run: a command or a Python callable, on what resources, how often to retry, how long to allow.
 
@@ -132,6 +142,12 @@ class JobSpec(BaseModel):
         gt=0,
         description="Fail the job, with the reason, if it has not started this many seconds after submission "
         "(resources the backend cannot provide or never frees); null waits as long as it takes.",
+    )
+    on_end: Callback | None = Field(
+        default=None,
+        description="Called by the job's supervisor (local backend) once the job has ended, whatever the outcome, "
+        "with its arguments and `job=` the final JobRecord: e.g. to bring a record of the job's own up to date "
+        "when its process was killed and could not. A failure goes to the supervisor's log.",
     )
 
     @model_validator(mode="after")

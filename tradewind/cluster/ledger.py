@@ -7,23 +7,31 @@ submitting at once can never both take the last core. Queued jobs are admitted i
 a later, smaller job may start before an earlier one that does not fit yet (backfill). A queued job
 still waiting `pending_timeout_s` after submission is failed, with what it waits for, in the same
 transaction; it never held anything, so the ledger frees nothing for it.
+
+Reading changes nothing: a read reports each job as it stands (`observe`: a job whose supervisor vanished
+is FAILED, an expired queued one too) and only those who change the workspace anyway record it and admit
+(`reconcile`: a submit, a cancel, and every supervisor, about once a second while its job runs and when it
+ends). So a job queued behind a vanished one starts once any other job's supervisor looks, or at the next
+submit or cancel.
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import sqlite3
 import time
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, utc_now
+from tradewind.cluster.process import process_alive
 from tradewind.cluster.store import ACTIVE, JobRow, JobStore
 from tradewind.core import InvalidInputError
 
 CAPACITY_KEY = "capacity"
+SPAWN_GRACE_S = 30.0  # an admitted job whose supervisor has not claimed it by then is handed out again
+VANISHED_REASON = "the supervising process vanished before the job finished (killed or machine restart)"
 
 
 class Capacity(BaseModel):
@@ -106,40 +114,111 @@ def _shortfalls(spec: JobSpec, capacity: Capacity) -> list[str]:
     return short
 
 
-def usage(store: JobStore, conn: sqlite3.Connection | None = None) -> Capacity:
-    """Resources held by admitted jobs that have not finished."""
-    used = Capacity(cpus=0, memory_gb=0, gpus=0)
-    for row in store.rows(ACTIVE, conn):
-        if row.admitted:
+def supervisor_vanished(row: JobRow) -> bool:
+    """Whether the job's supervisor claimed it and then died without recording its end (checked by pid *and*
+    start time, so a reused pid does not count as alive)."""
+    record = row.record
+    return (
+        not record.status.finished
+        and record.supervisor_pid is not None
+        and not process_alive(record.supervisor_pid, record.supervisor_start)
+    )
+
+
+def held(rows: list[JobRow]) -> tuple[Capacity, list[str]]:
+    """What the admitted, unfinished jobs among `rows` hold together, and their ids; a job whose supervisor
+    vanished holds nothing (it is FAILED, recorded or not)."""
+    used, holders = Capacity(cpus=0, memory_gb=0, gpus=0), []
+    for row in rows:
+        if row.admitted and not row.record.status.finished and not supervisor_vanished(row):
             used = used.plus(demand(row.record.spec))
-    return used
+            holders.append(row.record.id)
+    return used, holders
 
 
-def admit_queued(store: JobStore, capacity: Capacity) -> list[str]:
-    """Admit every queued job that fits now, oldest first; returns their ids (the caller starts them).
+def observe(store: JobStore, capacity: Capacity, rows: list[JobRow]) -> list[JobRecord]:
+    """The records of `rows` as their jobs stand now, computed without writing: what `reconcile` records next.
 
-    A queued job that has waited longer than its `pending_timeout_s` is failed instead, with the reason,
-    even if it would fit now: its outcome must not depend on when someone looked. Whoever schedules (a
-    submit, any look at a queued job, a supervisor that ends) runs this, so an expired job ends at the
-    next look without a watcher of its own.
+    A job whose supervisor vanished is FAILED, and a queued job past its `pending_timeout_s` is FAILED with
+    what it waits for, though their rows say otherwise until then. This is how every read reports a job, so
+    that looking changes nothing (a read-only server writes nothing) and the answer does not depend on who looks.
     """
-    admitted = []
+    now = time.time()
+    expired = {row.record.id for row in rows if _queued(row) and _waited_too_long(row, now)}
+    if expired:
+        used, holders = held(store.rows(ACTIVE))
+    seen = []
+    for row in rows:
+        if supervisor_vanished(row):
+            seen.append(_vanish(row.record))
+        elif row.record.id in expired:
+            seen.append(_expire(row.record, capacity, used, holders))
+        else:
+            seen.append(row.record)
+    return seen
+
+
+def unsettled(rows: list[JobRow]) -> bool:
+    """Whether `reconcile` has anything to record among the active `rows`: a vanished supervisor, a queued job
+    (to admit or expire), or an admitted job that no supervisor claimed within `SPAWN_GRACE_S`."""
+    now = time.time()
+    return any(
+        _queued(row) or supervisor_vanished(row) or _unclaimed_too_long(row, now)
+        for row in rows
+        if not row.record.status.finished
+    )
+
+
+def reconcile(store: JobStore, capacity: Capacity) -> tuple[list[str], list[JobRecord]]:
+    """Record what reads only compute, then admit, in one write transaction; returns the ids of the jobs to
+    start a supervisor for (the caller starts them) and the records of the jobs whose supervisor vanished
+    (the caller stops their replicas, which would hold what the ledger now frees).
+
+    Only those who change the workspace anyway run this (a submit, a cancel, a supervisor while its job runs
+    and when it ends), never a read. In order: a job whose supervisor vanished ends FAILED; a queued job that
+    waited longer than its `pending_timeout_s` ends FAILED with the reason, even if it would fit now (its
+    outcome must not depend on when someone looked); queued jobs that fit are admitted, oldest first (a later,
+    smaller one may pass an earlier one that does not fit yet); an admitted job that no supervisor claimed
+    within `SPAWN_GRACE_S` (whoever admitted it died before starting one) is handed out again.
+    """
     now = time.time()
     with store.transaction() as conn:
         rows = store.rows(ACTIVE, conn)
-        holders = [row.record.id for row in rows if row.admitted]
-        used = usage(store, conn)
-        for row in rows:  # a running job is always admitted
-            if row.admitted or row.cancel_requested:
+        vanished = [_vanish(row.record) for row in rows if supervisor_vanished(row)]
+        for record in vanished:
+            store.put(record, conn)
+        used, holders = held(rows)
+        start = []
+        for row in rows:
+            if row.record.status.finished:
                 continue
-            if _waited_too_long(row, now):
+            if _unclaimed_too_long(row, now):
+                store.set_flag(row.record.id, "admitted", conn)  # a fresh grace for the supervisor started now
+                start.append(row.record.id)
+            elif not _queued(row):
+                continue
+            elif _waited_too_long(row, now):
                 store.put(_expire(row.record, capacity, used, holders), conn)
             elif (after := used.plus(demand(row.record.spec))).within(capacity):
                 store.set_flag(row.record.id, "admitted", conn)
                 used = after
                 holders.append(row.record.id)
-                admitted.append(row.record.id)
-    return admitted
+                start.append(row.record.id)
+    return start, vanished
+
+
+def _queued(row: JobRow) -> bool:
+    return not row.admitted and not row.cancel_requested and not row.record.status.finished
+
+
+def _unclaimed_too_long(row: JobRow, now: float) -> bool:
+    return row.admitted and row.record.supervisor_pid is None and now - row.admitted_at > SPAWN_GRACE_S
+
+
+def _vanish(record: JobRecord) -> JobRecord:
+    record.status, record.ended_at = JobStatus.FAILED, utc_now()
+    record.reason = VANISHED_REASON
+    return record
 
 
 def _waited_too_long(row: JobRow, now: float) -> bool:

@@ -3,11 +3,19 @@
 State lives in `<workspace>/jobs/cluster.sqlite` (see `store.py`); each job's logs and supervisor log
 under `<workspace>/jobs/<id>/` unless the spec names a log file. A resource ledger (`ledger.py`) admits
 jobs only while their declared CPUs, memory and GPUs fit; the rest wait as PENDING, and one still waiting
-`pending_timeout_s` after submission ends FAILED, with the reason, at the next look. A restarted server
-loses nothing: it re-attaches to running jobs by checking their supervisor's pid *and* kernel start
-time, and marks jobs whose supervisor vanished FAILED with that reason (stopping orphaned replicas).
+`pending_timeout_s` after submission ends FAILED, with the reason. A restarted server loses nothing: it
+re-attaches to running jobs by checking their supervisor's pid *and* kernel start time; a job whose
+supervisor vanished is FAILED with that reason.
+
+Reads (`status`, `wait`, `logs`, `list`, `cluster_status`) write nothing and start nothing: they report
+each job as it stands (`ledger.observe`). Recording what they see (a vanished supervisor, an expired
+queued job), stopping orphaned replicas and admitting queued jobs is `ledger.reconcile`'s, run by
+`submit`, `cancel` and the supervisors. A backend opened `read_only` only reads (`tradewind serve
+--read-only`): it opens the database read-only and writes nothing to the workspace.
+
 A backend that has started a supervisor keeps a spare one warm (see `supervisor.py`), so the next
-admitted job starts without waiting for a Python start; the spare ends with the backend.
+admitted job starts without waiting for a Python start; the spare ends with the backend. A thread waits
+on each supervisor it started, so that one that ends is reaped at once (no zombie child lingers).
 
 Example:
     backend = LocalBackend(workspace.jobs_dir, cpus=2)
@@ -22,7 +30,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 import weakref
 from pathlib import Path
 
@@ -37,8 +44,15 @@ from tradewind.cluster.jobs import (
     utc_now,
     wait_for_finish,
 )
-from tradewind.cluster.ledger import CAPACITY_KEY, Capacity, admit_queued, check_fits_at_all, detect_capacity, usage
-from tradewind.cluster.process import process_alive
+from tradewind.cluster.ledger import (
+    CAPACITY_KEY,
+    Capacity,
+    check_fits_at_all,
+    detect_capacity,
+    held,
+    observe,
+    reconcile,
+)
 from tradewind.cluster.store import ACTIVE, JobRow, JobStore
 from tradewind.cluster.supervisor import (
     dismiss_spare,
@@ -52,7 +66,21 @@ from tradewind.cluster.supervisor import (
 from tradewind.core import InvalidInputError, check_id, make_id, read_json
 
 DB_NAME = "cluster.sqlite"
-SPAWN_GRACE_S = 30.0  # an admitted job whose supervisor has not reported by then is started again
+
+
+def reap(supervisor: subprocess.Popen[bytes], store: JobStore, job_id: str) -> None:
+    """Wait for a supervisor we started, so that it is reaped the moment it ends (never a zombie child); one that
+    ended before claiming its job (see its supervisor.log) leaves the job FAILED rather than admitted forever."""
+    supervisor.wait()
+
+    def unclaimed(row: JobRow) -> JobRecord | None:
+        if row.record.status.finished or row.record.supervisor_pid is not None:
+            return None
+        row.record.status, row.record.ended_at = JobStatus.FAILED, utc_now()
+        row.record.reason = f"its supervisor ended before starting it (exit code {supervisor.returncode})"
+        return row.record
+
+    store.update(job_id, unclaimed)
 
 
 class LocalBackend:
@@ -62,6 +90,8 @@ class LocalBackend:
         jobs_dir: folder of the database and the per-job folders (normally `Workspace.jobs_dir`).
         cpus, memory_gb, gpus: the capacity the ledger may hand out; each defaults to what was declared
             before for this folder, else to this machine's. Declaring one stores it for later backends.
+        read_only: only read: open the database read-only, store no capacity, start no process; `submit`
+            and `cancel` are refused.
     """
 
     name = "local"
@@ -72,11 +102,14 @@ class LocalBackend:
         cpus: float | None = None,
         memory_gb: float | None = None,
         gpus: int | None = None,
+        read_only: bool = False,
     ):
         self.jobs_dir = Path(jobs_dir)
-        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
         fresh = not (self.jobs_dir / DB_NAME).exists()
-        self.store = JobStore(self.jobs_dir / DB_NAME)
+        if not read_only:
+            self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.store = JobStore(self.jobs_dir / DB_NAME, read_only=read_only)
         # Declared figures persist for later backends on this folder; undeclared ones follow the machine.
         stored = self.store.get_meta(CAPACITY_KEY) or {}
         declared = {
@@ -84,16 +117,14 @@ class LocalBackend:
             **{k: v for k, v in (("cpus", cpus), ("memory_gb", memory_gb), ("gpus", gpus)) if v is not None},
         }
         capacity = detect_capacity().model_copy(update=declared)
-        if {**capacity.model_dump(), "declared": declared} != stored:
+        if {**capacity.model_dump(), "declared": declared} != stored and not read_only:
             self.store.set_meta(CAPACITY_KEY, {**capacity.model_dump(), "declared": declared})
         self.capacity = capacity
-        # Supervisors we started ourselves must be reaped, or they linger as zombies that look alive.
-        self._supervisors: dict[str, subprocess.Popen[bytes]] = {}
         # A spare supervisor, loaded and waiting for a job id; dismissed when this backend is collected
         # or the interpreter exits (the finalizer), and ends by itself if this process dies.
         self._spare: tuple[subprocess.Popen[bytes], weakref.finalize] | None = None
         self._spare_lock = threading.Lock()  # tools call one backend from several threads
-        if fresh:
+        if fresh and not read_only:
             self._import_legacy_records()
 
     def _import_legacy_records(self) -> None:
@@ -110,12 +141,19 @@ class LocalBackend:
                 if not conn.execute("SELECT 1 FROM jobs WHERE id = ?", (record.id,)).fetchone():
                     self.store.insert(record, conn)
 
-    def _schedule(self) -> None:
-        for job_id, handle in list(self._supervisors.items()):
-            if handle.poll() is not None:
-                del self._supervisors[job_id]
-        capacity = Capacity.model_validate(self.store.get_meta(CAPACITY_KEY))
-        for job_id in admit_queued(self.store, capacity):
+    def _check_writable(self, action: str) -> None:
+        if self.read_only:
+            raise InvalidInputError(
+                f"cannot {action}: the local backend of {self.jobs_dir} was opened read-only "
+                "(a server started with --read-only only observes)"
+            )
+
+    def _reconcile(self) -> None:
+        """Record vanished supervisors and expired queued jobs, stop orphaned replicas, start admitted jobs."""
+        start, vanished = reconcile(self.store, Capacity.model_validate(self.store.get_meta(CAPACITY_KEY)))
+        for record in vanished:
+            stop_groups(record.pids, record.pid_starts)  # they would hold what the ledger now frees
+        for job_id in start:
             self._start_supervisor(job_id)
 
     def _start_supervisor(self, job_id: str) -> None:
@@ -129,20 +167,23 @@ class LocalBackend:
             if not hand_over(spare, job_id):  # the spare died: start a supervisor for the job the cold way
                 dismiss_spare(spare)
                 spare = spawn_supervisor(self.store.path, job_id)
-            self._supervisors[job_id] = spare
+            # The thread holds no reference to this backend, so that dropping the backend still ends its spare.
+            reaper = threading.Thread(target=reap, args=(spare, self.store, job_id), name=f"reap {job_id}", daemon=True)
+            reaper.start()
             following = spawn_spare(self.store.path)
             self._spare = (following, weakref.finalize(self, dismiss_spare, following))
 
     def submit(self, spec: JobSpec, job_id: str | None = None) -> JobRecord:
         """Queue `spec` and start it at once if its resources are free; returns its PENDING record.
 
-        A job still queued `spec.pending_timeout_s` after this ends FAILED when `status`, `wait`, `list`,
-        `cluster_status` or a finishing job's supervisor next schedules.
+        A job still queued `spec.pending_timeout_s` after this ends FAILED (recorded by the next submit or
+        cancel, or a running job's supervisor; reads report it so from then on).
 
         Raises:
-            InvalidInputError: the id is taken or invalid, or the job could never fit this backend (the
-                message says what it asks, what the backend has and what to change).
+            InvalidInputError: the id is taken or invalid, the backend is read-only, or the job could never fit
+                this backend (the message says what it asks, what the backend has and what to change).
         """
+        self._check_writable("submit a job")
         job_id = check_id(job_id or make_id("job"), "job_id")
         check_fits_at_all(spec, self.capacity)
         (self.jobs_dir / job_id).mkdir(parents=True, exist_ok=True)
@@ -152,48 +193,16 @@ class LocalBackend:
             if conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone():
                 raise InvalidInputError(f"argument 'job_id': a job with id {job_id!r} exists already")
             self.store.insert(record, conn)
-        self._schedule()
+        self._reconcile()
         return record
 
-    def _supervisor_gone(self, row: JobRow) -> bool:
-        record = row.record
-        handle = self._supervisors.get(record.id)
-        if handle is not None:
-            handle.poll()  # reap it if it ended, so that it does not linger as a zombie
-        if record.supervisor_pid is not None:
-            return not process_alive(record.supervisor_pid, record.supervisor_start)
-        if handle is not None:
-            return handle.returncode is not None  # it ended before claiming the job (see its supervisor.log)
-        return False  # admitted a moment ago and its supervisor has not reported yet
+    def _seen(self, rows: list[JobRow]) -> list[JobRecord]:
+        return observe(self.store, self.capacity, rows)
 
     def status(self, job_id: str) -> JobRecord:
-        """The job's current record; raises `NotFoundError` for an unknown id."""
-        row = self.store.get(check_id(job_id, "job_id"))
-        if row.record.status.finished:
-            return row.record
-        if not row.admitted:
-            self._schedule()
-            return self.store.get(job_id).record
-        if row.record.supervisor_pid is None and job_id not in self._supervisors:
-            if time.time() - row.admitted_at > SPAWN_GRACE_S:
-                # Admitted, but whoever admitted it died before its supervisor started: start one now.
-                self._start_supervisor(job_id)
-            return row.record
-        if not self._supervisor_gone(row):
-            return row.record
-
-        def mark_vanished(current: JobRow) -> JobRecord | None:
-            if current.record.status.finished:
-                return None  # the supervisor finished between our two reads
-            record = current.record
-            record.status, record.ended_at = JobStatus.FAILED, utc_now()
-            record.reason = "the supervising process vanished before the job finished (killed or machine restart)"
-            return record
-
-        record = self.store.update(job_id, mark_vanished)
-        stop_groups(record.pids, record.pid_starts)  # orphaned replicas would hold what the ledger now frees
-        self._schedule()
-        return record
+        """The job's record as it stands now (see `ledger.observe`); writes nothing. Raises `NotFoundError` for
+        an unknown id."""
+        return self._seen([self.store.get(check_id(job_id, "job_id"))])[0]
 
     def wait(self, job_id: str, timeout: float, poll_interval: float = 0.1) -> JobRecord:
         """Wait until the job finishes or `timeout` seconds pass; return its record either way."""
@@ -217,6 +226,7 @@ class LocalBackend:
 
     def cancel(self, job_id: str) -> JobRecord:
         """Stop the job: a queued one ends at once; a running one's process groups get SIGTERM, then SIGKILL."""
+        self._check_writable("cancel a job")
         check_id(job_id, "job_id")
 
         def request(row: JobRow) -> JobRecord | None:
@@ -237,22 +247,21 @@ class LocalBackend:
         current = self.store.get(job_id).record
         if current.status is JobStatus.RUNNING:
             signal_groups(current.pids, current.pid_starts, signal.SIGTERM)
+        self._reconcile()
         return self.status(job_id)
 
     def list(self) -> list[JobRecord]:
         """Every job's record, newest first."""
-        ids = [row.record.id for row in reversed(self.store.rows())]
-        return [self.status(job_id) for job_id in ids]
+        return self._seen(list(reversed(self.store.rows())))
 
     def cluster_status(self) -> BackendStatus:
         """Capacity, resources in use, and the queued and running jobs (oldest first)."""
-        for row in self.store.rows(ACTIVE):
-            self.status(row.record.id)  # notice vanished supervisors before counting
         rows = self.store.rows(ACTIVE)
+        seen = self._seen(rows)
         return BackendStatus(
             name=self.name,
             capacity=self.capacity.model_dump(),
-            used=usage(self.store).model_dump(),
-            queued=[r.record for r in rows if r.record.status is JobStatus.PENDING],
-            running=[r.record for r in rows if r.record.status is JobStatus.RUNNING],
+            used=held(rows)[0].model_dump(),
+            queued=[record for record in seen if record.status is JobStatus.PENDING],
+            running=[record for record in seen if record.status is JobStatus.RUNNING],
         )

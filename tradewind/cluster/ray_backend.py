@@ -138,6 +138,8 @@ class RayBackend:
             is kept).
         python: the interpreter that runs the drivers on the cluster (default: this one, right when the
             cluster shares this machine or image).
+        read_only: only read: warm no spare driver, and leave each job's `spec.log_path` as it is (reads
+            otherwise mirror the log there); `submit` and `cancel` are refused.
 
     Raises:
         InvalidInputError: nothing answers at the address, or it is not a GCS address of a usable Ray head.
@@ -145,7 +147,7 @@ class RayBackend:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, python: str | None = None):
+    def __init__(self, address: str | None = None, python: str | None = None, read_only: bool = False):
         import ray
 
         source = "argument 'address'" if address else "RAY_ADDRESS"
@@ -178,7 +180,9 @@ class RayBackend:
             raise InvalidInputError(f"{source}: cannot use the Ray cluster at {address!r}: {error}") from error
         self.address = address or ray.get_runtime_context().gcs_address
         self.python = python or sys.executable
-        self.launcher.warm.remote(self.python)
+        self.read_only = read_only
+        if not read_only:
+            self.launcher.warm.remote(self.python)
 
     def _call(self, method: str, *args: Any) -> Any:
         import ray
@@ -192,6 +196,7 @@ class RayBackend:
             InvalidInputError: the id is taken or invalid, or a replica fits no alive node (see
                 `check_placeable`); nothing is queued then.
         """
+        self._check_writable("submit a job")
         job_id = check_id(job_id or make_id("job"), "job_id")
         try:
             replica_count(spec)
@@ -201,6 +206,13 @@ class RayBackend:
         if not self._call("submit", job_id, spec.model_dump_json(), self.python):
             raise InvalidInputError(f"argument 'job_id': a Ray job with id {job_id!r} exists already")
         return JobRecord(id=job_id, spec=spec, backend=self.name, log_path=spec.log_path)
+
+    def _check_writable(self, action: str) -> None:
+        if self.read_only:
+            raise InvalidInputError(
+                f"cannot {action}: the Ray backend at {self.address} was opened read-only "
+                "(a server started with --read-only only observes)"
+            )
 
     def _view(self, job_id: str, offset: int = 0, limit: int | None = 0) -> dict[str, Any]:
         view = self._call("view", check_id(job_id, "job_id"), offset, limit)
@@ -240,10 +252,11 @@ class RayBackend:
         return record
 
     def status(self, job_id: str) -> JobRecord:
-        """The job's current record, its log mirrored to `spec.log_path`; raises `NotFoundError` for an unknown id."""
+        """The job's current record, its log mirrored to `spec.log_path` (unless read-only); raises `NotFoundError`
+        for an unknown id."""
         view = self._view(job_id)
         record = self._record(view)
-        if record.spec.log_path:
+        if record.spec.log_path and not self.read_only:
             self._mirror(job_id, Path(record.spec.log_path), view["size"])
         return record
 
@@ -266,6 +279,7 @@ class RayBackend:
 
     def cancel(self, job_id: str) -> JobRecord:
         """Stop the job's driver; it cancels the replicas, whose process groups get SIGTERM."""
+        self._check_writable("cancel a job")
         self._view(job_id)
         self._call("stop", job_id)
         return self.status(job_id)

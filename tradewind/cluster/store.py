@@ -1,9 +1,13 @@
-"""Job state of the local backend in one SQLite database (WAL mode) under the workspace.
+"""Job state of the local backend in one SQLite database under the workspace.
 
 Servers, supervisors and CLI commands open the same file from different processes. Every
-read-modify-write runs in a `BEGIN IMMEDIATE` transaction, so two writers never interleave; readers
-never block writers under WAL. Besides each job's record (JSON), a row keeps the columns the scheduler
-queries: status, whether the ledger admitted it, whether someone asked to cancel it.
+read-modify-write runs in a `BEGIN IMMEDIATE` transaction, so two writers never interleave. The database
+keeps a rollback journal, not a write-ahead log: a reader then holds only a lock on the file and creates
+nothing beside it, which is what lets a read-only server (`read_only=True`, opened `mode=ro`) leave the
+workspace byte-identical; under WAL every reader makes `-wal` and `-shm` files. Transactions are short, so
+a reader delays a writer by a moment at most (both wait on `busy_timeout`). Besides each job's record
+(JSON), a row keeps the columns the scheduler queries: status, whether the ledger admitted it, whether
+someone asked to cancel it.
 """
 
 from __future__ import annotations
@@ -48,18 +52,35 @@ class JobRow:
 
 
 class JobStore:
-    """The jobs database at `path`, created on first use."""
+    """The jobs database at `path`, created on first use; with `read_only`, opened for reading only.
 
-    def __init__(self, path: str | Path):
+    A read-only store writes nothing, not even the database: where there is none yet, it reads as empty.
+    """
+
+    def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = read_only
+        if read_only:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
+            # A database made by an earlier version is in WAL mode; leaving it needs a moment alone with it.
+            conn.execute("PRAGMA journal_mode=DELETE")
             conn.executescript(_SCHEMA)
+
+    def _open(self) -> sqlite3.Connection:
+        if not self.read_only:
+            return sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        if not self.path.exists():
+            conn = sqlite3.connect(":memory:", isolation_level=None)
+            conn.executescript(_SCHEMA)
+            return conn
+        uri = f"{self.path.absolute().as_uri()}?mode=ro"
+        return sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        conn = self._open()
         try:
             conn.execute("PRAGMA busy_timeout=60000")
             yield conn

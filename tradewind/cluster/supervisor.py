@@ -5,8 +5,11 @@ outlives the server that submitted it. The supervisor starts the job's replicas 
 process group), records RUNNING with their pids and start times, and waits, watching for a cancel
 request and the timeout. An attempt that ends by a signal it did not send (SIGKILL, SIGTERM, SIGINT,
 SIGHUP from outside) is a preemption; any other non-zero exit is a failure. Each kind is retried up to
-its own limit. When the job ends the supervisor frees its resources and starts queued jobs that now fit
-(and fails those that waited past their `pending_timeout_s`).
+its own limit. When the job ends the supervisor frees its resources, calls the spec's `on_end` (if any)
+with the final record, and starts queued jobs that now fit. While its job runs it also looks after the
+rest of the workspace about once a second (`RECONCILE_S`): reads never write, so supervisors are who
+record a peer whose supervisor vanished (stopping its replicas), fail queued jobs past their
+`pending_timeout_s` and start queued jobs that fit (`ledger.reconcile`). It reaps the supervisors it starts.
 
 A backend keeps one *spare* supervisor warm: started ahead of time, it has loaded everything and waits
 for one job id line on its stdin, so an admitted job does not wait for a Python start and its imports.
@@ -28,8 +31,10 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
+from tradewind.cluster.entry import load_callable
 from tradewind.cluster.jobs import (
     ATTEMPT_ENV,
     COORDINATOR_ENV,
@@ -40,13 +45,14 @@ from tradewind.cluster.jobs import (
     JobStatus,
     utc_now,
 )
-from tradewind.cluster.ledger import CAPACITY_KEY, Capacity, admit_queued
+from tradewind.cluster.ledger import CAPACITY_KEY, Capacity, reconcile, unsettled
 from tradewind.cluster.process import process_alive, process_start_time
-from tradewind.cluster.store import JobRow, JobStore
+from tradewind.cluster.store import ACTIVE, JobRow, JobStore
 
 PREEMPTION_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 STOP_GRACE_S = 5.0
 POLL_S = 0.1
+RECONCILE_S = 1.0  # how often a running job's supervisor looks after the other jobs of the workspace
 SPARE_FLAG = "--spare"
 
 
@@ -153,13 +159,32 @@ def serve_as_spare(db_path: Path) -> None:
     supervise(db_path, job_id)
 
 
-def schedule(store: JobStore) -> dict[str, subprocess.Popen[bytes]]:
-    """Admit the queued jobs that fit and start their supervisors; returns the new handles.
-
-    Queued jobs past their `pending_timeout_s` end FAILED here (see `admit_queued`).
-    """
+def schedule(store: JobStore) -> list[subprocess.Popen[bytes]]:
+    """Reconcile the workspace's jobs (`ledger.reconcile`): stop the replicas of jobs whose supervisor
+    vanished, and start the supervisors of the jobs it admits; returns their handles (the caller reaps them)."""
     capacity = Capacity.model_validate(store.get_meta(CAPACITY_KEY))
-    return {job_id: spawn_supervisor(store.path, job_id) for job_id in admit_queued(store, capacity)}
+    start, vanished = reconcile(store, capacity)
+    for record in vanished:
+        stop_groups(record.pids, record.pid_starts)
+    return [spawn_supervisor(store.path, job_id) for job_id in start]
+
+
+class Peers:
+    """What a supervisor does for the other jobs of the workspace while its own runs: reconcile every
+    `RECONCILE_S` when there is something to record (a cheap read first), and reap the supervisors it started."""
+
+    def __init__(self, store: JobStore):
+        self.store = store
+        self.started: list[subprocess.Popen[bytes]] = []
+        self.next_look = time.monotonic() + RECONCILE_S
+
+    def look(self) -> None:
+        self.started = [p for p in self.started if p.poll() is None]
+        if time.monotonic() < self.next_look:
+            return
+        self.next_look = time.monotonic() + RECONCILE_S
+        if unsettled(self.store.rows(ACTIVE)):
+            self.started += schedule(self.store)
 
 
 class Attempt:
@@ -204,8 +229,8 @@ class Attempt:
         for process in self.processes:
             process.wait()
 
-    def wait(self) -> tuple[str, int | None]:
-        """Wait for the replicas; returns (outcome, exit code), outcome one of
+    def wait(self, peers: Peers) -> tuple[str, int | None]:
+        """Wait for the replicas, looking after `peers` meanwhile; returns (outcome, exit code), outcome one of
         succeeded, failed, preempted, cancelled, timed_out."""
         deadline = time.monotonic() + self.spec.timeout_s if self.spec.timeout_s else None
         first_bad: int | None = None
@@ -228,6 +253,7 @@ class Attempt:
             if deadline is not None and now >= deadline:
                 self.stop()
                 return "timed_out", self.processes[0].returncode
+            peers.look()
             still_running = next(p for p, code in zip(self.processes, codes, strict=True) if code is None)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 still_running.wait(timeout=POLL_S)
@@ -253,15 +279,29 @@ def _finish(
 
 
 def supervise(db_path: Path, job_id: str) -> JobRecord:
-    """Run job `job_id` to a terminal state, with retries, then start queued jobs that now fit."""
+    """Run job `job_id` to a terminal state, with retries, call its `on_end`, then start queued jobs that fit."""
     store = JobStore(db_path)
     try:
-        return _supervise(store, job_id)
+        record = _supervise(store, job_id, Peers(store))
+        if record.supervisor_pid == os.getpid() and record.status.finished:
+            _call_on_end(record)
+        return record
     finally:
-        schedule(store)
+        schedule(store)  # its children outlive it: once it exits they are reparented and reaped
 
 
-def _supervise(store: JobStore, job_id: str) -> JobRecord:
+def _call_on_end(record: JobRecord) -> None:
+    """Call the spec's `on_end` with the final record; a failing one is logged (supervisor.log), not fatal."""
+    hook = record.spec.on_end
+    if hook is None:
+        return
+    try:
+        load_callable(hook.callable)(*hook.args, **hook.kwargs, job=record)
+    except Exception:
+        traceback.print_exc()
+
+
+def _supervise(store: JobStore, job_id: str, peers: Peers) -> JobRecord:
     claimed = {"ok": False}
 
     def claim(row: JobRow) -> JobRecord | None:
@@ -295,7 +335,7 @@ def _supervise(store: JobStore, job_id: str) -> JobRecord:
             return r
 
         record = store.update(job_id, running)
-        outcome, code = attempt.wait()
+        outcome, code = attempt.wait(peers)
         spec = record.spec
         if outcome == "succeeded":
             return _finish(store, job_id, JobStatus.SUCCEEDED, 0, None, record)

@@ -71,6 +71,7 @@ class ToolContext:
 
     workspace: Workspace
     backend: Backend
+    read_only: bool = False
     _connected: dict[str, Backend] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -79,14 +80,18 @@ class ToolContext:
         root: str | os.PathLike[str] | None = None,
         allowed_paths: tuple[str | os.PathLike[str], ...] = (),
         allowed_code: tuple[str | os.PathLike[str], ...] = (),
+        read_only: bool = False,
     ) -> ToolContext:
         """The context for the workspace at `root` (else `$TRADEWIND_WORKSPACE`, else the default).
 
         `allowed_paths` are folders whose files tools may read as inputs; `allowed_code` are folders whose
-        Python files `run_pipeline` may run, besides `<workspace>/pipelines/`.
+        Python files `run_pipeline` may run. With `read_only` (`tradewind serve --read-only`) every backend
+        is opened to read only: the job database read-only, no spare supervisor, no process started, and
+        nothing written to the workspace by looking.
         """
         workspace = Workspace.from_env(root, allowed_paths, allowed_code)
-        return cls(workspace=workspace, backend=get_backend("local", workspace.jobs_dir))
+        backend = get_backend("local", workspace.jobs_dir, read_only=read_only)
+        return cls(workspace=workspace, backend=backend, read_only=read_only)
 
     def job_backend(self, name: str, address: str | None = None) -> Backend:
         """The backend called `name`: `backend` for "local"; "ray" connects on first use to `address`, else
@@ -99,7 +104,7 @@ class ToolContext:
             return self.backend
         key = f"{name}@{address or ''}"
         if key not in self._connected:
-            self._connected[key] = get_backend(name, self.workspace.jobs_dir, address)
+            self._connected[key] = get_backend(name, self.workspace.jobs_dir, address, read_only=self.read_only)
         return self._connected[key]
 
     @property

@@ -3,9 +3,11 @@
 Whoever starts a run writes it first: the launcher (`launch_training`, `tradewind train`) as PENDING with
 the backend and job id that run it, or the trainer itself when `train()` is called from Python with no
 job around it (backend "process"). The trainer's process 0 then records RUNNING, and SUCCEEDED or FAILED
-with the reason when it ends. A process killed from outside cannot write anything; for a run with a job
-the job's backend knows what happened, and for a "process" run the reader checks whether the recorded
-process is still alive. This module imports no JAX, so tools read records while runs train.
+with the reason when it ends. A process killed from outside cannot write anything: for a run with a
+local job, the job's supervisor then records how the job ended (`record_job_end`, the job's `on_end`,
+set by `job_end_callback`), so the record ends as the tools report it; for a "process" run the reader
+checks whether the recorded process is still alive. This module imports no JAX, so tools read records
+while runs train.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from tradewind.cluster.jobs import JobStatus, utc_now
+from tradewind.cluster.jobs import Callback, JobRecord, JobStatus, utc_now
 from tradewind.cluster.process import process_start_time
 from tradewind.core import ConfigError, NotFoundError, atomic_write_json, parse_config, read_json
 
 RunBackend = Literal["local", "ray", "process"]
+RECORD_JOB_END_CALLABLE = "tradewind.trainer.record:record_job_end"
 
 
 class RunRecord(BaseModel):
@@ -131,3 +134,19 @@ def record_start(path: Path, run_id: str, accelerator: str, processes: int, plat
 def record_end(path: Path, status: JobStatus, reason: str | None = None) -> None:
     """Mark the run finished as `status` (SUCCEEDED, or FAILED with the reason)."""
     update_record(path, status=status, ended_at=utc_now(), reason=reason, load_end=machine_load())
+
+
+def record_job_end(path: str, job: JobRecord) -> None:
+    """A training job's `on_end`: a record still PENDING or RUNNING when its job ended (the trainer was killed,
+    or never started) takes the job's status, end time and reason; one the trainer finished stays as it is
+    (its own words beat an exit code). The end time is the job's, so readers see the two agree."""
+    with _locked(Path(path)):
+        record = read_record(path)
+        if not record.status.finished:
+            ended = {"status": job.status, "ended_at": job.ended_at, "reason": job.reason}
+            write_record(path, record.model_copy(update=ended))
+
+
+def job_end_callback(path: str | os.PathLike[str]) -> Callback:
+    """The `on_end` of the job that trains the run whose record is at `path` (see `record_job_end`)."""
+    return Callback(callable=RECORD_JOB_END_CALLABLE, kwargs={"path": str(path)})
