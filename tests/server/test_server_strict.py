@@ -1,9 +1,15 @@
 """Strict arguments through the real MCP client: the request model is the only validator, in Tradewind's words."""
 
 import json
+import types
+import typing
 
+import pydantic
 import pytest
 from mcp import Client
+
+from tradewind.server import build_server
+from tradewind.tools import TOOLS, ToolContext
 
 pytestmark = pytest.mark.anyio
 
@@ -233,3 +239,97 @@ async def test_values_are_not_coerced_from_another_json_type(server, finished_ru
     async with Client(server) as client:
         message = error_text(await client.call_tool(tool, arguments))
     assert expected in message
+
+
+# Every string of every request: bounded and free of control characters.
+
+TOO_LONG = "y" * 100_000  # past every string field's limit (a prompt's, 10,000, is the longest)
+CONTROL = "ok\x00"  # NUL is refused everywhere, multi-line text included
+
+
+def placeholder(annotation):
+    """A valid-looking value of `annotation` for a dict whose key is being probed."""
+    origin = typing.get_origin(annotation)
+    return [1] if origin in (list, tuple, set, frozenset) else 1
+
+
+def string_slots(annotation, path):
+    """Every place a string can go in a value of `annotation`: (its dotted name, a function that builds a value
+    holding a given string there). Lists get two copies, as some need two items."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is str or annotation is typing.Any:
+        yield path, lambda text: text
+    elif origin is typing.Annotated:
+        yield from string_slots(args[0], path)
+    elif origin in (typing.Union, types.UnionType):
+        for option in args:
+            yield from string_slots(option, path)
+    elif origin in (list, tuple, set, frozenset):
+        for inner, build in string_slots(args[0], path):
+            yield inner, lambda text, build=build: [build(text), build(text)]
+    elif origin is dict:
+        value = placeholder(args[1])
+        yield path, lambda text: {text: value}
+        for inner, build in string_slots(args[1], f"{path}.k"):
+            yield inner, lambda text, build=build: {"k": build(text)}
+    elif isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        for name, field in annotation.model_fields.items():
+            for inner, build in string_slots(field.annotation, f"{path}.{name}" if path else name):
+                yield inner, lambda text, name=name, build=build: {name: build(text)}
+
+
+def required_arguments(request_model) -> dict:
+    """Arguments that pass the model's validation (the tool may refuse them later): the fields it requires, and a
+    dataset, which a launch needs unless it resumes a run."""
+    plain = {
+        "run_ids": ["run-a", "run-b"],
+        "status": "kept",
+        "base": {"dataset": "d"},
+        "space": {"optimizer.learning_rate": [1e-3]},
+    }
+    required = {name for name, field in request_model.model_fields.items() if field.is_required()}
+    if "dataset" in request_model.model_fields and "resume_from" in request_model.model_fields:
+        required.add("dataset")
+    return {name: plain.get(name, "x") for name in required}
+
+
+def probes(tool):
+    """The string slots of `tool`'s request (one per dotted field) and the arguments it requires."""
+    request_model = typing.get_type_hints(tool)["request"]
+    found = {}
+    for path, build in string_slots(request_model, ""):
+        found.setdefault(path, build)
+    return list(found.items()), required_arguments(request_model)
+
+
+def tree(root):
+    return sorted((str(path), path.stat().st_size) for path in root.rglob("*") if path.is_file())
+
+
+TEXT_TOOLS = [tool for tool in TOOLS if probes(tool)[0]]  # all but cluster_status, whose arguments are choices
+
+
+def test_the_walk_finds_the_strings_of_nested_sections_lists_and_dicts():
+    fields = {tool.__name__: [path for path, _ in probes(tool)[0]] for tool in TEXT_TOOLS}
+    nested = {"wandb_project", "model.preset", "distributed.coordinator_address", "note"}
+    assert nested <= set(fields["launch_training"])
+    assert fields["compare_runs"] == ["run_ids"] and set(fields["launch_sweep"]) >= {"base", "base.k", "space.k"}
+    assert len(TEXT_TOOLS) == len(TOOLS) - 1
+
+
+@pytest.mark.parametrize("tool", TEXT_TOOLS, ids=lambda tool: tool.__name__)
+async def test_every_string_field_refuses_an_overlong_value_and_a_control_character_naming_the_field(tool, tmp_path):
+    context = ToolContext.open(tmp_path / "ws")
+    slots, required = probes(tool)
+    before = tree(context.workspace.root)
+    async with Client(build_server(context)) as client:
+        for path, build in slots:
+            # The error names the dotted field (check_text), or the argument holding it where the model's own
+            # validation refused the value first (an unknown preset).
+            argument = path.split(".")[0]
+            for bad in (TOO_LONG, CONTROL):
+                result = await client.call_tool(tool.__name__, {**required, **build(bad)})
+                assert result.is_error, (path, repr(bad[:10]), result.structured_content)
+                message = error_text(result)
+                assert f"argument '{argument}" in message and len(message) < 1_000, (path, message[:300])
+    assert tree(context.workspace.root) == before
