@@ -103,3 +103,19 @@ def pending_run(ctx: ToolContext, dataset: str, settings: dict) -> Iterator[RunI
     finally:
         release.touch()
         ctx.backend.wait(hold.id, timeout=30)
+
+
+HAND_MADE_CONFIG = {
+    "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64},
+    "batch_size": 8,
+    "seq_len": 32,
+}
+
+
+def hand_made_run(ctx: ToolContext, dataset: str, run_id: str = "r1") -> RunLayout:
+    """A run folder as a run leaves it (a tiny config on `dataset`, a `checkpoints/10/` folder) that nothing
+    trained: for the tools' refusals that must come before any job starts."""
+    layout = RunLayout(ctx.workspace.run_dir(run_id, must_exist=False))
+    (layout.checkpoints / "10").mkdir(parents=True)
+    layout.config.write_text(TrainConfig(dataset=dataset, **HAND_MADE_CONFIG).model_dump_json(), encoding="utf-8")
+    return layout

@@ -1,12 +1,15 @@
 """estimate_run: a run sized before it queues, its step time from a finished run of the same shape or a probe job."""
 
 import math
+import time
 
 import pytest
 
+from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer
 from tradewind.tools import ToolContext
+from tradewind.tools.context import Cancelled
 from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
 from tradewind.trainer import RunLayout, TrainConfig, read_summary
 from tradewind.trainer.estimate import ESTIMATE_CALLABLE, EstimateJob, estimate_training
@@ -131,3 +134,17 @@ def test_a_finished_run_of_the_same_shape_gives_the_step_time_and_the_probe_is_s
 
     other_shape = estimate_run(trained_ctx, EstimateRunRequest(config={**config, "batch_size": 4}, probe=False))
     assert other_shape.step_time_source is None
+
+
+def test_a_cancelled_probe_stops_within_a_second_and_cancels_its_job(cache_ctx):
+    cancelled_at = []
+
+    def cancel(done, total=None, message=None):
+        cancelled_at.append(time.monotonic())
+        raise Cancelled("the client cancelled")
+
+    with pytest.raises(Cancelled):
+        estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "tiny", **TINY, "steps": 10}), cancel)
+    assert time.monotonic() - cancelled_at[0] < 1.0
+    [job] = estimate_jobs(cache_ctx)
+    assert cache_ctx.backend.wait(job.id, timeout=30).status is JobStatus.CANCELLED

@@ -1,7 +1,7 @@
 """Launch limits: what one launch_training call may start, set in the workspace's settings.yaml."""
 
 import pytest
-from runs_helpers import pending_run
+from runs_helpers import HAND_MADE_CONFIG, hand_made_run, pending_run
 
 from tradewind.core import InvalidInputError
 from tradewind.tools import (
@@ -17,7 +17,6 @@ from tradewind.tools.estimating import EstimateRunRequest, estimate_run
 from tradewind.tools.limits import LimitReached
 from tradewind.tools.profiling import ProfileRunRequest, profile_run
 from tradewind.tools.sampling import SampleTextRequest, sample_text
-from tradewind.trainer import RunLayout, TrainConfig
 
 
 @pytest.fixture
@@ -71,26 +70,16 @@ def test_a_model_too_big_for_this_machines_memory_is_refused_with_the_estimate(l
 
 # The limits bind every job a tool starts, not only runs: each refusal comes before anything is submitted.
 
-TINY_CONFIG = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}, "batch_size": 8, "seq_len": 32}
-
 
 def set_limits(ctx: ToolContext, limits: str) -> None:
     ctx.settings_path.write_text(f"backend: local\nlimits: {limits}\n", encoding="utf-8")
-
-
-def hand_made_run(ctx: ToolContext, dataset: str, run_id: str = "r1") -> RunLayout:
-    """A run folder with a config and an (empty) checkpoints folder, as a run leaves it; nothing trained it."""
-    layout = RunLayout(ctx.workspace.run_dir(run_id, must_exist=False))
-    layout.checkpoints.mkdir(parents=True)
-    layout.config.write_text(TrainConfig(dataset=dataset, **TINY_CONFIG).model_dump_json(), encoding="utf-8")
-    return layout
 
 
 def test_estimate_runs_probe_is_refused_by_the_memory_limit_before_any_job_starts(limited):
     ctx, dataset = limited
     set_limits(ctx, "{memory_fraction: 1.0e-6}")
     with pytest.raises(LimitReached) as refused:
-        estimate_run(ctx, EstimateRunRequest(config={"dataset": dataset, **TINY_CONFIG, "steps": 10}, probe=True))
+        estimate_run(ctx, EstimateRunRequest(config={"dataset": dataset, **HAND_MADE_CONFIG, "steps": 10}, probe=True))
     assert refused.value.limit == "memory_fraction"
     assert "estimate_run's probe needs about" in str(refused.value) and "use probe=false" in str(refused.value)
     assert ctx.backend.list() == []
@@ -124,7 +113,9 @@ def test_with_the_one_allowed_run_pending_a_probe_and_a_profile_are_refused_by_m
     with pending_run(ctx, dataset, tiny_run_settings) as run:
         started = {record.id for record in ctx.backend.list()}
         with pytest.raises(LimitReached, match=r"estimate_run's probe would train beside them") as probe:
-            estimate_run(ctx, EstimateRunRequest(config={"dataset": dataset, **TINY_CONFIG, "steps": 10}, probe=True))
+            estimate_run(
+                ctx, EstimateRunRequest(config={"dataset": dataset, **HAND_MADE_CONFIG, "steps": 10}, probe=True)
+            )
         with pytest.raises(LimitReached, match=r"profile_run's job would train beside them") as profile:
             profile_run(ctx, ProfileRunRequest(run_id="r1", steps=2))
         assert {record.id for record in ctx.backend.list()} == started  # the hold job and the run, nothing more

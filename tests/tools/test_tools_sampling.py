@@ -2,19 +2,25 @@
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
+from polling import wait_until
+from runs_helpers import hand_made_run
 
 from tradewind.cli import main
 from tradewind.cluster import JobSpec, JobStatus
-from tradewind.core import InvalidInputError, NotFoundError
+from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
 from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import ToolContext
+from tradewind.tools.context import Cancelled
 from tradewind.tools.sampling import SampleTextRequest, sample_text
+from tradewind.trainer import RunLayout
 from tradewind.trainer.jobs import SAMPLE_CALLABLE, SampleJob, SampleOptions
+from tradewind.trainer.sample_worker import socket_path, write_sample
 
 
 @pytest.mark.slow
@@ -93,3 +99,63 @@ def test_every_sampling_option_is_a_cli_option_of_tradewind_sample(capsys):
     assert "run_id" in shown
     for name in [*SampleOptions.model_fields, "timeout_s"]:
         assert "--" + name.replace("_", "-") in shown, name
+
+
+@pytest.mark.slow
+def test_the_default_empty_prompt_samples_from_the_start_token(trained_ctx):
+    result = sample_text(trained_ctx, SampleTextRequest(run_id="r1", max_tokens=12, seed=2))
+    assert (result.prompt, result.tokens, result.step) == ("", 12, 10)
+    saved = json.loads(Path(result.output_file).read_text(encoding="utf-8"))
+    assert saved["prompt"] == "" and len(saved["tokens"]) == 12
+
+
+@pytest.fixture
+def hand_made(tmp_path, ctx, dataset_id) -> ToolContext:
+    """A workspace with run `r1` as a run leaves it (a config, a checkpoints folder); nothing trained it."""
+    dataset = ctx.workspace.dataset_dir(dataset_id)
+    fresh = ToolContext.open(tmp_path / "ws", allowed_paths=(dataset.parent,))
+    hand_made_run(fresh, str(dataset))
+    return fresh
+
+
+def test_sample_text_refuses_checkpoints_that_link_outside_before_a_worker_reads_them(hand_made, tmp_path):
+    (tmp_path / "secret").mkdir()
+    layout = RunLayout(hand_made.workspace.run_dir("r1"))
+    (layout.checkpoints / "10" / "state").symlink_to(tmp_path / "secret")
+    with pytest.raises(PathEscapeError, match=r"argument 'run_id': .*checkpoints/10/state"):
+        sample_text(hand_made, SampleTextRequest(run_id="r1"))
+    assert hand_made.backend.list() == []
+
+
+def test_sample_text_never_writes_through_a_samples_folder_that_links_outside(hand_made, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    RunLayout(hand_made.workspace.run_dir("r1")).samples.symlink_to(outside)
+    with pytest.raises(PathEscapeError, match=r"argument 'run_id': .*samples"):
+        sample_text(hand_made, SampleTextRequest(run_id="r1"))
+    assert list(outside.iterdir()) == [] and hand_made.backend.list() == []
+
+
+def test_the_sample_worker_writes_only_inside_the_run_folder(hand_made, tmp_path):
+    job = SampleJob(run_dir=str(hand_made.workspace.run_dir("r1")), output_file=str(tmp_path / "out.json"))
+    with pytest.raises(PathEscapeError, match=r"argument 'run_id'"):
+        write_sample(job, "{}")
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_cancelled_sample_text_stops_within_a_second_while_its_worker_starts(hand_made):
+    cancelled_at = []
+
+    def cancel(done, total=None, message=None):
+        cancelled_at.append(time.monotonic())
+        raise Cancelled("the client cancelled")
+
+    with pytest.raises(Cancelled):
+        sample_text(hand_made, SampleTextRequest(run_id="r1"), cancel)
+    assert time.monotonic() - cancelled_at[0] < 1.0
+    # The worker it started is left to serve other calls; this one stops it: it exits once its socket is gone.
+    [worker] = hand_made.backend.list()
+    path = socket_path(hand_made.workspace.jobs_dir)
+    wait_until(lambda: path.exists() or hand_made.backend.status(worker.id).status.finished, what="the worker")
+    path.unlink(missing_ok=True)
+    assert hand_made.backend.wait(worker.id, timeout=60).status.finished

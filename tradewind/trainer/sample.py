@@ -28,12 +28,12 @@ from flax import nnx
 from pydantic import BaseModel
 
 from tradewind.core import InvalidInputError, parse_config
-from tradewind.core.files import write_confined
 from tradewind.data import Tokenizer, load_tokenizer
 from tradewind.trainer.jobs import SampleJob, SampleOptions
 from tradewind.trainer.models import init_cache
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.restore import LoadedRun, load_run_model
+from tradewind.trainer.sample_worker import write_sample
 
 # Compiled sampling programs kept per process: (id(graphdef), config, options) -> (graphdef, jitted function).
 COMPILED_PROGRAMS = 16
@@ -126,13 +126,6 @@ def _generate_program(graphdef, model_config, max_tokens, temperature, top_k, to
         while len(_compiled) > COMPILED_PROGRAMS:
             _compiled.popitem(last=False)
         return program
-
-
-def write_sample(job: SampleJob, text: str, path: str | None = None) -> None:
-    """Write `text` to `path` (default: the job's output file) atomically, confined to the job's run folder: a
-    symlink planted there (`samples/` leading out) is refused, not followed."""
-    run_dir = Path(job.run_dir).resolve()
-    write_confined(path or job.output_file, text.encode("utf-8"), roots=(run_dir,), argument="run_id")
 
 
 def sample_run(run_dir: Path, options: SampleOptions) -> SampleOutput:

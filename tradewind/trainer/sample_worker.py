@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tradewind.core import TradewindError, parse_config
+from tradewind.core.files import write_confined
 from tradewind.trainer.jobs import SampleJob, SampleWorkerJob
 
 SOCKET_NAME = "sample-worker.sock"
@@ -181,8 +182,15 @@ class RunCache:
         return loaded, tokenizer
 
 
+def write_sample(job: SampleJob, text: str, path: str | None = None) -> None:
+    """Write `text` to `path` (default: the job's output file) atomically, confined to the job's run folder: a
+    symlink planted there (`samples/` leading out) is refused, not followed."""
+    run_dir = Path(job.run_dir).resolve()
+    write_confined(path or job.output_file, text.encode("utf-8"), roots=(run_dir,), argument="run_id")
+
+
 def _answer(request: dict[str, Any], cache: RunCache) -> dict[str, Any]:
-    from tradewind.trainer.sample import sample_loaded, write_sample
+    from tradewind.trainer.sample import sample_loaded
 
     reply: dict[str, Any] = {"pid": os.getpid(), "error": None}
     try:
