@@ -314,3 +314,10 @@ def test_a_trial_waits_for_a_slot_another_run_holds_instead_of_crashing(sweep_ct
         cancel_run(sweep_ctx, RunRequest(run_id=blocker.run_id))
     done = finish_sweep(sweep_ctx, launched.sweep_id)
     assert (done.status, done.trials[0].status) == ("succeeded", "finished")
+
+
+def test_an_unknown_parent_run_of_a_sweep_is_named_with_its_argument(workspace):
+    request = LaunchSweepRequest(base={"dataset": "ds-none"}, space={"seed": [1]}, parent_run="run-nope")
+    with pytest.raises(NotFoundError, match=r"^argument 'parent_run': unknown run id 'run-nope'"):
+        launch_sweep(workspace, request)
+    assert not workspace.workspace.sweeps_dir.exists()

@@ -31,7 +31,7 @@ from tradewind.core.config import set_dotted
 from tradewind.tools.bounds import PAGE_CHARS, cut, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
-from tradewind.tools.launching import LaunchTrainingRequest
+from tradewind.tools.launching import LaunchTrainingRequest, run_folder
 from tradewind.tools.runs import RunRequest, cancel_run
 from tradewind.tools.sweep_controller import (
     CONTROLLER_CALLABLE,
@@ -176,7 +176,7 @@ def launch_sweep(ctx: ToolContext, request: LaunchSweepRequest, progress: Progre
         )
     parent_run = None
     if request.parent_run is not None:
-        parent_run = ctx.workspace.run_folder(request.parent_run, argument="parent_run").name
+        parent_run = run_folder(ctx, request.parent_run, "parent_run").name
     base = copy.deepcopy(request.base)
     base["backend"] = base.get("backend") or ctx.default_backend()
     ctx.job_backend(base["backend"])  # an unreachable cluster fails now, not in the controller
@@ -291,7 +291,8 @@ def _baseline_arguments(ctx: ToolContext, base: dict[str, Any], parent_run: str 
     """launch_training's arguments that rerun `parent_run`'s config on the sweep's backend."""
     assert parent_run is not None
     layout = RunLayout(ctx.workspace.run_dir(parent_run))
-    arguments = json.loads(layout.config.read_text())
+    with ctx.workspace.open(layout.config, "r", argument="parent_run") as file:
+        arguments = json.load(file)
     arguments.pop("distributed", None)  # a launch finds its processes through its backend
     arguments.update(backend=base["backend"], note=f"baseline rerun of {parent_run}", parent_run=parent_run)
     try:
