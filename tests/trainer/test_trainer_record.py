@@ -2,13 +2,23 @@
 
 import json
 import os
+import signal
 import socket
 
 import pytest
+from polling import wait_until
 
-from tradewind.cluster.jobs import JobStatus
+from tradewind.cluster import JobSpec, JobStatus, LocalBackend
+from tradewind.cluster.process import process_alive
 from tradewind.core import ConfigError, NotFoundError
-from tradewind.trainer.record import RunRecord, read_record, record_end, record_start, write_record
+from tradewind.trainer.record import (
+    RunRecord,
+    job_end_callback,
+    read_record,
+    record_end,
+    record_start,
+    write_record,
+)
 
 
 def test_a_written_record_reads_back_equal_as_strict_json(tmp_path):
@@ -78,3 +88,55 @@ def test_ending_a_run_records_status_time_and_reason_and_keeps_the_rest(tmp_path
     assert ended.model_dump(exclude={"status", "reason", "ended_at", "load_end"}) == started.model_dump(
         exclude={"status", "reason", "ended_at", "load_end"}
     )
+
+
+def ended_job(backend: LocalBackend, job_id: str):
+    """The job's record once its supervisor has ended (its `on_end` has run by then)."""
+    record = backend.wait(job_id, timeout=30)
+    assert record.status.finished
+    wait_until(lambda: not process_alive(record.supervisor_pid, record.supervisor_start), 30, "the supervisor's end")
+    return backend.status(job_id)
+
+
+def test_a_record_still_running_when_its_job_is_killed_ends_as_the_job_did(tmp_path):
+    path = tmp_path / "run.json"
+    write_record(path, RunRecord(run_id="run-k", backend="local", job_id="run-k", status=JobStatus.RUNNING))
+    backend = LocalBackend(tmp_path / "jobs", cpus=1)
+    spec = JobSpec(name="killed", command=["bash", "-c", "kill -9 $$"], on_end=job_end_callback(path))
+    job = ended_job(backend, backend.submit(spec, job_id="run-k").id)
+    assert job.status is JobStatus.PREEMPTED
+    record = read_record(path)
+    assert (record.status, record.reason, record.ended_at) == (job.status, job.reason, job.ended_at)
+
+
+def test_a_record_the_trainer_finished_keeps_its_own_words_when_its_job_ends(tmp_path):
+    path = tmp_path / "run.json"
+    write_record(path, RunRecord(run_id="run-f", backend="local", job_id="run-f", status=JobStatus.RUNNING))
+    backend = LocalBackend(tmp_path / "jobs", cpus=1)
+    trainer = "tradewind.trainer.record:record_end"  # what the trainer does on a NaN loss, then it exits
+    spec = JobSpec(
+        name="nan", callable=trainer, args=[str(path), "FAILED", "loss is NaN"], on_end=job_end_callback(path)
+    )
+    job = ended_job(backend, backend.submit(spec, job_id="run-f").id)
+    assert job.status is JobStatus.SUCCEEDED
+    assert (read_record(path).status, read_record(path).reason) == (JobStatus.FAILED, "loss is NaN")
+
+
+@pytest.mark.slow
+def test_a_trainer_killed_without_retries_leaves_a_record_that_says_what_get_run_says(
+    ctx, dataset_id, tiny_run_settings
+):
+    from tradewind.tools import LaunchTrainingRequest, RunRequest, get_run, launch_training
+    from tradewind.trainer import RunLayout
+
+    run = launch_training(
+        ctx, LaunchTrainingRequest(dataset=dataset_id, steps=100_000, max_retries=0, **tiny_run_settings)
+    )
+    layout = RunLayout(ctx.workspace.run_dir(run.run_id))
+    trainer = wait_until(lambda: (r := read_record(layout.record)).status is JobStatus.RUNNING and r.pid, 240, "a step")
+    os.kill(trainer, signal.SIGKILL)
+    ended_job(ctx.backend, run.run_id)
+    reported = get_run(ctx, RunRequest(run_id=run.run_id))
+    record = read_record(layout.record)
+    assert reported.status is JobStatus.PREEMPTED
+    assert (record.status, record.reason, record.ended_at) == (reported.status, reported.reason, reported.ended_at)
