@@ -1,7 +1,7 @@
 """The `tradewind` command line.
 
     tradewind serve [--transport stdio|http] [--host 127.0.0.1] [--port 8765] [--no-auth] [--allow-origin URL]
-        [--allow-host NAME[:PORT]] [--read-only]
+        [--allow-host NAME[:PORT]] [--read-timeout-s 10] [--max-connections 128] [--read-only]
     tradewind demo [--steps 300]
     tradewind tokenize INPUT [--tokenizer byte|PATH|hf:NAME] [--format auto] [--text-field text]
         [--val-fraction 0.1] [--strict] [--prepend-bos] [--no-eos] [--workers N]
@@ -62,6 +62,8 @@ def _serve(args: argparse.Namespace) -> int:
         allow_origins=tuple(args.allow_origin),
         allow_hosts=tuple(args.allow_host),
         read_only=args.read_only,
+        read_timeout_s=args.read_timeout_s,
+        max_connections=args.max_connections,
     )
     return 0
 
@@ -86,6 +88,22 @@ def _demo(args: argparse.Namespace) -> int:
     console.print(f"demo finished in {time.monotonic() - start:.0f} s; report:")
     print(report)
     return 0
+
+
+def _positive(kind: type[int] | type[float]):
+    """An argparse type: a finite number of `kind` above zero."""
+    name = "whole number" if kind is int else "number of seconds"
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a {name} above 0, got {text!r}")
+        return value
+
+    return parse
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +163,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         default=[],
         metavar="NAME[:PORT]",
         help="also accept this Host header, e.g. the machine's name when binding 0.0.0.0 (repeatable)",
+    )
+    serve.add_argument(
+        "--read-timeout-s",
+        type=_positive(float),
+        default=10.0,
+        metavar="S",
+        help="HTTP: close a connection whose request headers, or whose body after them, take longer than S "
+        "seconds to arrive",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_positive(int),
+        default=128,
+        metavar="N",
+        help="HTTP: connections open at once; one more is answered 503 and closed",
     )
     serve.add_argument(
         "--read-only",

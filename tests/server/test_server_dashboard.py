@@ -8,13 +8,17 @@ import json
 import math
 import os
 import shutil
+import statistics
+import threading
+import time
 
 import httpx2
 import pytest
 from http_helpers import running_server
 from mcp import Client
-from runs_helpers import finish
+from runs_helpers import finish, metric_rows, write_run
 
+from tradewind.cluster import JobStatus
 from tradewind.server import build_server
 from tradewind.server.dashboard import DASHBOARD_URI, MAX_RUNS, parse_run_ids, render_page
 from tradewind.tools import (
@@ -24,7 +28,7 @@ from tradewind.tools import (
     launch_training,
     tokenize_dataset,
 )
-from tradewind.trainer import RunLayout, read_metrics
+from tradewind.trainer import RunLayout, RunRecord, read_metrics
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -69,6 +73,43 @@ def test_dashboard_routes_need_the_token_in_the_header_or_the_query(tmp_path):
         # The query token opens dashboard pages only, never the MCP endpoint.
         assert httpx2.post(f"{base}/mcp?token={server.token()}", content=b"{}", timeout=10).status_code == 401
         assert "dashboard at http://127.0.0.1" in server.stderr
+
+
+def test_a_401_answers_within_50_ms_while_a_slow_dashboard_request_is_in_flight(tmp_path):
+    # A run with 20,000 metrics rows: reading it for the page takes about a second of CPU in the server.
+    ctx = ToolContext.open(tmp_path / "ws")
+    write_run(ctx, "big", metric_rows(20_000), RunRecord(run_id="big", backend="process", status=JobStatus.SUCCEEDED))
+    with running_server(ctx.workspace.root) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        polls: list[tuple[float, float, int]] = []  # (sent, answered, status) of each slow dashboard request
+
+        def poll_the_big_run() -> None:  # three slow dashboard requests one after another, as an open page polls
+            with httpx2.Client(base_url=base, headers={"Authorization": f"Bearer {server.token()}"}) as client:
+                for _ in range(3):
+                    sent = time.perf_counter()
+                    status = client.get("/dashboard/data?runs=big", timeout=60).status_code
+                    polls.append((sent, time.perf_counter(), status))
+
+        poller = threading.Thread(target=poll_the_big_run)
+        poller.start()
+        replies: list[tuple[float, float]] = []  # (sent, seconds to the 401) of each request without the token
+        with httpx2.Client(base_url=base, timeout=60) as client:
+            while poller.is_alive():  # ends: the poller stops after its three polls
+                sent = time.perf_counter()
+                assert client.get("/dashboard/data?runs=big").status_code == 401
+                replies.append((sent, time.perf_counter() - sent))
+        poller.join(timeout=120)
+    assert polls and {status for *_, status in polls} == {200}, polls
+    latencies_ms = [seconds * 1000 for seconds in during(replies, polls)]
+    median = statistics.median(latencies_ms or [math.inf])
+    assert median < 50, f"401 took {median:.0f} ms (median) while a dashboard request ran: {sorted(latencies_ms)}"
+    assert len(latencies_ms) >= 10, f"too few 401s sent while a dashboard request was in flight: {latencies_ms}"
+
+
+def during(replies: list[tuple[float, float]], polls: list[tuple[float, float, int]]) -> list[float]:
+    """The latencies of the replies in flight while a poll was in the server: from 0.1 s after it was sent (it has
+    arrived) until its answer came back."""
+    return [took for sent, took in replies if any(sent < end and sent + took > start + 0.1 for start, end, _ in polls)]
 
 
 @pytest.mark.slow

@@ -116,6 +116,15 @@ def test_a_foreign_host_header_is_refused_even_with_the_token(server):
         assert response.status_code in (403, 421), (host, response.status_code)
 
 
+def test_the_dashboard_refuses_a_foreign_host_or_origin_with_or_without_the_token(server):
+    base = f"http://127.0.0.1:{server.port}"
+    for path in ("/dashboard", "/dashboard/runs/run-x", "/dashboard/data?runs=run-x"):
+        for token in (bearer(server.token()), {}):
+            for headers, status in (({"Host": "evil.example"}, 421), ({"Origin": "http://evil.example"}, 403)):
+                response = httpx2.get(base + path, headers={**token, **headers}, timeout=10)
+                assert response.status_code == status, (path, token != {}, headers, response.status_code)
+
+
 def test_a_body_over_the_1_mib_cap_gets_413(server):
     padding = "x" * (1024 * 1024)
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": padding}})

@@ -19,16 +19,17 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
+from starlette.applications import Starlette
 
 from tradewind import __version__
 from tradewind.prompts import server_instructions
 from tradewind.server.adapter import as_mcp_tool, compact_sections, lean_input_schema, request_schema
 from tradewind.server.dashboard import DASHBOARD_TOOLS, DASHBOARD_URI, dashboard_app_html, dashboard_routes
-from tradewind.server.http import run_http
+from tradewind.server.http import MAX_CONNECTIONS, READ_TIMEOUT_S, run_http
 from tradewind.server.resources import register_prompts, register_resources, schema_uri
 from tradewind.server.security import (
     MAX_REQUEST_BODY_BYTES,
-    BearerTokenMiddleware,
+    HttpGate,
     check_bind,
     load_or_create_token,
     transport_security,
@@ -172,6 +173,36 @@ def build_server(ctx: ToolContext, *, read_only: bool = False) -> MCPServer:
     return server
 
 
+def http_app(
+    ctx: ToolContext,
+    host: str,
+    port: int,
+    *,
+    token: str | None,
+    allow_origins: tuple[str, ...] = (),
+    allow_hosts: tuple[str, ...] = (),
+    read_only: bool = False,
+) -> Starlette:
+    """The HTTP app `serve` runs: streamable HTTP at `/mcp`, the dashboard beside it, all behind one `HttpGate`.
+
+    `token` is the bearer token every request needs (None: `--no-auth`, refused unless `host` is loopback);
+    `host` and `port` are the bound address, which Host and Origin must name (or `allow_hosts`, `allow_origins`).
+    The gate is the app's outermost middleware, so it runs before routing: a route added to `app.routes` later
+    is behind it too.
+    """
+    check_bind(host, auth=token is not None)
+    security = transport_security(host, port, allow_origins, allow_hosts)
+    app = build_server(ctx, read_only=read_only).streamable_http_app(
+        streamable_http_path="/mcp",
+        max_request_body_size=MAX_REQUEST_BODY_BYTES,
+        transport_security=security,
+        host=host,
+    )
+    app.router.routes.extend(dashboard_routes(ctx))
+    app.add_middleware(HttpGate, security=security, token=token)
+    return app
+
+
 def serve(
     ctx: ToolContext,
     transport: Literal["stdio", "http"] = "stdio",
@@ -182,29 +213,24 @@ def serve(
     allow_origins: tuple[str, ...] = (),
     allow_hosts: tuple[str, ...] = (),
     read_only: bool = False,
+    read_timeout_s: float = READ_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> None:
     """Serve until the client disconnects (stdio) or the process is stopped (HTTP).
 
-    Over HTTP: bearer-token auth unless `auth=False` (loopback only), Host/Origin allowlists extended by
-    `allow_hosts`/`allow_origins`, and request bodies capped at `MAX_REQUEST_BODY_BYTES`. With `read_only`,
-    only the tools that change nothing are served.
+    Over HTTP (`http_app`): bearer-token auth unless `auth=False` (loopback only), Host/Origin allowlists extended
+    by `allow_hosts`/`allow_origins`, request bodies capped at `MAX_REQUEST_BODY_BYTES`; a request must arrive
+    within `read_timeout_s` and at most `max_connections` are open at once (`run_http`). With `read_only`, only
+    the tools that change nothing are served.
     """
-    server = build_server(ctx, read_only=read_only)
     if transport == "stdio":
-        server.run("stdio")
+        build_server(ctx, read_only=read_only).run("stdio")
         return
-    check_bind(host, auth=auth)
-    security = transport_security(host, port, allow_origins, allow_hosts)
-    app = server.streamable_http_app(
-        streamable_http_path="/mcp",
-        max_request_body_size=MAX_REQUEST_BODY_BYTES,
-        transport_security=security,
-        host=host,
+    token, source = load_or_create_token(ctx.workspace.root) if auth else (None, None)
+    app = http_app(
+        ctx, host, port, token=token, allow_origins=allow_origins, allow_hosts=allow_hosts, read_only=read_only
     )
-    app.router.routes.extend(dashboard_routes(ctx))
     if auth:
-        token, source = load_or_create_token(ctx.workspace.root)
-        app = BearerTokenMiddleware(app, token)
         print(f"tradewind serve: HTTP needs 'Authorization: Bearer <token>'; token from {source}", file=sys.stderr)
         print(f"tradewind serve: run dashboard at http://{host}:{port}/dashboard?token=<token>", file=sys.stderr)
     else:
@@ -213,4 +239,4 @@ def serve(
             file=sys.stderr,
         )
         print(f"tradewind serve: run dashboard at http://{host}:{port}/dashboard", file=sys.stderr)
-    run_http(app, host, port, server.settings.log_level)
+    run_http(app, host, port, read_timeout_s=read_timeout_s, max_connections=max_connections)

@@ -17,11 +17,15 @@ Every number on the page is a tool's result (`get_run`, `read_metrics`): the pag
 
 from __future__ import annotations
 
+import functools
 import html
 import json
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -47,6 +51,8 @@ SERIES = ["loss", "eval_loss", "lr", "tokens_per_s", "mfu"]
 MAX_RUNS = 8  # runs on one page: more would make the charts unreadable
 POLL_S = 2.0  # how often a page of a running run asks for new rows
 LOG_TAIL_BYTES = 3000
+WORKER_THREADS = 4
+"""Dashboard requests read and parse run files at once; more wait their turn without holding the event loop."""
 
 
 def page_template() -> str:
@@ -107,12 +113,20 @@ def parse_run_ids(text: str) -> list[str]:
 
 
 def dashboard_routes(ctx: ToolContext) -> list[Route]:
-    """The HTTP routes of the dashboard, acting on `ctx`'s workspace."""
+    """The HTTP routes of the dashboard, acting on `ctx`'s workspace.
 
-    def failure(error: Exception) -> Response:
-        return JSONResponse({"error": str(error)}, status_code=404 if isinstance(error, NotFoundError) else 400)
+    Each handler does its work (the tools read and parse run files: a second for a long run) in a worker thread,
+    at most `WORKER_THREADS` at once, so that the event loop goes on answering every other request meanwhile.
+    """
+    limiter = anyio.CapacityLimiter(WORKER_THREADS)
 
-    async def index(request: Request) -> Response:
+    async def answer(work: Callable[[], Response]) -> Response:
+        try:
+            return await anyio.to_thread.run_sync(work, limiter=limiter)
+        except (ValueError, TradewindError) as error:
+            return JSONResponse({"error": str(error)}, status_code=404 if isinstance(error, NotFoundError) else 400)
+
+    def index() -> Response:
         entries = list_runs(ctx, ListRunsRequest()).runs
         links = "".join(
             f'<li><a href="/dashboard/runs/{html.escape(e.run_id)}">{html.escape(e.run_id)}</a> '
@@ -121,24 +135,27 @@ def dashboard_routes(ctx: ToolContext) -> list[Route]:
         )
         return HTMLResponse(render_index(links))
 
-    async def page(request: Request) -> Response:
-        try:
-            run_ids = parse_run_ids(request.path_params["runs"])
-            data = dashboard_data(ctx, run_ids)
-        except (ValueError, TradewindError) as error:
-            return failure(error)
+    def page(runs: str) -> Response:
+        run_ids = parse_run_ids(runs)
+        data = dashboard_data(ctx, run_ids)
         return HTMLResponse(render_page(run_ids, data, data_url="/dashboard/data?runs=" + ",".join(run_ids)))
 
-    async def data(request: Request) -> Response:
-        try:
-            return JSONResponse(dashboard_data(ctx, parse_run_ids(request.query_params.get("runs", ""))))
-        except (ValueError, TradewindError) as error:
-            return failure(error)
+    def data(runs: str) -> Response:
+        return JSONResponse(dashboard_data(ctx, parse_run_ids(runs)))
+
+    async def index_route(request: Request) -> Response:
+        return await answer(index)
+
+    async def page_route(request: Request) -> Response:
+        return await answer(functools.partial(page, request.path_params["runs"]))
+
+    async def data_route(request: Request) -> Response:
+        return await answer(functools.partial(data, request.query_params.get("runs", "")))
 
     return [
-        Route("/dashboard", index, methods=["GET"]),
-        Route("/dashboard/runs/{runs}", page, methods=["GET"]),
-        Route("/dashboard/data", data, methods=["GET"]),
+        Route("/dashboard", index_route, methods=["GET"]),
+        Route("/dashboard/runs/{runs}", page_route, methods=["GET"]),
+        Route("/dashboard/data", data_route, methods=["GET"]),
     ]
 
 

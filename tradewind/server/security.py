@@ -1,6 +1,7 @@
 """HTTP transport security: the bearer token, the Host and Origin allowlists, the bind check, the body cap.
 
-The model, for `tradewind serve --transport http`:
+The model, for `tradewind serve --transport http`; one middleware, `HttpGate`, wraps the whole app and applies
+it to every request whatever its route (`/mcp`, the dashboard, any route added later):
 
 - Every HTTP request must carry `Authorization: Bearer <token>`; anything else gets 401 and reaches no tool.
   The token is `$TRADEWIND_TOKEN` when set, else the one in `<workspace>/.tradewind-token`, a file the server
@@ -98,7 +99,8 @@ def _with_port(host: str, port: int) -> str:
 def transport_security(
     host: str, port: int, allow_origins: tuple[str, ...] = (), allow_hosts: tuple[str, ...] = ()
 ) -> TransportSecuritySettings:
-    """The SDK's Host/Origin checks, on for every bind address; 421 for a bad Host, 403 for a bad Origin."""
+    """The Host and Origin allowlists, as the SDK's settings: `HttpGate` enforces them on every route, and the SDK
+    once more on `/mcp`."""
     hosts = [_with_port(host, port), *(f"{name}:{port}" for name in _LOOPBACK_NAMES)]
     if port == 80:  # clients leave the default port out of Host
         hosts += [host.strip(), *_LOOPBACK_NAMES]
@@ -131,47 +133,72 @@ def normalize_origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc.lower()}"
 
 
-class BearerTokenMiddleware:
-    """ASGI middleware: a request without `Authorization: Bearer <token>` gets 401 and goes no further.
+class HttpGate:
+    """ASGI middleware in front of the whole app: every HTTP request, whatever its route, passes three checks.
+
+    In order: Host must be one `security` allows (else 421), Origin, when sent, one it allows (else 403: a web
+    page of another site, DNS rebinding included, can send neither), and with a `token`, `Authorization: Bearer
+    <token>` (else 401). A refused request reaches no route, so a route added later needs nothing to be covered.
 
     A GET of a dashboard page (`/dashboard...`) may carry the token as `?token=` instead: a browser opening a
-    link cannot send the header. The page then sends it as the header when it polls.
+    link cannot send the header. The page then sends it as the header when it polls. `token=None` (`--no-auth`,
+    loopback only) drops the token check, never the Host and Origin checks.
     """
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, security: TransportSecuritySettings, token: str | None) -> None:
         self.app = app
-        self._token = token.encode()
+        self._hosts = frozenset(host.lower().encode("latin-1") for host in security.allowed_hosts)
+        self._origins = frozenset(origin.lower().encode("latin-1") for origin in security.allowed_origins)
+        self._token = token.encode() if token is not None else None
 
-    def _authorized(self, scope: Scope) -> bool:
-        supplied = b""
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                supplied = value
-                break
-        # Scheme names are case-insensitive; the token is compared in constant time.
-        scheme, _, rest = supplied.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(rest.strip(), self._token):
-            return True
-        return self._dashboard_get(scope) and hmac.compare_digest(_query_token(scope), self._token)
-
-    @staticmethod
-    def _dashboard_get(scope: Scope) -> bool:
-        path = scope.get("path", "")
-        return scope.get("method") == "GET" and (path == "/dashboard" or path.startswith("/dashboard/"))
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or self._authorized(scope):
-            await self.app(scope, receive, send)
-        elif scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-        else:
-            response = PlainTextResponse(
+    def _refusal(self, scope: Scope) -> PlainTextResponse | None:
+        """Why the request may not pass, as the response that says so; None when it may."""
+        headers = dict(scope.get("headers", ()))
+        if headers.get(b"host", b"").lower() not in self._hosts:
+            return PlainTextResponse(
+                "421 Misdirected Request: this Host header is not the address the server was started on; "
+                "start it with --allow-host NAME[:PORT] to accept another name\n",
+                status_code=421,
+            )
+        origin = headers.get(b"origin")
+        if origin is not None and origin.lower() not in self._origins:
+            return PlainTextResponse(
+                "403 Forbidden: requests from this Origin are refused; start the server with --allow-origin URL "
+                "to accept a web page's requests\n",
+                status_code=403,
+            )
+        if self._token is not None and not self._authorized(scope, headers.get(b"authorization", b"")):
+            return PlainTextResponse(
                 "401 Unauthorized: send 'Authorization: Bearer <token>' "
                 f"(${TOKEN_ENV}, or the token file the server named at start-up)\n",
                 status_code=401,
                 headers={"WWW-Authenticate": 'Bearer realm="tradewind"'},
             )
-            await response(scope, receive, send)
+        return None
+
+    def _authorized(self, scope: Scope, supplied: bytes) -> bool:
+        # Scheme names are case-insensitive; the token is compared in constant time.
+        scheme, _, rest = supplied.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(rest.strip(), self._token):
+            return True
+        return _dashboard_get(scope) and hmac.compare_digest(_query_token(scope), self._token)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):  # lifespan
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+        else:
+            await refusal(scope, receive, send)
+
+
+def _dashboard_get(scope: Scope) -> bool:
+    path = scope.get("path", "")
+    return scope.get("method") == "GET" and (path == "/dashboard" or path.startswith("/dashboard/"))
 
 
 def _query_token(scope: Scope) -> bytes:
