@@ -4,17 +4,18 @@ Each test follows one skill in `tradewind/prompts/skills/` step by step (`run-fi
 `debug-a-diverging-run`, `compare-runs-and-report`, `train-on-tpu-with-ray`), taking every id, path and next
 step only from what the calls return, the way an agent must; the filesystem is read only to check the
 skill's outcome. Each session holds what an agent's context pays for: at most 12 tool calls, every result
-within 8k tokens (32,000 characters) and no call blocking over 60 s (`wait_for_run` is called again while it
+within 8k tokens (32,000 characters: the whole answer, text and structured content; images apart) and no call
+blocking over 60 s (`wait_for_run` is called again while it
 times out, each call counted). Every test prints its counts.
 """
 
-import json
 import math
 import time
 from pathlib import Path
 
 import pytest
 from mcp import Client
+from mcp_helpers import answer_chars
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -25,16 +26,6 @@ WAIT_S = 45  # each wait_for_run call; called again while it times out
 
 TINY_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}
 TINY_TRAINING = {"batch_size": 8, "seq_len": 32, "eval_every": 10, "eval_batches": 2, "log_every": 5}
-
-
-def result_chars(result) -> int:
-    """What the result costs an agent's context: its compact JSON, as structured content or as the text block
-    (the server sends the same JSON both ways, so the larger of the two, not their sum), beside the text of
-    any other text blocks. Resource links and images are not counted: a client shows them as references."""
-    structured = len(json.dumps(result.structured_content, separators=(",", ":"))) if result.structured_content else 0
-    texts = [block.text for block in result.content if getattr(block, "type", None) == "text"]
-    first, rest = (len(texts[0]), texts[1:]) if texts else (0, [])
-    return max(structured, first) + sum(len(text) for text in rest)
 
 
 class Session:
@@ -50,7 +41,7 @@ class Session:
         started = time.monotonic()
         result = await self.client.call_tool(name, arguments)
         seconds = time.monotonic() - started
-        self.calls.append((name, seconds, result_chars(result)))
+        self.calls.append((name, seconds, answer_chars(result)))
         assert not result.is_error, f"{name} {arguments}: {result.content}"
         return result.structured_content
 

@@ -11,9 +11,20 @@ A valid call of a tool that starts work (a training run, a tokenization, a sampl
 pipeline) would make the fuzz slow and leave processes behind, so the argument that names its input is only
 ever drawn from values that name nothing; each test checks that no run or dataset appeared, and cancels any
 that did before failing.
+
+Beside the generated calls, `TRAPS` lists the holes of issue 23 as one call each in a workspace laid out for it:
+links out of run and dataset folders (a log, a metrics file, a manifest, the reports folder), workspace internals
+as inputs (the token file, the job store, settings, a glob that matches dot-files), oversized and control-laden
+free text, and operations in the wrong state (resuming a RUNNING run, a blank reason, a pipeline without
+--allow-code). A regression of any of them fails here.
 """
 
 import json
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,9 +33,14 @@ from anyio.from_thread import start_blocking_portal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
+from mcp_helpers import answer_chars
+from runs_helpers import metric_rows, write_run
 
+from tradewind.cluster import JobStatus
+from tradewind.cluster.process import process_start_time
 from tradewind.server import build_server
-from tradewind.tools import TOOLS
+from tradewind.tools import TOOLS, TokenizeDatasetRequest, ToolContext, tokenize_dataset
+from tradewind.trainer import RunRecord
 
 TOOL_NAMES = [tool.__name__ for tool in TOOLS]
 EXAMPLES_PER_TOOL = 100  # 16 tools x 100 = 1,600 fuzzed calls a run; the issue asks for at least 500
@@ -277,11 +293,8 @@ def long_strings(value: Any) -> list[str]:
 def check_answer(tool: str, arguments: dict, result) -> None:
     """A result or a readable error, within the bound; an error echoes no value past `ECHO_LIMIT` characters."""
     texts = [block.text for block in result.content if block.type == "text"]
-    for text in texts:
-        assert len(text) <= RESULT_BOUND, f"{tool} answered {len(text):,} characters of text"
-    if result.structured_content is not None:
-        size = len(json.dumps(result.structured_content))
-        assert size <= RESULT_BOUND, f"{tool} answered {size:,} characters of structured content"
+    size = answer_chars(result)
+    assert size <= RESULT_BOUND, f"{tool} answered {size:,} characters (text and structured content)"
     if not result.is_error:
         return
     message = "\n".join(texts)
@@ -343,3 +356,174 @@ def test_every_generated_call_gets_a_result_or_a_readable_error_and_the_server_k
     assert not started, f"the fuzz of {tool} started runs {started}"
     assert dataset_ids(session) == datasets_before, f"the fuzz of {tool} built a dataset"
     assert calls >= EXAMPLES_PER_TOOL
+
+
+# --- the traps of issue 23: workspaces laid out by an attacker, and calls a careless agent makes ------------------
+#
+# Each trap gets a fresh workspace (a small dataset, a finished run, a run that is RUNNING, a token file, settings, a
+# pipeline) beside a folder outside it, lays its trap (a link out of a run or dataset folder, or none), makes one call,
+# and checks what no answer may do: show what lies outside, change anything outside, start a run or build a dataset it
+# was not meant to, or break the server. Traps that must be refused name a fragment of the error.
+
+SECRET = "SECRET-7f3a9c"  # in every file outside the workspace a trap links to, and in the token file
+SECRET_LOSS = 987654.0  # the loss of the metrics row outside
+
+
+@dataclass
+class Planted:
+    root: Path  # the workspace
+    outside: Path
+    dataset_id: str
+    run_id: str  # a finished run
+    live_run_id: str  # a run whose record says RUNNING, its trainer a live process
+
+
+def link_log(planted: Planted) -> None:
+    (planted.outside / "secret.log").write_text(f"{SECRET} the log of another system\n")
+    log = planted.root / "runs" / planted.run_id / "train.log"
+    log.unlink(missing_ok=True)
+    log.symlink_to(planted.outside / "secret.log")
+
+
+def link_metrics(planted: Planted) -> None:
+    (planted.outside / "metrics.jsonl").write_text(json.dumps({"step": 1, "elapsed": 1.0, "loss": SECRET_LOSS}) + "\n")
+    metrics = planted.root / "runs" / planted.run_id / "metrics.jsonl"
+    metrics.unlink()
+    metrics.symlink_to(planted.outside / "metrics.jsonl")
+
+
+def link_manifest(planted: Planted) -> None:
+    manifest_path = planted.root / "datasets" / planted.dataset_id / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["sources"][0]["path"] = str(planted.outside / f"{SECRET}.txt")
+    (planted.outside / "manifest.json").write_text(json.dumps(manifest))
+    manifest_path.unlink()
+    manifest_path.symlink_to(planted.outside / "manifest.json")
+
+
+def link_reports(planted: Planted) -> None:
+    (planted.outside / "reports").mkdir()
+    shutil.rmtree(planted.root / "reports")
+    (planted.root / "reports").symlink_to(planted.outside / "reports", target_is_directory=True)
+
+
+def nothing(planted: Planted) -> None:
+    pass
+
+
+TINY = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}, "batch_size": 2, "seq_len": 16}
+
+# (id, trap, tool, arguments, what the error must say; None: a result or an error, as long as nothing leaks).
+# DATASET, RUN and LIVE stand for the planted dataset, finished run and RUNNING run.
+TRAPS = [
+    # Links out of run and dataset folders (issue 23 item 3).
+    ("log-link-tail", link_log, "tail_logs", {"run_id": "RUN"}, None),
+    ("log-link-get", link_log, "get_run", {"run_id": "RUN"}, None),
+    ("metrics-link-read", link_metrics, "read_metrics", {"run_id": "RUN"}, None),
+    ("metrics-link-report", link_metrics, "summarize_report", {"run_id": "RUN", "sample": False}, None),
+    ("manifest-link-inspect", link_manifest, "inspect_dataset", {"dataset_id": "DATASET"}, None),
+    ("manifest-link-list", link_manifest, "list_datasets", {}, None),
+    ("manifest-link-launch", link_manifest, "launch_training", {"dataset": "DATASET", "steps": 5, **TINY}, "dataset"),
+    ("reports-link-report", link_reports, "summarize_report", {"run_id": "RUN", "sample": False}, None),
+    ("reports-link-export", link_reports, "list_experiments", {"export": "tsv"}, None),
+    # Workspace internals as inputs (item 5).
+    ("token-file", nothing, "tokenize_dataset", {"input": ".tradewind-token"}, "input"),
+    ("token-glob", nothing, "tokenize_dataset", {"input": "[.a]*"}, "input"),
+    ("job-store", nothing, "tokenize_dataset", {"input": "jobs"}, "input"),
+    ("settings", nothing, "tokenize_dataset", {"input": "settings.yaml"}, "input"),
+    ("token-tokenizer", nothing, "train_tokenizer", {"input": ".tradewind-token"}, "input"),
+    # Oversized free text and control characters (item 11).
+    ("wandb-megabyte", nothing, "launch_training", {"dataset": "DATASET", "wandb_project": "p" * 1_000_000}, "wandb"),
+    ("wandb-nul", nothing, "launch_training", {"dataset": "DATASET", "wandb_project": "p\x00"}, "wandb_project"),
+    ("note-escape", nothing, "launch_training", {"dataset": "DATASET", "note": "\x1b[2J"}, "note"),
+    ("sweep-id-nul", nothing, "list_experiments", {"sweep_id": "a\x00"}, "sweep_id"),
+    ("sweep-id-path", nothing, "list_experiments", {"sweep_id": "../../x"}, "sweep_id"),
+    ("changed-megabyte", nothing, "list_experiments", {"changed": "x" * 1_000_000}, "changed"),
+    ("reason-nul", nothing, "set_experiment_status", {"run_id": "RUN", "status": "kept", "reason": "a\x00b"}, "reason"),
+    # Operations in the wrong state (items 4, 9, 11).
+    ("resume-running", nothing, "launch_training", {"resume_from": "LIVE", "steps": 100}, "RUNNING"),
+    ("blank-reason", nothing, "set_experiment_status", {"run_id": "RUN", "status": "kept", "reason": "  "}, "reason"),
+    ("pipeline-no-grant", nothing, "run_pipeline", {"pipeline": "pipelines/marker.py"}, "--allow-code"),
+    ("pipeline-run-no-grant", nothing, "run_pipeline", {"pipeline": "pipelines/marker.py", "dry_run": False}, "code"),
+]
+
+
+def plant_workspace(tmp_path: Path, small_corpus: Path, live_pid: int) -> Planted:
+    """A fresh workspace with a small dataset, a finished run, a RUNNING run (`live_pid` its trainer), a token file,
+    settings and a pipeline whose import writes a marker outside; and the folder outside it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ctx = ToolContext.open(tmp_path / "workspace")
+    root = ctx.workspace.root
+    shutil.copy(small_corpus, root / "corpus.txt")
+    (root / "settings.yaml").write_text("backend: local\n")
+    (root / ".tradewind-token").write_text(SECRET + "\n")
+    (root / "pipelines").mkdir()
+    (root / "pipelines" / "marker.py").write_text(f"open({str(outside / 'pipeline-ran')!r}, 'w').close()\nsteps = []\n")
+    dataset_id = tokenize_dataset(ctx, TokenizeDatasetRequest(input="corpus.txt")).dataset_id
+    finished = RunRecord(run_id="run-done", backend="process", status=JobStatus.SUCCEEDED)
+    write_run(ctx, "run-done", metric_rows(steps=20), finished)
+    live = RunRecord(
+        run_id="run-live",
+        backend="process",
+        status=JobStatus.RUNNING,
+        host=socket.gethostname(),
+        pid=live_pid,
+        pid_start=process_start_time(live_pid),
+    )
+    write_run(ctx, "run-live", metric_rows(steps=5), live)
+    return Planted(root, outside, dataset_id, "run-done", "run-live")
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def answer_text(result) -> str:
+    texts = [block.text for block in result.content if block.type == "text"]
+    return "\n".join(texts) + json.dumps(result.structured_content)
+
+
+@pytest.fixture
+def live_trainer():
+    """A process standing in for a RUNNING run's trainer."""
+    process = subprocess.Popen(["sleep", "300"])
+    yield process.pid
+    process.kill()
+    process.wait()
+
+
+@pytest.mark.parametrize(
+    ("trap", "tool", "arguments", "expected"), [trap[1:] for trap in TRAPS], ids=[trap[0] for trap in TRAPS]
+)
+def test_a_trap_is_refused_or_answered_without_reaching_outside_the_workspace(
+    tmp_path, small_corpus, live_trainer, trap, tool, arguments, expected
+):
+    planted = plant_workspace(tmp_path, small_corpus, live_trainer)
+    trap(planted)
+    names = {"DATASET": planted.dataset_id, "RUN": planted.run_id, "LIVE": planted.live_run_id}
+    arguments = {key: names.get(value, value) if isinstance(value, str) else value for key, value in arguments.items()}
+    ctx = ToolContext.open(planted.root)
+    outside_before, runs_before = snapshot(planted.outside), set(ctx.workspace.runs_dir.iterdir())
+    datasets_before = sorted(ctx.workspace.datasets_dir.iterdir())
+
+    async def session():
+        async with Client(build_server(ctx)) as client:
+            result = await client.call_tool(tool, arguments)
+            alive = await client.call_tool("get_run", {"run_id": planted.live_run_id})  # untouched by every trap
+            started = sorted(set(ctx.workspace.runs_dir.iterdir()) - runs_before)
+            for run in started:  # leave nothing training
+                await client.call_tool("cancel_run", {"run_id": run.name})
+        return result, alive, started
+
+    result, alive, started = anyio.run(session)
+    shown = answer_text(result)
+    assert SECRET not in shown and f"{SECRET_LOSS:g}" not in shown, shown[:2000]
+    assert snapshot(planted.outside) == outside_before, "the call wrote outside the workspace"
+    assert not started, f"{tool} started {started}"
+    assert sorted(ctx.workspace.datasets_dir.iterdir()) == datasets_before, f"{tool} built a dataset"
+    assert not alive.is_error, alive.content
+    if result.is_error:
+        check_answer(tool, arguments, result)
+    if expected is not None:
+        assert result.is_error and expected in shown, shown[:2000]
