@@ -22,19 +22,20 @@ headers. A client on a working network sends a 1 MiB body (the cap) in well unde
 MAX_CONNECTIONS = 128
 """Connections open at once; one more gets 503. An MCP session holds one or two, a dashboard page one."""
 
+_BUSY_TEXT = b"503 Service Unavailable: too many open connections; try again when some have closed.\n"
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
-    b"content-length: 52\r\n\r\n503 Service Unavailable: too many open connections.\n"
+    b"content-length: %d\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT)
 )
 
 
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol, with a deadline on reading each request and a bound on connections.
 
-    A request must arrive whole: its headers within `read_timeout_s` of the connection opening (or of the end of
-    the previous request on a kept-alive connection), its body within `read_timeout_s` of its headers. A trickle
-    of bytes does not move the deadline. Once a request is read, it may take as long as it needs to answer.
-    Otherwise the connection is closed; an app still waiting for the body is told the client disconnected.
+    A request must arrive whole: its headers within `read_timeout_s` of the connection opening (on a kept-alive
+    connection, of the previous answer), its body within `read_timeout_s` of its headers; a trickle of bytes does
+    not move the deadline. A request late on either counts is dropped with its connection (an app still waiting
+    for the body is told the client disconnected). Once a request is read, its answer may take as long as it needs.
     """
 
     def __init__(self, *args: Any, read_timeout_s: float, max_connections: int, **kwargs: Any) -> None:
