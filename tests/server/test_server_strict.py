@@ -333,3 +333,9 @@ async def test_every_string_field_refuses_an_overlong_value_and_a_control_charac
                 message = error_text(result)
                 assert f"argument '{argument}" in message and len(message) < 1_000, (path, message[:300])
     assert tree(context.workspace.root) == before
+
+
+async def test_a_prompt_may_hold_newlines_and_tabs(tmp_path):
+    async with Client(build_server(ToolContext.open(tmp_path / "ws"))) as client:
+        result = await client.call_tool("sample_text", {"run_id": "run-nope", "prompt": "ROMEO:\n\tBut soft"})
+    assert "unknown run id 'run-nope'" in error_text(result)  # past the text check, to the run

@@ -344,6 +344,11 @@ BAD_CALLS = [
     ("sample_text", {"run_id": "run-nope"}, "unknown run id"),
     ("sample_text", {"run_id": "RUN", "top_p": 0}, "top_p"),
     ("cluster_status", {"backend": "slurm"}, "backend"),
+    ("launch_training", {"dataset": "DATASET", "wandb_project": "p\x00"}, "argument 'wandb_project'"),
+    ("launch_training", {"dataset": "DATASET", "model": {"preset": "\x1b[2J"}}, "argument 'model"),
+    ("list_experiments", {"changed": "x" * 5_000}, "argument 'changed'"),
+    ("set_experiment_status", {"run_id": "RUN", "status": "kept", "reason": "  "}, "reason"),
+    ("sample_text", {"run_id": "RUN", "prompt": "ROMEO:\x00"}, "argument 'prompt'"),
     ("run_pipeline", {"pipeline": "../outside.py"}, "argument 'pipeline'"),
 ]
 
