@@ -14,7 +14,12 @@ import sys
 def context(args: argparse.Namespace):
     from tradewind.tools import ToolContext
 
-    return ToolContext.open(args.workspace, tuple(args.allow_path), tuple(getattr(args, "allow_code", ())))
+    return ToolContext.open(
+        args.workspace,
+        tuple(args.allow_path),
+        tuple(getattr(args, "allow_code", ())),
+        read_only=getattr(args, "read_only", False),
+    )
 
 
 def with_progress(description: str, work):

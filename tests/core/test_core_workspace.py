@@ -63,7 +63,7 @@ def test_unknown_run_id_lists_known_runs(workspace):
         workspace.run_dir("run-b")
 
 
-@pytest.mark.parametrize("bad", ["", "..", "a/b", "../x", "a..b", "-x", "x" * 200])
+@pytest.mark.parametrize("bad", ["", "..", "a/b", "../x", "a..b", "-x", "x" * 200, "lr\n", "lr\r\n", "\nlr"])
 def test_unsafe_ids_are_refused(bad):
     with pytest.raises(ValueError, match="not a valid id"):
         check_id(bad, "run_id")

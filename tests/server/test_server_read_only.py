@@ -14,6 +14,7 @@ from runs_helpers import metric_rows, write_run
 
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend, Resources
 from tradewind.cluster.process import process_alive
+from tradewind.core import NotFoundError
 from tradewind.server import build_server
 from tradewind.tools import TokenizeDatasetRequest, ToolContext, tokenize_dataset
 from tradewind.tools.sweep_controller import SweepState, TrialState, write_state
@@ -136,3 +137,10 @@ async def test_every_tool_of_a_read_only_server_leaves_the_workspace_byte_identi
     assert vanished["status"] == "FAILED" and "supervising process vanished" in vanished["reason"]
     queued = results["get_run", str({"run_id": QUEUED})].structured_content
     assert queued["status"] == "PENDING"
+
+
+def test_a_read_only_server_refuses_a_workspace_not_made_yet_and_makes_nothing(tmp_path):
+    root = tmp_path / "never-made"
+    with pytest.raises(NotFoundError, match=r"never-made/datasets is not there.*serve without --read-only"):
+        ToolContext.open(root, read_only=True)
+    assert not root.exists()

@@ -13,6 +13,7 @@ from tradewind.prompts import load_skill, skill_names
 from tradewind.server import build_server
 from tradewind.server.resources import MAX_RESOURCE_CHARS
 from tradewind.tools import RunRequest, summarize_report
+from tradewind.tools.bounds import SUMMARY_CHARS
 
 pytestmark = pytest.mark.anyio
 
@@ -91,11 +92,15 @@ async def test_tool_results_link_the_resources_that_hold_more_and_each_link_read
 
 
 @pytest.mark.slow
-async def test_a_result_is_sent_as_compact_json_text_equal_to_its_structured_content(server, finished_run):
+async def test_a_result_is_sent_as_a_one_line_summary_beside_its_structured_content(server, finished_run):
+    # Issue 23 item 12: the data travels once, in structured content; the text only says what it holds.
     async with Client(server) as client:
         result = await client.call_tool("get_run", {"run_id": finished_run.run_id})
     text = result.content[0].text
-    assert json.loads(text) == result.structured_content and "\n" not in text
+    assert result.structured_content["run_id"] == finished_run.run_id
+    assert text.startswith("get_run result (whole in structured content): ")
+    assert f'run_id="{finished_run.run_id}"' in text and 'status="SUCCEEDED"' in text
+    assert len(text) <= SUMMARY_CHARS and "\n" not in text
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         listed_fields,
         load_config,
         parse_config,
+        read_json_config,
     )
     from tradewind.core.errors import ConfigError, InvalidInputError, NotFoundError, PathEscapeError, TradewindError
     from tradewind.core.logging import configure_logging, get_logger
@@ -41,6 +42,7 @@ __getattr__ = lazy_getattr(
         "listed_fields": "tradewind.core.config",
         "load_config": "tradewind.core.config",
         "parse_config": "tradewind.core.config",
+        "read_json_config": "tradewind.core.config",
         "ConfigError": "tradewind.core.errors",
         "InvalidInputError": "tradewind.core.errors",
         "NotFoundError": "tradewind.core.errors",
@@ -87,6 +89,7 @@ __all__ = [
     "open_url",
     "parse_config",
     "read_json",
+    "read_json_config",
     "read_jsonl",
     "tail_lines",
 ]

@@ -7,6 +7,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import typing
 from pathlib import Path
@@ -17,6 +18,8 @@ import yaml
 from pydantic.json_schema import SkipJsonSchema
 
 from tradewind.core.errors import ConfigError
+from tradewind.core.files import Opener, open_plain
+from tradewind.core.storage import read_json
 
 ConfigT = TypeVar("ConfigT", bound=pydantic.BaseModel)
 
@@ -168,6 +171,20 @@ def parse_config(config_cls: type[ConfigT], data: Any, source: str = "config") -
         return config_cls.model_validate(data)
     except pydantic.ValidationError as error:
         raise ConfigError(describe_validation_error(error, source)) from None
+
+
+def read_json_config(config_cls: type[ConfigT], path: str | os.PathLike[str], opener: Opener = open_plain) -> ConfigT:
+    """Read a JSON file written by `atomic_write_json`, opened with `opener`, and validate it as `config_cls`.
+
+    Raises:
+        ConfigError: it is not JSON, or not a `config_cls`; the message names the file and each bad field.
+        Whatever `opener` raises: a workspace's reader refuses a file that leads outside (`PathEscapeError`).
+    """
+    try:
+        data = read_json(path, opener)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:  # not a refusal, which is a ValueError too
+        raise ConfigError(f"{path}: not valid JSON ({cut_text(str(error))})") from None
+    return parse_config(config_cls, data, source=str(path))
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:

@@ -31,11 +31,11 @@ from tradewind.core.files import Opener, check_tree, make_confined_dir, open_con
 
 ENV_VAR = "TRADEWIND_WORKSPACE"
 DEFAULT_ROOT = Path("~/.tradewind")
-_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # the whole id: `$` would let a final newline by
 MAX_PATH_CHARS = 4096  # Linux's PATH_MAX
 MAX_NAME_BYTES = 255  # Linux's NAME_MAX: one component of a path
 PIPELINES_DIR = "pipelines"
-SETTINGS_FILE = "settings.yaml"  # the workspace's settings (`tradewind.tools.context`)
+SETTINGS_FILE = "settings.yaml"  # the workspace's settings, read by `tradewind.tools.context`
 
 
 def make_id(prefix: str) -> str:
@@ -49,7 +49,7 @@ def make_id(prefix: str) -> str:
 
 def check_id(value: str, argument: str) -> str:
     """Return `value` if it is a safe id (letters, digits, `.`, `_`, `-`); raise otherwise."""
-    if not _ID_PATTERN.match(value) or value in {".", ".."} or ".." in value:
+    if not _ID_PATTERN.fullmatch(value) or value in {".", ".."} or ".." in value:
         raise InvalidInputError(
             f"argument {argument!r}: {value!r} is not a valid id (use letters, digits, '.', '_' and '-')"
         )
@@ -94,6 +94,11 @@ class Workspace:
         root: the workspace folder; created on first use.
         allowed_paths: further folders whose files tools may read (never write, never run).
         code_paths: the folders whose Python files `run_pipeline` may import and run (`--allow-code`).
+        create: make the workspace's folders now; False for one that is only read (a read-only server),
+            which must then exist already.
+
+    Raises:
+        NotFoundError: with `create=False`, a folder of the workspace is not there.
     """
 
     def __init__(
@@ -101,12 +106,19 @@ class Workspace:
         root: str | os.PathLike[str],
         allowed_paths: tuple[str | os.PathLike[str], ...] = (),
         code_paths: tuple[str | os.PathLike[str], ...] = (),
+        create: bool = True,
     ):
         self.root = Path(root).expanduser().resolve()
         self.allowed_roots = tuple(Path(p).expanduser().resolve() for p in allowed_paths)
         self.code_roots = tuple(Path(p).expanduser().resolve() for p in code_paths)
         for folder in (self.datasets_dir, self.runs_dir, self.reports_dir, self.jobs_dir):
-            folder.mkdir(parents=True, exist_ok=True)
+            if create:
+                folder.mkdir(parents=True, exist_ok=True)
+            elif not folder.is_dir():
+                raise NotFoundError(
+                    f"{folder} is not there, so {self.root} is not a workspace to read: a read-only server "
+                    "makes nothing. Run any command that writes to it first, or serve without --read-only"
+                )
 
     @classmethod
     def from_env(
@@ -114,9 +126,10 @@ class Workspace:
         root: str | os.PathLike[str] | None = None,
         allowed_paths: tuple[str | os.PathLike[str], ...] = (),
         code_paths: tuple[str | os.PathLike[str], ...] = (),
+        create: bool = True,
     ) -> Workspace:
         """The workspace named by `root`, else `$TRADEWIND_WORKSPACE`, else `~/.tradewind`."""
-        return cls(root or os.environ.get(ENV_VAR) or DEFAULT_ROOT, allowed_paths, code_paths)
+        return cls(root or os.environ.get(ENV_VAR) or DEFAULT_ROOT, allowed_paths, code_paths, create)
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.root)!r})"

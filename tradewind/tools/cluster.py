@@ -37,7 +37,7 @@ class ClusterStatusRequest(BaseModel):
         default=50,
         ge=1,
         le=500,
-        description="Most jobs per list (fewer past 32,000 characters).",
+        description="Most jobs per list (fewer past 31,000 characters).",
     )
 
 
@@ -73,8 +73,7 @@ class RunPipelineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pipeline: str = Field(
-        description="Python file defining `steps` (tradewind.cluster.Step list), under a folder the server was "
-        "started with --allow-code."
+        description="Python file defining `steps` (a tradewind.cluster.Step list) in an --allow-code folder."
     )
     dry_run: bool = Field(
         default=True,
@@ -88,7 +87,7 @@ class RunPipelineResult(BaseModel):
     dry_run: bool
     steps: list[PlannedStep] = Field(
         description="Each step with its output path and action: run, cached, rerun, blocked; the first ones, when "
-        "all would pass the result's 32,000 characters (long names, paths and errors are cut)."
+        "all would pass the result's 31,000 characters (long names, paths and errors are cut)."
     )
     steps_total: int = Field(description="Steps in the pipeline.")
     job_id: str | None = Field(default=None, description="The job running the pipeline (not for a dry run).")

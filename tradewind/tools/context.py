@@ -13,9 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import Backend, JobSpec, JobStatus, get_backend
 from tradewind.core import TradewindError, Workspace, load_config, tail_lines
+from tradewind.core.workspace import SETTINGS_FILE
 
 LOG_TAIL_LINES = 20
-SETTINGS_FILE = "settings.yaml"
 
 
 class LaunchLimits(BaseModel):
@@ -89,7 +89,7 @@ class ToolContext:
         is opened to read only: the job database read-only, no spare supervisor, no process started, and
         nothing written to the workspace by looking.
         """
-        workspace = Workspace.from_env(root, allowed_paths, allowed_code)
+        workspace = Workspace.from_env(root, allowed_paths, allowed_code, create=not read_only)
         backend = get_backend("local", workspace.jobs_dir, read_only=read_only)
         return cls(workspace=workspace, backend=backend, read_only=read_only)
 

@@ -105,7 +105,7 @@ class InspectDatasetRequest(BaseModel):
         default=400,
         ge=1,
         le=10_000,
-        description="Characters per sample; all share what is left of 32,000.",
+        description="Characters per sample; all share what is left of 31,000.",
     )
 
 

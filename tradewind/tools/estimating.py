@@ -91,7 +91,8 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
 def _config(ctx: ToolContext, request: EstimateRunRequest, progress: Progress) -> TrainConfig:
     """The run's config with its dataset resolved to a folder, as launch_training would train it."""
     if request.run_id is not None:
-        return read_train_config(RunLayout(ctx.workspace.run_folder(request.run_id, argument="run_id")).config)
+        folder = ctx.workspace.run_folder(request.run_id, argument="run_id")
+        return read_train_config(RunLayout(folder).config, ctx.workspace.reader("run_id"))
     try:
         launch = LaunchTrainingRequest.model_validate(request.config)
     except pydantic.ValidationError as error:
@@ -117,7 +118,7 @@ def _same_shape_run(ctx: ToolContext, config: TrainConfig, vocab_size: int) -> t
             summary = read_summary(layout.summary)
             if summary is None or not summary.mean_tokens_per_s:
                 continue
-            earlier = read_train_config(layout.config)
+            earlier = read_train_config(layout.config, ctx.workspace.reader("run_id"))
             vocab = None if earlier.model.vocab_size else _vocab_size(earlier)
             if _shape(earlier, vocab) == wanted:
                 seconds = earlier.tokens_per_step / summary.mean_tokens_per_s

@@ -28,8 +28,8 @@ from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, TradewindError, check_id, read_json
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import ToolContext
-from tradewind.tools.runs import RunInfo, RunRequest, get_run
-from tradewind.trainer import RunLayout, read_record
+from tradewind.tools.runs import RunInfo, RunRequest, get_run, run_record
+from tradewind.trainer import RunLayout
 from tradewind.trainer.record import RunRecord, update_record
 
 Status = Literal["running", "finished", "kept", "discarded", "crashed"]
@@ -135,7 +135,7 @@ def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest)
 def experiment(ctx: ToolContext, run_id: str, info: RunInfo | None = None) -> Experiment:
     """Run `run_id` as the ledger shows it (`info`: its `get_run`, if the caller has it already)."""
     layout = RunLayout(ctx.workspace.run_dir(run_id))
-    record = read_record(layout.record)
+    record = run_record(ctx, run_id)
     info = info or get_run(ctx, RunRequest(run_id=run_id))
     summary = info.summary
     status, reason = _status(record, info)

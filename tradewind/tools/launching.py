@@ -36,6 +36,7 @@ from tradewind.trainer import (
     RunRecord,
     TrainConfig,
     TrainJob,
+    job_end_callback,
     model_for_init_from,
     open_run_data,
     read_record,
@@ -141,6 +142,7 @@ def launch_training(
         replicas=record.processes,
         env=training_env(ctx, config, backend_name),
         max_retries_preemption=config.max_retries,
+        on_end=job_end_callback(layout.record),
         pending_timeout_s=pending_timeout_s,
     )
     try:
@@ -251,7 +253,7 @@ def _check_parent_ended(ctx: ToolContext, parent_dir: Path) -> None:
     if parent_dir.parent == ctx.workspace.runs_dir:
         status = get_run(ctx, RunRequest(run_id=parent_dir.name)).status  # the record checked against its job
     else:
-        status = read_record(layout.record).status
+        status = read_record(layout.record, ctx.workspace.reader("resume_from")).status
     if not status.finished:
         raise InvalidInputError(
             f"argument 'resume_from': run {parent_dir.name} is {status.value}, and a run can be continued only once "

@@ -17,8 +17,8 @@ import psutil
 
 from tradewind.core import InvalidInputError, TradewindError
 from tradewind.tools.context import LaunchLimits, ToolContext
-from tradewind.tools.runs import RunRequest, get_run
-from tradewind.trainer import RunLayout, TrainConfig, read_record, training_memory
+from tradewind.tools.runs import RunRequest, get_run, run_record
+from tradewind.trainer import TrainConfig, training_memory
 
 GIB = 2**30
 
@@ -36,7 +36,7 @@ def active_runs(ctx: ToolContext) -> list[str]:
     active = []
     for folder in sorted(ctx.workspace.runs_dir.iterdir()):
         try:
-            recorded = read_record(RunLayout(folder).record).status
+            recorded = run_record(ctx, folder.name).status
             if not recorded.finished and not get_run(ctx, RunRequest(run_id=folder.name)).status.finished:
                 active.append(folder.name)
         except (TradewindError, ValueError, OSError):  # not a readable run: list_runs reports those

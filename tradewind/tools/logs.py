@@ -14,7 +14,7 @@ from tradewind.trainer import RunLayout
 
 MAX_PAGE_BYTES = 32_000
 MAX_CURSOR = 2**50  # a petabyte of log: past any real file, within what JSON numbers carry exactly
-# The page's text as JSON: what is left of a result's 32,000 characters after the hints and the other fields.
+# The page's text as JSON: what is left of a result's 31,000 characters after the hints and the other fields.
 MAX_TEXT_CHARS = 28_000
 
 

@@ -35,8 +35,8 @@ MetricName = Literal[
     "eval_bits_per_byte",
 ]
 DEFAULT_SERIES: tuple[MetricName, ...] = ("loss", "eval_loss", "lr", "grad_norm", "tokens_per_s")
-# Points of all series together in one read_metrics result: at most ~25 characters each (a step, a value
-# of 6 significant figures, two commas), so 1,000 of them leave room for the summary in 32,000 characters.
+# Points of all series together in one read_metrics result: at most ~25 characters each (a step, a value of
+# 6 significant figures, two commas), so 1,000 of them leave room for the rest in a result's 31,000 characters.
 MAX_POINTS = 1_000
 SIGNIFICANT_DIGITS = 6
 

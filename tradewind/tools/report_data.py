@@ -15,16 +15,16 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tradewind.cluster import JobStatus
-from tradewind.core import NotFoundError, TradewindError, tail_lines
+from tradewind.core import NotFoundError, TradewindError, read_json_config, tail_lines
 from tradewind.core.files import Opener
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies, failure_anomaly
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import Cancelled, Progress, ToolContext, no_progress
 from tradewind.tools.logs import failure_hints
 from tradewind.tools.metrics import metrics_summary
-from tradewind.tools.runs import RunInfo, RunRequest, get_run, read_run_json, run_record
+from tradewind.tools.runs import RunInfo, RunRequest, get_run, run_record
 from tradewind.tools.sampling import SampleTextRequest, sample_text
-from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, TrainConfig
+from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, TrainConfig, read_train_config
 from tradewind.trainer.metrics import load_metrics
 
 SAMPLE_PROMPT = "The"
@@ -86,10 +86,10 @@ def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True, progress: Pr
     rows = metrics.rows
     if not rows:
         raise NotFoundError(f"run {run_id!r} has logged no metrics yet; wait for it, then ask again")
-    config = read_run_json(layout.config, TrainConfig, read)
+    config = read_train_config(layout.config, read)
     profile_file = layout.profile / "summary.json"
     present = profile_file.exists() or profile_file.is_symlink()  # a link is read to be refused, never followed
-    profile = read_run_json(profile_file, ProfileSummary, read) if present else None
+    profile = read_json_config(ProfileSummary, profile_file, read) if present else None
     summary = metrics_summary(rows)
     cause, stopped = failure_cause(layout, info.reason, read) if info.status is JobStatus.FAILED else (None, None)
     parent_step = _parent_step(ctx, run_id) if info.parent else None

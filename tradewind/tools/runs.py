@@ -7,34 +7,26 @@ started by `launch_training`, `tradewind train` or a Python call of `tradewind.t
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 from pathlib import Path
-from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import JobRecord, JobStatus
 from tradewind.cluster.process import process_alive
 from tradewind.core import (
-    ConfigError,
     InvalidInputError,
-    NotFoundError,
     TradewindError,
     check_id,
-    parse_config,
-    read_json,
     tail_lines,
 )
-from tradewind.core.files import Opener
 from tradewind.tools.bounds import LINE_CHARS, PAGE_CHARS, PageRequest, cut, fitting
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
-from tradewind.trainer import RunLayout, RunRecord, TrainConfig, TrainSummary, read_summary
+from tradewind.trainer import RunLayout, RunRecord, TrainSummary, read_record, read_summary, read_train_config
 from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, load_metrics, planned_steps
 
-M = TypeVar("M", bound=BaseModel)
 CANCEL_WAIT_S = 60.0
 REASON_CHARS = 2_000  # a run's reason in get_run; the whole story is in its log (tail_logs)
 MAX_STEP = 1_000_000_000
@@ -129,28 +121,12 @@ class RunList(BaseModel):
     )
 
 
-def read_run_json(path: Path, model: type[M], opener: Opener) -> M:
-    """A JSON file of a run folder (`run.json`, `config.json`, `profile/summary.json`) read with `opener` (the
-    workspace's confined reader) and validated as `model`.
-
-    Raises:
-        NotFoundError: no such file.
-        PathEscapeError: it, or a folder on the way, is a symlink that leads outside.
-        ConfigError: it is not JSON, or not a `model`; the message names the file and each bad field.
-    """
-    try:
-        data = read_json(path, opener)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:  # not JSON (a refusal is a ValueError too)
-        raise ConfigError(f"{path}: not valid JSON ({cut(str(error), 200)})") from None
-    return parse_config(model, data, source=str(path))
-
-
 def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
     """A run's status and losses (a summary once done). Use it to check a run without waiting."""
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     read = ctx.workspace.reader("run_id")
     record = run_record(ctx, request.run_id)
-    config = read_run_json(layout.config, TrainConfig, read)
+    config = read_train_config(layout.config, read)
     job, reason = _job(ctx, record)
     if job is not None and job.status.finished and _trained_again_after(record, job):
         job, reason = None, None  # resumed by hand (python -m tradewind.trainer) after its job ended
@@ -202,10 +178,7 @@ def run_record(ctx: ToolContext, run_id: str) -> RunRecord:
     Raises:
         NotFoundError: the folder holds no record (not a run folder, or one made by an older Tradewind).
     """
-    layout = RunLayout(ctx.workspace.run_dir(run_id))
-    if not (layout.record.exists() or layout.record.is_symlink()):
-        raise NotFoundError(f"no run record {layout.record.name} in {layout.root}")
-    return read_run_json(layout.record, RunRecord, ctx.workspace.reader("run_id"))
+    return read_record(RunLayout(ctx.workspace.run_dir(run_id)).record, ctx.workspace.reader("run_id"))
 
 
 def _job(ctx: ToolContext, record: RunRecord) -> tuple[JobRecord | None, str | None]:

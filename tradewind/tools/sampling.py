@@ -31,7 +31,7 @@ from tradewind.trainer import RunLayout, SampleJob, SampleOptions
 from tradewind.trainer.jobs import SAMPLE_WORKER_CALLABLE, SampleWorkerJob
 from tradewind.trainer.sample_worker import LOCK_NAME, ask, connect, idle_seconds, socket_path
 
-# The generated text as JSON: most of a result's 32,000 characters (max_tokens long tokens can decode to more).
+# The generated text as JSON: most of a result's 31,000 characters (max_tokens long tokens can decode to more).
 MAX_TEXT_CHARS = 28_000
 
 

@@ -32,7 +32,7 @@ from tradewind.tools.bounds import PAGE_CHARS, cut, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.launching import LaunchTrainingRequest, run_folder
-from tradewind.tools.runs import RunRequest, cancel_run
+from tradewind.tools.runs import RunRequest, cancel_run, run_record
 from tradewind.tools.sweep_controller import (
     CONTROLLER_CALLABLE,
     ENDED,
@@ -47,7 +47,7 @@ from tradewind.tools.sweep_controller import (
     trial_outcome,
     write_state,
 )
-from tradewind.trainer import RunLayout, read_record
+from tradewind.trainer import RunLayout
 from tradewind.trainer.record import update_record
 
 MAX_GRID = 64  # configurations of one grid sweep
@@ -396,7 +396,7 @@ def cancel_sweep(ctx: ToolContext, request: SweepRequest) -> SweepInfo:
 
 def _stop(ctx: ToolContext, run_id: str, reason: str) -> None:
     path = RunLayout(ctx.workspace.run_dir(run_id)).record
-    if read_record(path).decision is None:
+    if run_record(ctx, run_id).decision is None:
         update_record(path, decision="discarded", decision_reason=reason)
     cancel_run(ctx, RunRequest(run_id=run_id))
 
@@ -406,7 +406,7 @@ def _runs_of(ctx: ToolContext, sweep_id: str) -> set[str]:
     found = set()
     for folder in ctx.workspace.runs_dir.iterdir():
         try:
-            record = read_record(RunLayout(folder).record)
+            record = run_record(ctx, folder.name)
         except (TradewindError, ValueError, OSError):
             continue
         if record.sweep_id == sweep_id and not record.status.finished:

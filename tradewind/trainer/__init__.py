@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     )
     from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, register_optimizer
     from tradewind.trainer.profile import profile_training
-    from tradewind.trainer.record import RunRecord, read_record, write_record
+    from tradewind.trainer.record import RunRecord, job_end_callback, read_record, write_record
     from tradewind.trainer.restore import load_run_model
     from tradewind.trainer.sample import sample_run, sample_tokens
     from tradewind.trainer.setup import TrainSetup, evaluate, setup_training
@@ -86,6 +86,7 @@ _LAZY = {
     "SAMPLE_CALLABLE": "tradewind.trainer.jobs",
     "PROFILE_CALLABLE": "tradewind.trainer.jobs",
     "RunRecord": "tradewind.trainer.record",
+    "job_end_callback": "tradewind.trainer.record",
     "read_record": "tradewind.trainer.record",
     "write_record": "tradewind.trainer.record",
     "read_checkpoint": "tradewind.trainer.checkpoint",
@@ -170,6 +171,7 @@ __all__ = [
     "TrainConfig",
     "TrainJob",
     "RunRecord",
+    "job_end_callback",
     "read_record",
     "write_record",
     "read_checkpoint",

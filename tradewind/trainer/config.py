@@ -16,7 +16,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tradewind.cluster.jobs import accelerator_resources, parse_accelerator
-from tradewind.core import NotFoundError, parse_config, read_json
+from tradewind.core import NotFoundError, read_json_config
+from tradewind.core.files import Opener, open_plain
 from tradewind.trainer.models.configs import LlamaConfig, ModelConfig
 
 
@@ -151,7 +152,7 @@ class TrainConfig(BaseModel):
         None,
         gt=0,
         le=604800,
-        description="Fail if not started this long after launch; null: 1800 on Ray, none locally.",
+        description="Fail if not started within this; null: 1800 on Ray, none locally.",
     )
     resume_from: str | None = Field(
         None,
@@ -202,13 +203,14 @@ class TrainConfig(BaseModel):
         return self.batch_size * self.seq_len
 
 
-def read_train_config(path: str | os.PathLike[str]) -> TrainConfig:
-    """Read and validate a run's `config.json` (a `TrainConfig` as JSON).
+def read_train_config(path: str | os.PathLike[str], opener: Opener = open_plain) -> TrainConfig:
+    """Read and validate a run's `config.json` (a `TrainConfig` as JSON), opened with `opener`.
 
     Raises:
         NotFoundError: there is no file at `path`.
-        ConfigError: it does not validate; the message names the file and each bad field.
+        ConfigError: it is not JSON or does not validate; the message names the file and each bad field.
+        PathEscapeError: `opener` refused it, as a link that leads outside the workspace.
     """
-    if not os.path.isfile(path):
+    if not (os.path.isfile(path) or os.path.islink(path)):
         raise NotFoundError(f"no run config at {path}; write a TrainConfig there as JSON first")
-    return parse_config(TrainConfig, read_json(path), source=str(path))
+    return read_json_config(TrainConfig, path, opener)

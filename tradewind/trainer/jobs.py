@@ -13,8 +13,11 @@ Example:
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
+from tradewind.core.text import MULTILINE
 from tradewind.trainer.config import TrainConfig
 
 TRAIN_CALLABLE = "tradewind.trainer.loop:train_job"
@@ -37,7 +40,9 @@ class SampleOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(default="", max_length=10_000, description="Text to continue (may be empty).")
+    prompt: Annotated[str, MULTILINE] = Field(
+        default="", max_length=10_000, description="Text to continue (may be empty)."
+    )
     max_tokens: int = Field(default=200, ge=1, le=4096, description="Tokens to generate after the prompt.")
     temperature: float = Field(default=0.8, ge=0, le=5, description="Softmax temperature; 0: always the likeliest.")
     top_k: int = Field(default=0, ge=0, le=2**20, description="Only the k likeliest tokens; 0: all.")

@@ -24,7 +24,8 @@ from pydantic import BaseModel, Field
 
 from tradewind.cluster.jobs import Callback, JobRecord, JobStatus, utc_now
 from tradewind.cluster.process import process_start_time
-from tradewind.core import ConfigError, NotFoundError, atomic_write_json, parse_config, read_json
+from tradewind.core import NotFoundError, atomic_write_json, read_json_config
+from tradewind.core.files import Opener, open_plain
 
 RunBackend = Literal["local", "ray", "process"]
 RECORD_JOB_END_CALLABLE = "tradewind.trainer.record:record_job_end"
@@ -66,20 +67,17 @@ class RunRecord(BaseModel):
     reason: str | None = Field(default=None, description="Why the run failed, in the trainer's words.")
 
 
-def read_record(path: str | os.PathLike[str]) -> RunRecord:
-    """Read a `run.json`.
+def read_record(path: str | os.PathLike[str], opener: Opener = open_plain) -> RunRecord:
+    """Read a `run.json`, opened with `opener` (a tool passes its workspace's confined reader).
 
     Raises:
         NotFoundError: there is none (not a run folder, or one made by an older Tradewind).
         ConfigError: it is not a run record; the message names the file and what is wrong.
+        PathEscapeError: `opener` refused it, as a link that leads outside the workspace.
     """
-    if not os.path.isfile(path):
+    if not (os.path.isfile(path) or os.path.islink(path)):  # a link is for `opener` to judge
         raise NotFoundError(f"no run record {Path(path).name} in {Path(path).parent}")
-    try:
-        data = read_json(path)
-    except ValueError as error:
-        raise ConfigError(f"{path}: not valid JSON ({error})") from None
-    return parse_config(RunRecord, data, source=str(path))
+    return read_json_config(RunRecord, path, opener)
 
 
 def write_record(path: str | os.PathLike[str], record: RunRecord) -> None:
