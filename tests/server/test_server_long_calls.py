@@ -24,7 +24,7 @@ from mcp_helpers import call
 from polling import wait_until
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.data import builtin_corpus_path, read_documents
+from tradewind.data import builtin_corpus_path, read_documents, shard_runs
 from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import ToolContext
 from tradewind.tools.context import Progress
@@ -118,9 +118,11 @@ async def test_wait_for_run_progress_strictly_increases(server, dataset_id, tiny
     assert all(a < b for a, b in itertools.pairwise(seen)), seen
 
 
-async def test_tokenize_dataset_reports_bytes_within_a_file_strictly_increasing(server, ctx, big_text):
+async def test_tokenize_dataset_reports_bytes_within_a_file_strictly_increasing(server, ctx, big_text, monkeypatch):
     path = ctx.workspace.root / "big-progress.txt"
-    # Four copies tokenize with the byte tokenizer in about one 0.25 s poll here; sixteen take several.
+    # Four copies take a few tenths of a second on a fast CPU, one or two of the build's 0.25 s progress polls:
+    # poll every 20 ms instead, so that reports within the file do not hang on this machine's speed.
+    monkeypatch.setattr(shard_runs, "_PROGRESS_INTERVAL_S", 0.02)
     path.write_text(big_text * 4, encoding="utf-8")
     size = path.stat().st_size
     seen = []
