@@ -3,6 +3,7 @@ run PENDING."""
 
 import math
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from tradewind.tools import (
     launch_training,
     wait_for_run,
 )
+from tradewind.tools.context import Cancelled
 from tradewind.trainer import MetricRow, RunLayout, RunRecord, TrainConfig, read_metrics, write_record
 
 
@@ -119,3 +121,19 @@ def hand_made_run(ctx: ToolContext, dataset: str, run_id: str = "r1") -> RunLayo
     (layout.checkpoints / "10").mkdir(parents=True)
     layout.config.write_text(TrainConfig(dataset=dataset, **HAND_MADE_CONFIG).model_dump_json(), encoding="utf-8")
     return layout
+
+
+class CancelAtFirstReport:
+    """A tool's progress callback that cancels the call at its first report, as a client's cancel does, and
+    notes when, so that a test can measure how soon the tool stopped after it."""
+
+    def __init__(self):
+        self.cancelled_at: float | None = None
+
+    def __call__(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        self.cancelled_at = self.cancelled_at or time.monotonic()
+        raise Cancelled("the client cancelled")
+
+    def seconds_since(self) -> float:
+        assert self.cancelled_at is not None, "the tool never reported progress, so it was never cancelled"
+        return time.monotonic() - self.cancelled_at

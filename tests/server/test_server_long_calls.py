@@ -7,7 +7,6 @@ next report and the answer waits for it; one that cannot stop is left to finish 
 
 import itertools
 import json
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from http_helpers import free_loopback_port
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp_helpers import call
-from polling import wait_until
+from polling import threads_inside, wait_until
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.data import builtin_corpus_path, read_documents, shard_runs
@@ -36,16 +35,6 @@ CANCELLED_WITHIN_S = 1.0  # from the client's notifications/cancelled to the end
 async def wait_in_thread(condition, timeout_s: float, what: str) -> None:
     """`wait_until` in a worker thread, so the event loop (and the in-memory server on it) keeps running."""
     await anyio.to_thread.run_sync(lambda: wait_until(condition, timeout_s, what))
-
-
-def threads_inside(function_name: str) -> bool:
-    """Whether any thread is running a frame of a function called `function_name`."""
-    for frame in sys._current_frames().values():
-        while frame is not None:
-            if frame.f_code.co_name == function_name:
-                return True
-            frame = frame.f_back
-    return False
 
 
 async def call_then_cancel_after_first_report(client, name, arguments) -> tuple[list, float]:

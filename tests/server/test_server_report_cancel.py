@@ -1,24 +1,13 @@
 """summarize_report through the real MCP client: a cancel stops it while it samples a run's checkpoint."""
 
-import sys
 import time
 
 import anyio
 import pytest
 from mcp import Client
-from polling import wait_until
+from polling import threads_inside, wait_until
 
 pytestmark = pytest.mark.anyio
-
-
-def threads_inside(function_name: str) -> bool:
-    """Whether any thread is running a frame of a function called `function_name`."""
-    for frame in sys._current_frames().values():
-        while frame is not None:
-            if frame.f_code.co_name == function_name:
-                return True
-            frame = frame.f_back
-    return False
 
 
 @pytest.mark.slow

@@ -1,10 +1,11 @@
-"""Tool fixtures: a finished constant-learning-rate run that continued and restarted runs are compared with."""
+"""Tool fixtures: a finished constant-learning-rate run that continued and restarted runs are compared with, and
+a hand-made run folder for the refusals that come before any job starts."""
 
 import pytest
-from runs_helpers import finish
+from runs_helpers import finish, hand_made_run
 
 from tradewind.cluster import JobStatus
-from tradewind.tools import LaunchTrainingRequest, launch_training
+from tradewind.tools import LaunchTrainingRequest, ToolContext, launch_training
 
 # Constant learning rate after warmup: the schedule does not depend on the total, so a continued run can
 # be compared step by step with one longer run.
@@ -19,3 +20,12 @@ def constant_run(ctx, dataset_id, tiny_run_settings):
     done = finish(ctx, run.run_id)
     assert done.status is JobStatus.SUCCEEDED, done.log_tail
     return done, settings
+
+
+@pytest.fixture
+def hand_made(tmp_path, ctx, dataset_id) -> ToolContext:
+    """A workspace with run `r1` as a run leaves it (a config, a checkpoints folder); nothing trained it."""
+    dataset = ctx.workspace.dataset_dir(dataset_id)
+    fresh = ToolContext.open(tmp_path / "ws", allowed_paths=(dataset.parent,))
+    hand_made_run(fresh, str(dataset))
+    return fresh

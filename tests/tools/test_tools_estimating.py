@@ -1,9 +1,9 @@
 """estimate_run: a run sized before it queues, its step time from a finished run of the same shape or a probe job."""
 
 import math
-import time
 
 import pytest
+from runs_helpers import CancelAtFirstReport
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError
@@ -137,14 +137,9 @@ def test_a_finished_run_of_the_same_shape_gives_the_step_time_and_the_probe_is_s
 
 
 def test_a_cancelled_probe_stops_within_a_second_and_cancels_its_job(cache_ctx):
-    cancelled_at = []
-
-    def cancel(done, total=None, message=None):
-        cancelled_at.append(time.monotonic())
-        raise Cancelled("the client cancelled")
-
+    cancel = CancelAtFirstReport()
     with pytest.raises(Cancelled):
         estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "tiny", **TINY, "steps": 10}), cancel)
-    assert time.monotonic() - cancelled_at[0] < 1.0
+    assert cancel.seconds_since() < 1.0
     [job] = estimate_jobs(cache_ctx)
     assert cache_ctx.backend.wait(job.id, timeout=30).status is JobStatus.CANCELLED

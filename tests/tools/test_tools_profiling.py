@@ -1,10 +1,8 @@
 """profile_run: a run's training step timed and traced in a profiling job; its profile/ folder confined to the
 workspace; a cancel stops it and its job."""
 
-import time
-
 import pytest
-from runs_helpers import hand_made_run
+from runs_helpers import CancelAtFirstReport
 
 from tradewind.cluster import JobStatus
 from tradewind.core import PathEscapeError, read_json
@@ -42,15 +40,6 @@ def test_profile_run_runs_a_callable_job_whose_kwargs_are_the_profile_job(tmp_pa
     assert ProfileJob.model_validate(record.spec.kwargs) == ProfileJob(run_dir=str(layout.root), steps=2, start_step=3)
 
 
-@pytest.fixture
-def hand_made(tmp_path, ctx, dataset_id) -> ToolContext:
-    """A workspace with run `r1` as a run leaves it (a config, a checkpoints folder); nothing trained it."""
-    dataset = ctx.workspace.dataset_dir(dataset_id)
-    fresh = ToolContext.open(tmp_path / "ws", allowed_paths=(dataset.parent,))
-    hand_made_run(fresh, str(dataset))
-    return fresh
-
-
 def test_profile_run_never_writes_through_a_profile_folder_that_links_outside(hand_made, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -61,14 +50,9 @@ def test_profile_run_never_writes_through_a_profile_folder_that_links_outside(ha
 
 
 def test_a_cancelled_profile_run_stops_within_a_second_and_cancels_its_job(hand_made):
-    cancelled_at = []
-
-    def cancel(done, total=None, message=None):
-        cancelled_at.append(time.monotonic())
-        raise Cancelled("the client cancelled")
-
+    cancel = CancelAtFirstReport()
     with pytest.raises(Cancelled):
         profile_run(hand_made, ProfileRunRequest(run_id="r1", steps=2), cancel)
-    assert time.monotonic() - cancelled_at[0] < 1.0
+    assert cancel.seconds_since() < 1.0
     [job] = hand_made.backend.list()
     assert hand_made.backend.wait(job.id, timeout=30).status is JobStatus.CANCELLED

@@ -2,14 +2,13 @@
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from polling import wait_until
-from runs_helpers import hand_made_run
+from runs_helpers import CancelAtFirstReport
 
 from tradewind.cli import main
 from tradewind.cluster import JobSpec, JobStatus
@@ -109,15 +108,6 @@ def test_the_default_empty_prompt_samples_from_the_start_token(trained_ctx):
     assert saved["prompt"] == "" and len(saved["tokens"]) == 12
 
 
-@pytest.fixture
-def hand_made(tmp_path, ctx, dataset_id) -> ToolContext:
-    """A workspace with run `r1` as a run leaves it (a config, a checkpoints folder); nothing trained it."""
-    dataset = ctx.workspace.dataset_dir(dataset_id)
-    fresh = ToolContext.open(tmp_path / "ws", allowed_paths=(dataset.parent,))
-    hand_made_run(fresh, str(dataset))
-    return fresh
-
-
 def test_sample_text_refuses_checkpoints_that_link_outside_before_a_worker_reads_them(hand_made, tmp_path):
     (tmp_path / "secret").mkdir()
     layout = RunLayout(hand_made.workspace.run_dir("r1"))
@@ -144,15 +134,10 @@ def test_the_sample_worker_writes_only_inside_the_run_folder(hand_made, tmp_path
 
 
 def test_a_cancelled_sample_text_stops_within_a_second_while_its_worker_starts(hand_made):
-    cancelled_at = []
-
-    def cancel(done, total=None, message=None):
-        cancelled_at.append(time.monotonic())
-        raise Cancelled("the client cancelled")
-
+    cancel = CancelAtFirstReport()
     with pytest.raises(Cancelled):
         sample_text(hand_made, SampleTextRequest(run_id="r1"), cancel)
-    assert time.monotonic() - cancelled_at[0] < 1.0
+    assert cancel.seconds_since() < 1.0
     # The worker it started is left to serve other calls; this one stops it: it exits once its socket is gone.
     [worker] = hand_made.backend.list()
     path = socket_path(hand_made.workspace.jobs_dir)
