@@ -20,7 +20,7 @@
 
 Every command takes `--workspace DIR` (default `$TRADEWIND_WORKSPACE`, else `~/.tradewind`),
 `--allow-path DIR` (repeatable) for input folders outside the workspace, and `--allow-code DIR` (repeatable)
-for folders of pipeline files `run_pipeline` may run besides `<workspace>/pipelines/`. Paths given to
+for the only folders whose pipeline files `run_pipeline` may run (none by default). Paths given to
 commands and inside configs (datasets, runs, inputs) are relative to the workspace root; only a command's
 own CONFIG file is a plain path. Commands import what they need when they run, so `tradewind --help`
 answers at once and nothing loads JAX before it has to.
@@ -131,7 +131,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="DIR",
-        help="also let run_pipeline run Python files under DIR (besides <workspace>/pipelines/)",
+        help="let run_pipeline run Python files under DIR (no folder is granted by default)",
     )
     common.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 

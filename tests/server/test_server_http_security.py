@@ -18,6 +18,8 @@ from http_helpers import TOKEN_FILE, Server, free_loopback_port, running_server,
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tradewind.core import Workspace
+
 pytestmark = pytest.mark.anyio
 
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -175,4 +177,20 @@ def test_no_auth_on_loopback_warns_and_keeps_host_and_origin_checks_with_allowed
         assert post(server.url, initialize(), {"Origin": "http://app.example:3000"}).status_code == 200
         assert post(server.url, initialize(), {"Origin": "http://evil.example"}).status_code == 403
         assert post(server.url, initialize(), {"Host": "evil.example"}).status_code in (403, 421)
+    assert not (tmp_path / TOKEN_FILE).exists()
+
+
+def test_a_read_only_http_server_never_makes_the_token_file(tmp_path):
+    Workspace(tmp_path)  # made by a writer: a read-only server makes nothing
+    done = subprocess.run(
+        serve_command(tmp_path, free_loopback_port(), "--read-only"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(),
+    )
+    assert done.returncode == 2 and "no token for a read-only server" in done.stderr, done.stderr
+    assert "TRADEWIND_TOKEN" in done.stderr and not (tmp_path / TOKEN_FILE).exists()
+    with running_server(tmp_path, "--read-only", env=server_env("env-token")) as server:
+        assert post(server.url, initialize(), bearer("env-token")).status_code == 200
     assert not (tmp_path / TOKEN_FILE).exists()

@@ -417,3 +417,17 @@ def test_the_token_file_settings_cache_and_every_dot_file_are_never_an_input_by_
             call()
         assert internal in str(caught.value)
     assert not any(ctx.workspace.datasets_dir.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("value", "internal"),
+    [(".tradewind-token", "'.tradewind-token'"), ("settings.yaml", "settings.yaml"), ("jobs", "jobs/ folder")],
+)
+def test_a_tokenizer_or_init_from_that_names_a_workspace_internal_is_refused(ctx, value, internal):
+    (ctx.workspace.root / ".tradewind-token").write_text(SECRET)
+    (ctx.workspace.root / "settings.yaml").write_text("backend: local\n")
+    with pytest.raises(InvalidInputError, match=rf"argument 'tokenizer': .* workspace internals: .*{internal}"):
+        tokenize_dataset(ctx, TokenizeDatasetRequest(input="corpus.txt", tokenizer=value))
+    with pytest.raises(InvalidInputError, match=rf"argument 'init_from': .* workspace internals: .*{internal}"):
+        launch_training(ctx, LaunchTrainingRequest(dataset="builtin:tinyshakespeare", init_from=value))
+    assert not any(ctx.workspace.datasets_dir.iterdir()) and not any(ctx.workspace.runs_dir.iterdir())

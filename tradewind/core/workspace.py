@@ -322,6 +322,23 @@ class Workspace:
             raise NotFoundError(f"argument {argument!r}: no file or folder at {str(path)!r} ({resolved})")
         return resolved
 
+    def resolve_input(self, path: str | os.PathLike[str], argument: str) -> Path:
+        """`resolve_path` for a file or folder a tool reads as its input, refusing workspace internals
+        (`internal_input`): a user's data is never the server's token, job store, settings or caches.
+
+        Raises:
+            InvalidInputError: as `resolve_path`, or the path is an internal; the message names `argument`.
+            PathEscapeError, NotFoundError: as `resolve_path`.
+        """
+        resolved = self.resolve_path(path, argument=argument)
+        internal = self.internal_input(resolved)
+        if internal is not None:
+            raise InvalidInputError(
+                f"argument {argument!r}: {str(path)!r} is refused because it would read workspace internals: "
+                f"{internal}; workspace internals are never an input"
+            )
+        return resolved
+
     def resolve_code(self, path: str | os.PathLike[str], argument: str) -> Path:
         """Resolve a Python file the user wants run (or imported, even for a dry run): it must lie under a root
         given with `--allow-code`.

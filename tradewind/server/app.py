@@ -226,7 +226,7 @@ def serve(
     if transport == "stdio":
         build_server(ctx, read_only=read_only).run("stdio")
         return
-    token, source = load_or_create_token(ctx.workspace.root) if auth else (None, None)
+    token, source = load_or_create_token(ctx.workspace.root, read_only) if auth else (None, None)
     app = http_app(
         ctx, host, port, token=token, allow_origins=allow_origins, allow_hosts=allow_hosts, read_only=read_only
     )

@@ -29,7 +29,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tradewind.core import InvalidInputError
+from tradewind.core import InvalidInputError, NotFoundError
 
 TOKEN_ENV = "TRADEWIND_TOKEN"
 TOKEN_FILE_NAME = ".tradewind-token"
@@ -59,15 +59,27 @@ def check_bind(host: str, *, auth: bool) -> None:
         )
 
 
-def load_or_create_token(workspace_root: Path) -> tuple[str, str]:
+def load_or_create_token(workspace_root: Path, read_only: bool = False) -> tuple[str, str]:
     """The bearer token and where it came from: `$TRADEWIND_TOKEN`, else the workspace's token file.
 
     The file is created with mode 0600 (exclusively, so a concurrent start reads the same token) and reused.
+    A read-only server neither creates it nor changes its mode.
+
+    Raises:
+        NotFoundError: `read_only`, no `$TRADEWIND_TOKEN` and no token file.
+        InvalidInputError: the file is empty, or (`read_only`) readable by others.
     """
     from_env = os.environ.get(TOKEN_ENV, "").strip()
     if from_env:
         return from_env, f"${TOKEN_ENV}"
     path = workspace_root / TOKEN_FILE_NAME
+    if read_only:
+        if not (path.exists() or path.is_symlink()):
+            raise NotFoundError(
+                f"no token for a read-only server: {path} is not there and a read-only server makes nothing; set "
+                f"${TOKEN_ENV}, or start the server once without --read-only to make the file"
+            )
+        return _read_token_file(path, read_only=True), str(path)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except FileExistsError:
@@ -78,11 +90,13 @@ def load_or_create_token(workspace_root: Path) -> tuple[str, str]:
     return token, str(path)
 
 
-def _read_token_file(path: Path) -> str:
+def _read_token_file(path: Path, read_only: bool = False) -> str:
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, encoding="ascii") as handle:
-        if stat.S_IMODE(os.fstat(handle.fileno()).st_mode) & 0o077:
-            os.fchmod(handle.fileno(), 0o600)  # readable by others: take it back
+        if stat.S_IMODE(os.fstat(handle.fileno()).st_mode) & 0o077:  # readable by others: take it back
+            if read_only:
+                raise InvalidInputError(f"token file {path} is readable by others; `chmod 600` it, then start again")
+            os.fchmod(handle.fileno(), 0o600)
         token = handle.read().strip()
     if not token:
         raise InvalidInputError(f"token file {path} is empty; delete it to make a new one or set ${TOKEN_ENV}")

@@ -174,11 +174,12 @@ def run_config(
     if request.resume_from is not None:
         return _continued_config(ctx, request, progress)
     values = request.model_dump(exclude=LAUNCH_ONLY)
-    values["dataset"] = str(resolve_dataset(ctx, request.dataset, progress))
-    if request.init_from is not None:
-        folder = ctx.workspace.resolve_path(request.init_from, argument="init_from")
+    if request.init_from is not None:  # before the dataset, which may take a tokenization to resolve
+        folder = ctx.workspace.resolve_input(request.init_from, argument="init_from")
+        ctx.workspace.check_tree(folder, argument="init_from")  # read whole by the trainer
         values["init_from"] = str(folder)
         values["model"] = model_for_init_from(request.model, request.model.model_fields_set, folder).model_dump()
+    values["dataset"] = str(resolve_dataset(ctx, request.dataset, progress))
     return TrainConfig.model_validate(values), None, None
 
 

@@ -129,12 +129,7 @@ def _input_sources(ctx: ToolContext, value: str) -> list[SourceFile]:
     sources = source_files([_resolve_input(ctx, value)])
     if not value.startswith(BUILTIN_PREFIX):
         for source in sources:
-            internal = ctx.workspace.internal_input(ctx.workspace.resolve_path(source.path, argument="input"))
-            if internal is not None:
-                raise InvalidInputError(
-                    f"argument 'input': {value!r} is refused because it would read workspace internals: {internal}; "
-                    "workspace internals are never an input: name your text files, or a folder or glob of only them"
-                )
+            ctx.workspace.resolve_input(source.path, argument="input")
     return sources
 
 
@@ -143,7 +138,7 @@ def _resolve_tokenizer(ctx: ToolContext, value: str) -> str:
     library opens what is in it (a folder's `tokenizer.json` that links out is refused, as that file would be)."""
     if value == "byte" or value.startswith("hf:"):
         return value
-    return str(ctx.workspace.check_tree(ctx.workspace.resolve_path(value, argument="tokenizer"), argument="tokenizer"))
+    return str(ctx.workspace.check_tree(ctx.workspace.resolve_input(value, argument="tokenizer"), argument="tokenizer"))
 
 
 def _tokenizer_dir(ctx: ToolContext, tokenizer_id: str) -> Path:
