@@ -9,10 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from tradewind.cluster.tpus import TPU_COMPILE_ENV
+
 # The suite compiles the same tiny models in many tests: they share one persistent XLA cache (set before JAX is
 # first imported; training jobs use their workspace's own, see `launching.training_env`).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="tradewind-test-xla-"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# With libtpu installed (the `tpu` extra) JAX would look for a TPU: the suite runs on the CPU, and compiles TPU
+# programs with libtpu's compile-only client, which must never ask a metadata server (test_trainer_compile.py).
+os.environ.update({**TPU_COMPILE_ENV, **os.environ})
 
 from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer, read_documents
 from tradewind.tools import (

@@ -4,7 +4,9 @@ It takes launch_training's arguments (or an earlier run's config) and answers wh
 time budget buys: parameters, FLOPs per token, training memory against the device's, the step time, the steps
 and tokens that fit the budget, and the compute-optimal token count for the model (20 tokens per parameter,
 Hoffmann et al. 2022). The step time comes from a finished run of the same shape in the workspace, else from
-a short probe (`tradewind.trainer.estimate`) run as a job on the local backend. Nothing is queued as a run.
+a short probe (`tradewind.trainer.estimate`) run as a job on the local backend. For a TPU run the probe is a
+compile instead (`tradewind.trainer.compile`): the steps compiled for the slice, on this machine, give the HBM
+per chip it needs and a roofline step time. Nothing is queued as a run.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tradewind.cluster import JobSpec, accelerator_resources
+from tradewind.cluster import JobSpec, Resources, accelerator_resources, parse_accelerator
+from tradewind.cluster.tpus import TPU_COMPILE_ENV
 from tradewind.core import InvalidInputError, TradewindError, describe_validation_error, make_id, read_json
 from tradewind.data import open_token_cache
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.launching import LaunchTrainingRequest, run_config, training_env
 from tradewind.tools.limits import admit_job
 from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_config
+from tradewind.trainer.compile import COMPILE_CALLABLE, CompileJob, TpuCompileReport
 from tradewind.trainer.estimate import (
     ESTIMATE_CALLABLE,
     EstimateJob,
@@ -40,7 +44,7 @@ class EstimateRunRequest(BaseModel):
     config: dict[str, Any] | None = Field(None, description="launch_training's arguments.")
     run_id: str | None = Field(None, description="Or a run whose config to use.")
     time_budget_s: float | None = Field(None, gt=0, le=10**8, description="null: the config's budget, else its steps.")
-    probe: bool = Field(True, description="Time 3 steps in a job if no finished run has this shape.")
+    probe: bool = Field(True, description="Time 3 steps in a job if no finished run has this shape; TPU: compile.")
     timeout_s: float = Field(600, gt=0, le=3600, description="For the probe.")
 
     @model_validator(mode="after")
@@ -60,6 +64,8 @@ class RunEstimate(TrainEstimate):
     tokens_in_budget: int | None
     compute_optimal_tokens: int = Field(description="20 tokens per parameter.")
     compute_optimal_budget_s: float | None = Field(description="Seconds to train those.")
+    hbm_per_chip_bytes: int | None = Field(description="TPU, compiled: HBM per chip the train step needs.")
+    estimated_mfu: float | None = Field(description="TPU, compiled: model FLOP utilisation by the roofline.")
     advice: str
 
 
@@ -71,21 +77,26 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
     compute-optimal token count (20 per parameter) and one sentence of advice. The step time comes from a
     finished run of the same shape, else from a probe that compiles the model and times 3 steps (about as long
     as a run's start); nothing is queued as a run. A config that does not fit memory is not probed, and the
-    probe is refused where the workspace's limits (settings.yaml) would refuse the run.
+    probe is refused where the workspace's limits (settings.yaml) would refuse the run. For a TPU accelerator
+    the probe compiles the steps for the slice here, with no TPU: fits and the step time (an estimate) come
+    from that compile.
     """
     config = _config(ctx, request, progress)
     vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
-    estimate, source = estimate_training(config), None
+    estimate, source, compiled = estimate_training(config), None, None
     earlier = _same_shape_run(ctx, config, vocab_size)
     if earlier is not None:
         step_time_s, source = earlier
         estimate = estimate.model_copy(update={"step_time_s": step_time_s})
+    elif request.probe and parse_accelerator(config.accelerator).kind == "tpu":
+        compiled = _compile(ctx, config, vocab_size, request.timeout_s, progress)
+        estimate, source = _compiled_estimate(estimate, compiled), "TPU compile, roofline estimate"
     # A config that does not fit is never probed: the analytic estimate already says what to change.
-    elif request.probe and estimate.fits is not False and not config.accelerator.startswith("tpu"):
+    elif request.probe and estimate.fits is not False:
         admit_job(ctx, config, vocab_size=vocab_size, what="estimate_run's probe", instead=" use probe=false,")
         estimate, source = _probe(ctx, config, request.timeout_s, progress), "probe"
     budget = request.time_budget_s or config.time_budget_s
-    return _plan(estimate, source, budget, config)
+    return _plan(estimate, source, budget, config, compiled)
 
 
 def _config(ctx: ToolContext, request: EstimateRunRequest, progress: Progress) -> TrainConfig:
@@ -155,7 +166,55 @@ def _probe(ctx: ToolContext, config: TrainConfig, timeout_s: float, progress: Pr
     return TrainEstimate.model_validate(read_json(out_path))
 
 
-def _plan(estimate: TrainEstimate, source: str | None, budget: float | None, config: TrainConfig) -> RunEstimate:
+def _compile(
+    ctx: ToolContext, config: TrainConfig, vocab_size: int, timeout_s: float, progress: Progress
+) -> TpuCompileReport:
+    """`compile_for_tpu` for the run's slice, in a job on the local backend: libtpu's compile-only client needs
+    its environment set before JAX starts, and JAX stays out of this process."""
+    job_id = make_id("compile")
+    out_path = ctx.workspace.jobs_dir / job_id / "compile.json"
+    accelerator = parse_accelerator(config.accelerator)
+    job = CompileJob(
+        config=config,
+        vocab_size=vocab_size,
+        tpu_type=accelerator.tpu_type,
+        slices=config.slices,
+        output_file=str(out_path),
+    )
+    spec = JobSpec(
+        name=f"compile {job_id}",
+        callable=COMPILE_CALLABLE,
+        kwargs=job.model_dump(mode="json"),
+        log_path=str(out_path.with_name("compile.log")),
+        resources=Resources(cpus=1),  # compiled here, on this machine's CPU
+        env=TPU_COMPILE_ENV,
+    )
+    activity = f"compiling for {config.slices} x {accelerator.tpu_type}"
+    run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity=activity, progress=progress)
+    return TpuCompileReport.model_validate(read_json(out_path))
+
+
+def _compiled_estimate(estimate: TrainEstimate, compiled: TpuCompileReport) -> TrainEstimate:
+    """The analytic estimate with what the compile found: the fit, one chip's HBM, and the step time."""
+    where = f"HBM of one {compiled.device_kind} chip ({compiled.slices} x {compiled.target}, compiled)"
+    return estimate.model_copy(
+        update={
+            "fits": compiled.fits,
+            "device_memory_bytes": compiled.hbm_available_bytes,
+            "device_memory_source": where,
+            "step_time_s": compiled.step.seconds if compiled.step else None,
+            "compile_s": compiled.compile_s,
+        }
+    )
+
+
+def _plan(
+    estimate: TrainEstimate,
+    source: str | None,
+    budget: float | None,
+    config: TrainConfig,
+    compiled: TpuCompileReport | None = None,
+) -> RunEstimate:
     """The estimate with what the budget (else the config's steps) buys, and the advice."""
     step_s, tokens_per_step = estimate.step_time_s, estimate.tokens_per_step
     tokens_per_s = tokens_per_step / step_s if step_s else None
@@ -177,12 +236,28 @@ def _plan(estimate: TrainEstimate, source: str | None, budget: float | None, con
         tokens_in_budget=tokens,
         compute_optimal_tokens=optimal,
         compute_optimal_budget_s=optimal / tokens_per_s if tokens_per_s else None,
-        advice=_advice(estimate, tokens, optimal, config, timed=budget_given),
+        hbm_per_chip_bytes=compiled.hbm_bytes if compiled else None,
+        estimated_mfu=compiled.step.mfu if compiled and compiled.step else None,
+        advice=_advice(estimate, tokens, optimal, config, timed=budget_given, compiled=compiled),
     )
 
 
-def _advice(estimate: TrainEstimate, tokens: int | None, optimal: int, config: TrainConfig, timed: bool) -> str:
+def _advice(
+    estimate: TrainEstimate,
+    tokens: int | None,
+    optimal: int,
+    config: TrainConfig,
+    timed: bool,
+    compiled: TpuCompileReport | None = None,
+) -> str:
     """One sentence: what to change first (memory, then the token count against the compute-optimal one)."""
+    if compiled is not None and not compiled.fits:
+        return (
+            f"It does not fit a chip: the compiled step needs {compiled.hbm_bytes / GIB:,.2f} GiB of HBM per chip "
+            f"(or more), one {compiled.device_kind} chip has {compiled.hbm_available_bytes / GIB:,.2f} GiB; shard "
+            f"parameters over more chips (mesh.fsdp, now {compiled.mesh['fsdp']}), lower batch_size and raise "
+            "grad_accum, or take a larger slice."
+        )
     if estimate.fits is False:
         return (
             f"It does not fit in memory: it needs about {estimate.memory_bytes.total / GIB:,.1f} GiB per process, "
@@ -191,11 +266,7 @@ def _advice(estimate: TrainEstimate, tokens: int | None, optimal: int, config: T
         )
     untimed = ""
     if estimate.step_time_s is None:
-        untimed = (
-            " (no step time: train a short run of this shape first, as a TPU step is not probed here)"
-            if config.accelerator.startswith("tpu")
-            else " (no step time: no finished run of this shape; estimate with probe=true to time 3 steps)"
-        )
+        untimed = " (no step time: no finished run of this shape; estimate with probe=true to time 3 steps)"
     if tokens is None:
         return f"Unknown how many tokens the budget trains{untimed}."
     what = "The budget" if timed else f"{config.steps:,} steps"

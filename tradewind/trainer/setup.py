@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -39,10 +40,13 @@ from tradewind.trainer.state import TrainState
 from tradewind.trainer.step import EvalStep, Params, TrainStep, make_eval_step, make_train_step
 
 
-def compute_dtype(choice: str) -> Any:
-    """The matmul dtype of the precision policy: 'auto' is bfloat16 on GPU/TPU and float32 on CPU."""
+def compute_dtype(choice: str, platform: str | None = None) -> Any:
+    """The matmul dtype of the precision policy: 'auto' is bfloat16 on GPU/TPU and float32 on CPU.
+
+    `platform` is where the run's devices are ('cpu', 'gpu', 'tpu'); None: this process's default backend.
+    """
     if choice == "auto":
-        return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
+        return jnp.float32 if (platform or jax.default_backend()) == "cpu" else jnp.bfloat16
     return jnp.dtype(choice)
 
 
@@ -156,21 +160,7 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
 
     eval_data = [put_batch(data.val.batch(i)) for i in range(config.eval_batches)]  # same batches every eval
     start = time.perf_counter()
-    step_fn = make_train_step(
-        graphdef,
-        optimizer,
-        grad_accum=config.grad_accum,
-        z_loss=config.z_loss,
-        skip_nonfinite=config.on_nonfinite == "skip",
-    )
-    train_step = jax.jit(
-        step_fn,
-        in_shardings=(params_sharding, opt_sharding, rows_sharding, NamedSharding(mesh, PartitionSpec())),
-        out_shardings=(params_sharding, opt_sharding, None),
-        donate_argnums=(0, 1),
-    )
-    train_step = train_step.lower(params, opt_state, put_batch(data.train.batch(0)), np.float32(0)).compile()
-    eval_step = jax.jit(make_eval_step(graphdef)).lower(params, eval_data[0]).compile()
+    train_step, eval_step = compile_steps(config, graphdef, optimizer, mesh, params, opt_state, eval_data[0])
     compile_s = time.perf_counter() - start
 
     val = data.cache.manifest.splits.get("val")
@@ -199,6 +189,41 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
         val_bytes_per_token=(val.bytes / val.tokens) if val is not None and val.bytes and val.tokens else None,
         put_batch=put_batch,
     )
+
+
+def compile_steps(
+    config: TrainConfig,
+    graphdef: nnx.GraphDef,
+    optimizer: optax.GradientTransformation,
+    mesh: Mesh,
+    params: Params,
+    opt_state: optax.OptState,
+    batch: Any,
+) -> tuple[Any, Any]:
+    """`config`'s train and eval steps, compiled ahead of time for `mesh`.
+
+    `params`, `opt_state` and `batch` (one `[batch_size, seq_len + 1]` batch) may be arrays on the mesh or
+    abstract ones (`jax.ShapeDtypeStruct`s with their shardings): `tradewind.trainer.compile` compiles the
+    same steps for a TPU slice it does not hold. The train step donates its parameters and optimizer state.
+    """
+    params_sharding, opt_sharding = param_shardings(mesh, params), param_shardings(mesh, opt_state)
+    scalar = NamedSharding(mesh, PartitionSpec())
+    step_fn = make_train_step(
+        graphdef,
+        optimizer,
+        grad_accum=config.grad_accum,
+        z_loss=config.z_loss,
+        skip_nonfinite=config.on_nonfinite == "skip",
+    )
+    train_step = jax.jit(
+        step_fn,
+        in_shardings=(params_sharding, opt_sharding, batch_sharding(mesh), scalar),
+        out_shardings=(params_sharding, opt_sharding, None),
+        donate_argnums=(0, 1),
+    )
+    learning_rate = jax.ShapeDtypeStruct((), jnp.float32, sharding=scalar)
+    eval_step = jax.jit(make_eval_step(graphdef))
+    return train_step.lower(params, opt_state, batch, learning_rate).compile(), eval_step.lower(params, batch).compile()
 
 
 def evaluate(setup: TrainSetup, params: Params) -> float:

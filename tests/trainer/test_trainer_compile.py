@@ -1,0 +1,109 @@
+"""Compiling a run for TPU slices this machine does not have.
+
+These are real TPU compilations: libtpu's compile-only client (the `tpu` extra) gives the devices of each
+topology with no TPU attached, and XLA compiles the run's steps for them; no network is used (tests/conftest.py
+puts `TPU_COMPILE_ENV` in the environment before JAX starts). Without libtpu they are skipped, except under
+`.ci/run` (TRADEWIND_REQUIRE_TPU_COMPILE), which installs it.
+"""
+
+import importlib.util
+import os
+
+import pytest
+
+from tradewind.cluster.tpus import tpu_slice
+from tradewind.trainer import TrainConfig
+
+needs_libtpu = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None and not os.environ.get("TRADEWIND_REQUIRE_TPU_COMPILE"),
+    reason="libtpu is not installed (pip install -e '.[tpu]'): nothing to compile TPU programs with",
+)
+
+SMALL = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "max_seq_len": 128}
+
+
+def small_run(fsdp: int = 4, **settings) -> TrainConfig:
+    """A small Llama, batch 16 of 128 tokens, its parameters sharded over `fsdp` chips."""
+    fields = {"batch_size": 16, "seq_len": 128, "compute_dtype": "auto", **settings}
+    return TrainConfig(dataset="unused", model=SMALL, mesh={"fsdp": fsdp}, **fields)
+
+
+@pytest.mark.slow
+@needs_libtpu
+@pytest.mark.parametrize(
+    ("tpu_type", "slices", "chips", "hosts"),
+    [
+        ("v4-8", 1, 4, 1),
+        ("v5litepod-8", 1, 8, 1),
+        ("v5litepod-16", 1, 16, 4),
+        ("v5p-8", 1, 4, 1),
+        ("v6e-8", 1, 8, 1),
+        ("v5litepod-8", 2, 16, 2),
+    ],
+)
+def test_a_run_compiles_for_each_generation_a_multi_host_slice_and_two_slices(tpu_type, slices, chips, hosts):
+    from tradewind.trainer.tpu_compile import compile_for_tpu
+
+    report = compile_for_tpu(small_run(), vocab_size=512, tpu_type=tpu_type, slices=slices)
+    chip = tpu_slice(tpu_type).chip
+    assert (report.chips, report.hosts, report.slices) == (chips, hosts, slices)
+    assert report.device_kind == chip.device_kind and report.compute_dtype == "bfloat16"
+    assert report.mesh == {"data": chips // 4, "fsdp": 4, "tensor": 1}
+    assert report.fits and 0 < report.hbm_bytes <= report.hbm_available_bytes == chip.hbm_bytes
+    assert 0 < report.eval_hbm_bytes < report.hbm_bytes
+    kinds = {collective.kind: collective for collective in report.collectives}
+    assert kinds["all-gather"].count > 0 and kinds["all-gather"].bytes > 0  # fsdp gathers the weights it uses
+    step = report.step
+    assert step.seconds == max(step.compute_s, step.hbm_s, step.network_s) > 0
+    assert 0 < step.mfu <= 1 and step.tokens_per_s_per_chip > 0 and "estimate" in step.method
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_fsdp_over_four_chips_holds_a_quarter_of_the_state_per_chip():
+    from tradewind.trainer.tpu_compile import compile_for_tpu
+
+    replicated = compile_for_tpu(small_run(fsdp=1), vocab_size=512, tpu_type="v5litepod-4")
+    sharded = compile_for_tpu(small_run(fsdp=4), vocab_size=512, tpu_type="v5litepod-4")
+    # Parameters and Adam's two moments in float32, less the batch's rows; norms' scales stay whole.
+    assert 0.25 <= sharded.arguments_bytes / replicated.arguments_bytes < 0.3
+    assert "all-gather" not in {collective.kind for collective in replicated.collectives}
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_model_too_big_for_a_chips_hbm_is_reported_with_the_compilers_numbers():
+    from tradewind.trainer.tpu_compile import compile_for_tpu
+
+    # 1.9 billion parameters, replicated: their float32 weights and Adam moments alone pass a v5e chip's 16 GiB.
+    big = TrainConfig(
+        dataset="unused",
+        model={"d_model": 8192, "n_layers": 2, "n_heads": 64, "vocab_size": 32000, "max_seq_len": 256},
+        batch_size=8,
+        seq_len=256,
+        mesh={"fsdp": 1},
+    )
+    report = compile_for_tpu(big, vocab_size=32000, tpu_type="v5litepod-8")
+    assert not report.fits and report.step is None and report.eval_hbm_bytes is None
+    assert report.hbm_bytes > report.hbm_available_bytes
+    assert report.arguments_bytes >= 3 * 4 * big.model.count_params()  # weights and two moments, on every chip
+    assert "Ran out of memory" in report.compiler_message
+
+
+def test_collectives_are_counted_by_kind_with_the_bytes_each_chip_sends_around_a_ring():
+    from tradewind.trainer.tpu_compile import collectives_of
+
+    # As compiled TPU programs write them: operands by name, groups listed, as an iota, or as mesh axes.
+    hlo = """
+  %all-gather.1 = bf16[8,128]{1,0:T(8,128)(2,1)} all-gather(%p), channel_id=1, replica_groups={{0,1,2,3}}
+  %all-reduce-start.2 = (f32[128]{0}, f32[128]{0}) all-reduce-start(%g), channel_id=2, replica_groups=[2,4]<=[8]
+  %all-reduce-done.2 = f32[128]{0} all-reduce-done(%all-reduce-start.2)
+  %reduce-scatter.3 = f32[32]{0} reduce-scatter(%x), replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_1'}
+  %add.4 = f32[128]{0} add(%a, %b)
+"""
+    found = {c.kind: (c.count, c.bytes) for c in collectives_of(hlo)}
+    assert found == {
+        "all-gather": (1, 8 * 128 * 2 * 3 // 4),  # each of 4 chips receives the 3 quarters it lacks
+        "all-reduce": (1, 2 * 128 * 4 * 3 // 4),  # a reduce-scatter then an all-gather
+        "reduce-scatter": (1, 32 * 4 * 3),  # 3 of the input's 4 parts go out
+    }

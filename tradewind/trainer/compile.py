@@ -1,0 +1,101 @@
+"""What compiling a run for a TPU slice finds, as data: the report, its parts, and the compile job.
+
+`tradewind.trainer.tpu_compile` does the compiling (it loads JAX and libtpu); this module imports neither, so
+the tools read and return its reports while the server stays JAX-free. `estimate_run` submits a compile as a
+job on the local backend:
+
+    JobSpec(name="compile", callable="tradewind.trainer.compile:compile_job",
+            kwargs={"config": {...}, "vocab_size": 32768, "tpu_type": "v5litepod-16", "output_file": "..."},
+            env=TPU_COMPILE_ENV)
+
+which writes a `TpuCompileReport` as JSON to `output_file`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tradewind.core import atomic_write_json, parse_config
+from tradewind.trainer.config import TrainConfig
+
+COMPILE_CALLABLE = "tradewind.trainer.compile:compile_job"
+
+
+class Collective(BaseModel):
+    """The collectives of one kind in a compiled step, per chip."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(description="all-gather, all-reduce, reduce-scatter, all-to-all or collective-permute.")
+    count: int = Field(description="How many the program runs (a loop's body counted once).")
+    bytes: int = Field(description="Bytes each chip sends for them, each costed as a ring over its group.")
+
+
+class StepEstimate(BaseModel):
+    """A train step's time on the slice by a roofline per chip: an estimate, not a measurement."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seconds: float = Field(description="The largest of compute_s, hbm_s and network_s: the roofline's step time.")
+    method: str = Field(description="How the figure was reached.")
+    compute_s: float = Field(description="The model's FLOPs per chip over the chip's peak bfloat16 FLOP/s.")
+    hbm_s: float = Field(description="Bytes the compiled step reads and writes over the chip's HBM bandwidth.")
+    network_s: float = Field(description="Collective bytes over the chip's ICI ring bandwidth, plus DCN.")
+    compiler_s: float | None = Field(description="XLA's own optimal_seconds, where positive; else null.")
+    mfu: float = Field(description="compute_s / seconds: the model FLOP utilisation the roofline allows.")
+    tokens_per_s_per_chip: float
+
+
+class TpuCompileReport(BaseModel):
+    """What a run would need of a TPU slice, from compiling its steps for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field(description="The TPU type, e.g. 'v5litepod-16'.")
+    slices: int
+    hosts: int = Field(description="Hosts of all slices.")
+    chips: int = Field(description="Chips of all slices: the mesh's devices.")
+    device_kind: str
+    mesh: dict[str, int] = Field(description="The mesh's axis sizes.")
+    compute_dtype: str
+    compile_s: float = Field(description="Seconds compiling the train and eval steps on this machine.")
+    fits: bool = Field(description="The train step's HBM fits one chip's.")
+    hbm_bytes: int = Field(description="HBM per chip the train step needs; when it does not fit, at least this.")
+    hbm_available_bytes: int = Field(description="One chip's HBM as the compiler counts it.")
+    arguments_bytes: int = Field(description="Parameters, optimizer state and batch held by one chip.")
+    temporaries_bytes: int = Field(description="Activations, gradients and other temporaries of one chip.")
+    eval_hbm_bytes: int | None = Field(description="HBM per chip the eval step needs; null when training does not fit.")
+    collectives: list[Collective]
+    step: StepEstimate | None = Field(description="Estimated step time; null when training does not fit.")
+    compiler_message: str | None = Field(description="The compiler's out-of-memory message, when it gave one.")
+
+
+class CompileJob(BaseModel):
+    """A compiling process's arguments: the run, its vocabulary, the target, and where the report goes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: TrainConfig
+    vocab_size: int = Field(gt=0)
+    tpu_type: str
+    slices: int = Field(default=1, ge=1, le=64)
+    output_file: str = Field(description="Where the `TpuCompileReport` is written as JSON.")
+
+
+def compile_job(**job: Any) -> None:
+    """The entry of a compiling job: validates its keyword arguments as a `CompileJob`, compiles for the target
+    and writes the `TpuCompileReport` to `output_file`."""
+    from tradewind.trainer.tpu_compile import compile_for_tpu
+
+    request = parse_config(CompileJob, job, source="compile job")
+    print(f"compiling for {request.slices} x {request.tpu_type}", flush=True)
+    report = compile_for_tpu(request.config, request.vocab_size, request.tpu_type, request.slices)
+    atomic_write_json(Path(request.output_file), report.model_dump())
+    print(
+        f"{report.target}: {report.hbm_bytes / 2**30:,.2f} of {report.hbm_available_bytes / 2**30:,.2f} GiB HBM per "
+        f"chip ({'fits' if report.fits else 'does not fit'}); compiled in {report.compile_s:.1f} s",
+        flush=True,
+    )

@@ -1,0 +1,256 @@
+"""Compile a run's train and eval steps for a TPU slice it does not hold, and read what the slice would need.
+
+libtpu (the `tpu` extra) has a compile-only client: `jax.experimental.topologies.get_topology_desc` gives the
+devices of any TPU topology with no TPU attached, and XLA compiles for them. `compile_for_tpu` builds the run's
+model and optimizer state as abstract arrays (`nnx.eval_shape`; no weight is ever materialised, so a 70B config
+compiles on a laptop), lays them on the slice's mesh with the run's sharding rule, and compiles the exact steps
+`setup_training` compiles (same model, optimizer, precision, grad accumulation and donation). From the compiled
+programs it reads, per chip:
+
+- the HBM the train step needs (arguments + outputs + temporaries - aliased buffers) against the chip's;
+  a program that does not fit fails to compile, and the compiler's message gives its temporaries;
+- the collectives by kind, with the bytes each chip sends;
+- an estimated step time, and the MFU and tokens/s that follow, by a roofline named in the result (see
+  `StepEstimate`): an estimate, not a measurement.
+
+No network is used: `TPU_COMPILE_ENV` (`tradewind.cluster.tpus`) tells libtpu not to ask a metadata server; it
+must be in the environment before JAX starts, as in the compile job `estimate_run` submits
+(`tradewind.trainer.compile.compile_job`). The report's types are in `tradewind.trainer.compile`.
+
+Example:
+    report = compile_for_tpu(config, vocab_size=32768, tpu_type="v5litepod-16")
+    report.fits, report.hbm_bytes, report.step.seconds
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import Counter
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.experimental import topologies
+
+from tradewind.cluster.tpus import TpuSlice, tpu_slice
+from tradewind.core import ConfigError
+from tradewind.trainer.compile import Collective, StepEstimate, TpuCompileReport
+from tradewind.trainer.config import TrainConfig
+from tradewind.trainer.models import build_model
+from tradewind.trainer.models.configs import ModelConfig
+from tradewind.trainer.optimizer import build_optimizer
+from tradewind.trainer.setup import compile_steps, compute_dtype
+from tradewind.trainer.sharding import batch_sharding, build_mesh, param_shardings
+
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4}
+_DTYPE_BYTES |= {"f64": 8, "s64": 8, "u64": 8}
+_SHAPE = re.compile(r"\b(pred|bf16|[fsu]\d+)\[([\d,]*)\]")
+_LISTED_GROUPS = re.compile(r"replica_groups=\{\{([\d,]+)\}")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[\d+,(\d+)\]<=")
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[(.*?)\](?:, device_ids=\(.*?\))? \{(.*?)\}")
+# `%name = SHAPE op(OPERANDS...)` where op is a collective or its async start; SHAPE may be a tuple, and a TPU
+# layout (`{1,0:T(8,128)}`) holds parentheses, so the op is found by its name.
+_COLLECTIVE_LINE = re.compile(r"= (.*?) (" + "|".join(COLLECTIVES) + r")(-start)?\(")
+_OUT_OF_MEMORY = re.compile(r"temporaries \(([\d.]+)([KMGT]?)\).*available HBM \(([\d.]+)([KMGT]?)\)")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices: int = 1) -> TpuCompileReport:
+    """Compile `config`'s train and eval steps for `slices` slices of `tpu_type` and report what they need.
+
+    Args:
+        config: the run (its model, optimizer, precision, mesh rule, batch and grad accumulation).
+        vocab_size: the tokenizer's, used where `config.model.vocab_size` is null.
+        tpu_type: a TPU type (`v5litepod-16`, `v5e-8`, `v4-8`, `v5p-64`, `v6e-8`).
+        slices: slices training together; the mesh's `data` axis spans them.
+
+    Raises:
+        ValueError: an unknown TPU type.
+        ConfigError: the mesh does not fit the slice's chips, or the batch does not split over it.
+    """
+    target = tpu_slice(tpu_type)
+    devices = topologies.get_topology_desc(
+        platform="tpu",
+        topology_name=target.jax_topology,
+        chip_config_name="megacore" if target.chip.megacore else "default",
+        chips_per_host_bounds=target.host_bounds,
+        num_slices=slices,
+    ).devices
+    mesh = build_mesh(config.mesh, list(devices))
+    rows = mesh.shape["data"] * mesh.shape["fsdp"]
+    if (config.batch_size // config.grad_accum) % rows:
+        raise ConfigError(
+            f"batch_size / grad_accum = {config.batch_size // config.grad_accum} must be divisible by the mesh's "
+            f"data * fsdp = {rows} on {slices} x {target.tpu_type} ({len(devices)} chips)"
+        )
+    dtype = compute_dtype(config.compute_dtype, platform="tpu")
+    model_config = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(0), dtype=dtype)))
+    optimizer = build_optimizer(config.optimizer)
+    params = _laid_out(params, param_shardings(mesh, params))
+    opt_state = jax.eval_shape(optimizer.init, params)
+    opt_state = _laid_out(opt_state, param_shardings(mesh, opt_state))
+    batch = jax.ShapeDtypeStruct((config.batch_size, config.seq_len + 1), jnp.int32, sharding=batch_sharding(mesh))
+    arguments = _bytes_per_chip(params) + _bytes_per_chip(opt_state) + _bytes_per_chip(batch)
+    report = {
+        "target": target.tpu_type,
+        "slices": slices,
+        "hosts": target.hosts * slices,
+        "chips": len(devices),
+        "device_kind": devices[0].device_kind,
+        "mesh": dict(mesh.shape),
+        "compute_dtype": jnp.dtype(dtype).name,
+    }
+    start = time.perf_counter()
+    try:
+        train_step, eval_step = compile_steps(config, graphdef, optimizer, mesh, params, opt_state, batch)
+    except jax.errors.JaxRuntimeError as error:
+        found = _OUT_OF_MEMORY.search(str(error))
+        if "RESOURCE_EXHAUSTED" not in str(error) or found is None:
+            raise
+        temporaries = int(float(found.group(1)) * _UNITS[found.group(2)])
+        return TpuCompileReport(
+            **report,
+            compile_s=time.perf_counter() - start,
+            fits=False,
+            hbm_bytes=arguments + temporaries,
+            hbm_available_bytes=int(float(found.group(3)) * _UNITS[found.group(4)]),
+            arguments_bytes=arguments,
+            temporaries_bytes=temporaries,
+            eval_hbm_bytes=None,
+            collectives=[],
+            step=None,
+            compiler_message=str(error).strip(),
+        )
+    compile_s = time.perf_counter() - start
+    memory = train_step.memory_analysis()
+    needed = _hbm_bytes(memory)
+    collectives = collectives_of(train_step.as_text())
+    return TpuCompileReport(
+        **report,
+        compile_s=compile_s,
+        fits=needed <= target.chip.hbm_bytes,
+        hbm_bytes=needed,
+        hbm_available_bytes=target.chip.hbm_bytes,
+        arguments_bytes=memory.argument_size_in_bytes,
+        temporaries_bytes=memory.temp_size_in_bytes,
+        eval_hbm_bytes=_hbm_bytes(eval_step.memory_analysis()),
+        collectives=collectives,
+        step=estimate_step(config, model_config, target, slices, train_step, collectives),
+        compiler_message=None,
+    )
+
+
+def estimate_step(
+    config: TrainConfig,
+    model: ModelConfig,
+    target: TpuSlice,
+    slices: int,
+    compiled: Any,
+    collectives: list[Collective],
+) -> StepEstimate:
+    """The roofline step time of a compiled train step on `slices` slices of `target`.
+
+    Compute: the model's FLOPs per token (forward and backward; what MFU counts) times the step's tokens, shared
+    by the chips, over the chip's peak. HBM: the compiler's bytes accessed, times `grad_accum` (its analysis
+    counts a loop's body once; the optimizer's share is then over-counted). Network: each chip's collective
+    bytes over a ring on one torus axis (two of the chip's `2 x dims` links), plus, with several slices, the
+    float32 gradients of one host's chips crossing the data-centre network twice (an all-reduce over slices).
+    """
+    chips = target.chips * slices
+    chip = target.chip
+    compute_s = model.flops_per_token(config.seq_len) * config.tokens_per_step / chips / chip.peak_bf16_flops
+    cost = _cost(compiled)
+    hbm_s = cost.get("bytes accessed", 0.0) * config.grad_accum / chip.hbm_bytes_per_s
+    ring_bytes_per_s = chip.ici_bytes_per_s / chip.torus_dims / 2
+    network_s = sum(c.bytes for c in collectives) / ring_bytes_per_s
+    if slices > 1:  # each host's share of the float32 gradients, reduced across slices over DCN
+        network_s += 2 * 4 * model.count_params() / chips * target.chips_per_host / chip.dcn_bytes_per_s
+    seconds = max(compute_s, hbm_s, network_s)
+    optimal = cost.get("optimal_seconds", -1.0)
+    return StepEstimate(
+        seconds=seconds,
+        method=(
+            "roofline per chip, the largest of: model FLOPs / peak bf16 FLOP/s; compiler's bytes accessed x "
+            "grad_accum / HBM bandwidth; collective bytes / ICI ring bandwidth (+ DCN between slices). Assumes "
+            "they overlap fully; an estimate, not a measurement"
+        ),
+        compute_s=compute_s,
+        hbm_s=hbm_s,
+        network_s=network_s,
+        compiler_s=optimal if optimal > 0 else None,
+        mfu=compute_s / seconds if seconds else 0.0,
+        tokens_per_s_per_chip=config.tokens_per_step / seconds / chips if seconds else 0.0,
+    )
+
+
+def collectives_of(hlo: str) -> list[Collective]:
+    """The collectives of a compiled program's HLO text, by kind, with the bytes each chip sends for them.
+
+    Each is costed as a ring over its group of n devices: an all-gather sends (n-1)/n of its output, a
+    reduce-scatter n-1 times its output, an all-reduce twice (n-1)/n of its array, an all-to-all (n-1)/n of it,
+    a permute all of it. An asynchronous collective counts once, at its `-start` (whose result pairs its input
+    with its output).
+    """
+    counts: Counter[str] = Counter()
+    sent: Counter[str] = Counter()
+    for line in hlo.splitlines():
+        found = _COLLECTIVE_LINE.search(line)
+        if found is None:
+            continue
+        result, kind, start = found.groups()
+        shapes = _SHAPE.findall(result)
+        size, n = _bytes_of(shapes[-1:] if start else shapes), _group_size(line)
+        share = (n - 1) / n
+        counts[kind] += 1
+        sent[kind] += round(
+            {"all-gather": share, "reduce-scatter": n - 1, "all-reduce": 2 * share, "all-to-all": share}.get(kind, 1)
+            * size
+        )
+    return [Collective(kind=kind, count=counts[kind], bytes=sent[kind]) for kind in COLLECTIVES if counts[kind]]
+
+
+def _group_size(line: str) -> int:
+    """Devices in each replica group of a collective: `{{0,1,2,3}}`, `[2,4]<=[8]`, or a mesh's named axes."""
+    if found := _LISTED_GROUPS.search(line):
+        return len(found.group(1).split(","))
+    if found := _IOTA_GROUPS.search(line):
+        return int(found.group(1))
+    if found := _MESH_GROUPS.search(line):
+        sizes = {name: int(size) for name, size in re.findall(r"'(\w+)'=(\d+)", found.group(1))}
+        return math.prod(sizes.get(name, 1) for name in re.findall(r"'(\w+)'", found.group(2)))
+    return 1
+
+
+def _bytes_of(shapes: list[tuple[str, str]]) -> int:
+    """Bytes of the arrays of `(dtype, dims)` pairs as HLO writes them (`bf16`, `8,128`)."""
+    return sum(_DTYPE_BYTES.get(dtype, 4) * math.prod(int(d) for d in dims.split(",") if d) for dtype, dims in shapes)
+
+
+def _laid_out(tree: Any, shardings: Any) -> Any:
+    """Abstract arrays of `tree`'s shapes and dtypes, placed by `shardings`."""
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def _bytes_per_chip(tree: Any) -> int:
+    """Bytes one device holds of the abstract arrays of `tree` (their shards)."""
+    return sum(math.prod(x.sharding.shard_shape(x.shape)) * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
+
+
+def _hbm_bytes(memory: Any) -> int:
+    """HBM a compiled program needs per device: arguments, outputs and temporaries, less the aliased buffers."""
+    return (
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        + memory.temp_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
+
+
+def _cost(compiled: Any) -> dict[str, float]:
+    analysis = compiled.cost_analysis()
+    return (analysis[0] if isinstance(analysis, list) else analysis) or {}
