@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tpu_helpers import needs_libtpu
 
 from tradewind.cli import build_parser, main
 from tradewind.commands import context
@@ -108,3 +109,26 @@ def test_tradewind_estimate_prints_what_estimate_run_returns_for_the_yaml_with_o
     assert f"{by_tool['parameters']:,}" in shown and by_tool["advice"] in shown and "not measured" in shown
     assert main(["estimate", *options, "--set", "model.d_modle=64"]) == 2
     assert "d_modle" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_tradewind_compile_prints_the_slices_fit_and_estimate_and_fails_a_run_that_does_not_fit(workspace, capsys):
+    # Real TPU compiles (libtpu's compile-only client): v5litepod-16 is 4 hosts of 4 chips.
+    common = ["--workspace", str(workspace.workspace.root), "--log-level", "WARNING"]
+    dataset = tokenize_dataset(workspace, TokenizeDatasetRequest(input="corpus.txt")).dataset_id
+    config = workspace.workspace.root / "small.yaml"
+    config.write_text(
+        f"dataset: {dataset}\nmodel: {{d_model: 64, n_layers: 2, n_heads: 2, max_seq_len: 64}}\nseq_len: 64\n"
+        "batch_size: 16\nmesh: {fsdp: 4}\n",
+        encoding="utf-8",
+    )
+    assert main(["compile", str(config), "--accelerator", "v5litepod-16", "--json", *common]) == 0
+    by_cli = json.loads(capsys.readouterr().out)
+    assert by_cli["fits"] is True and 0 < by_cli["hbm_per_chip_bytes"] <= by_cli["device_memory_bytes"]
+    assert by_cli["device_memory_source"] == "HBM of one TPU v5 lite chip (1 x v5litepod-16, compiled)"
+
+    big = ["--set", "model={d_model: 8192, n_layers: 2, n_heads: 64, max_seq_len: 64}", "--set", "mesh.fsdp=1"]
+    assert main(["compile", str(config), "--accelerator", "tpu-v5litepod-8", *big, *common]) == 1
+    shown = capsys.readouterr().out
+    assert "DOES NOT FIT" in shown and "HBM per chip (compiled)" in shown and "It does not fit a chip" in shown

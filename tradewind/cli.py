@@ -14,6 +14,7 @@
     tradewind report RUN [RUN ...] [--metric eval_loss|loss] [--no-sample] [--json]
     tradewind train CONFIG.yaml [--set key=value ...] [--detach]
     tradewind estimate CONFIG.yaml [--set key=value ...] [--budget-s S] [--no-probe] [--json]
+    tradewind compile CONFIG.yaml --accelerator v5litepod-16 [--slices N] [--set key=value ...] [--json]
     tradewind runs list [--limit N] [--json] | show RUN [--json] | cancel RUN
     tradewind export RUN --format hf --out DIR
     tradewind cluster status|logs|cancel|pipeline ...
@@ -239,6 +240,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON")
     estimate.set_defaults(handler=commands.estimate)
+
+    compile_ = subcommands.add_parser(
+        "compile",
+        parents=[common],
+        help="compile a run for a TPU slice on this machine (no TPU needed): HBM per chip, estimated step time",
+    )
+    _add_config_arguments(compile_)
+    compile_.add_argument(
+        "--accelerator", required=True, metavar="TYPE", help="a TPU slice type, e.g. v5litepod-16 or tpu-v5p-8"
+    )
+    compile_.add_argument("--slices", type=_positive(int), default=1, help="slices training together (default 1)")
+    compile_.add_argument(
+        "--timeout-s", type=_positive(float), default=600.0, metavar="S", help="give up compiling after S seconds"
+    )
+    compile_.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    compile_.set_defaults(handler=commands.compile_for_slice)
 
     profile = subcommands.add_parser(
         "profile", parents=[common], help="profile a run's steps: where the time goes, a verdict, one suggestion"

@@ -155,6 +155,27 @@ def estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def compile_for_slice(args: argparse.Namespace) -> int:
+    """Compile a run for a TPU slice on this machine (`estimate_run` with a TPU accelerator): HBM per chip
+    against the chip's, and the estimated step time, MFU and what the budget trains."""
+    from tradewind.core import load_config
+    from tradewind.tools import LaunchTrainingRequest
+    from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
+
+    accelerator = args.accelerator if args.accelerator.startswith("tpu-") else f"tpu-{args.accelerator}"
+    placement = [f"accelerator={accelerator}", f"slices={args.slices}"]
+    config = load_config(LaunchTrainingRequest, args.config, overrides=[*args.set, *placement])
+    request = EstimateRunRequest(config=config.model_dump(mode="json", exclude_unset=True), timeout_s=args.timeout_s)
+    ctx = context(args)
+    activity = f"compiling for {args.slices} x {accelerator}"
+    result = with_progress(activity, lambda progress: estimate_run(ctx, request, progress))
+    if args.json:
+        print_result(result)
+        return 0
+    print(describe_estimate(result))
+    return 0 if result.fits is not False else 1
+
+
 def follow(ctx, run_id: str) -> int:
     """Show a run's progress until it ends; Ctrl-C cancels it. Exit status 0 only if it succeeded."""
     from rich.console import Console

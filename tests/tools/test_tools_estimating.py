@@ -4,6 +4,7 @@ import math
 
 import pytest
 from runs_helpers import CancelAtFirstReport
+from tpu_helpers import needs_libtpu
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError
@@ -12,6 +13,7 @@ from tradewind.tools import ToolContext
 from tradewind.tools.context import Cancelled
 from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
 from tradewind.trainer import RunLayout, TrainConfig, read_summary
+from tradewind.trainer.compile import COMPILE_CALLABLE
 from tradewind.trainer.estimate import ESTIMATE_CALLABLE, EstimateJob, estimate_training
 
 TINY = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}, "batch_size": 8, "seq_len": 32}
@@ -143,3 +145,33 @@ def test_a_cancelled_probe_stops_within_a_second_and_cancels_its_job(cache_ctx):
     assert cancel.seconds_since() < 1.0
     [job] = estimate_jobs(cache_ctx)
     assert cache_ctx.backend.wait(job.id, timeout=30).status is JobStatus.CANCELLED
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_tpu_run_is_compiled_for_its_slice_in_a_job_and_gets_fits_hbm_and_an_estimated_step(cache_ctx):
+    # A real TPU compile (libtpu's compile-only client, no TPU and no network), in a job on the local backend.
+    config = {"dataset": "tiny", **TINY, "batch_size": 16, "accelerator": "tpu-v5litepod-16", "mesh": {"fsdp": 4}}
+    result = estimate_run(cache_ctx, EstimateRunRequest(config=config, time_budget_s=60))
+
+    assert result.fits is True and 0 < result.hbm_per_chip_bytes <= result.device_memory_bytes == 16 * 2**30
+    assert result.device_memory_source == "HBM of one TPU v5 lite chip (1 x v5litepod-16, compiled)"
+    assert result.step_time_source == "TPU compile, roofline estimate" and result.step_time_s > 0
+    assert 0 < result.estimated_mfu <= 1 and result.compile_s > 0
+    assert result.steps_in_budget == math.floor(60 / result.step_time_s)
+    [job] = cache_ctx.backend.list()
+    assert job.spec.callable == COMPILE_CALLABLE and job.status is JobStatus.SUCCEEDED
+    assert job.spec.resources.tpu_type is None  # compiled here, on the CPU
+    assert estimate_jobs(cache_ctx) == [] and list(cache_ctx.workspace.runs_dir.iterdir()) == []
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_tpu_run_too_big_for_its_chips_is_said_not_to_fit_with_the_compilers_numbers(cache_ctx):
+    big = {"d_model": 8192, "n_layers": 2, "n_heads": 64, "vocab_size": 32000, "max_seq_len": 64}
+    config = {"dataset": "tiny", **TINY, "model": big, "accelerator": "tpu-v5litepod-8"}
+    result = estimate_run(cache_ctx, EstimateRunRequest(config=config))
+
+    assert result.fits is False and result.step_time_s is None and result.estimated_mfu is None
+    assert result.hbm_per_chip_bytes > result.device_memory_bytes
+    assert result.advice.startswith("It does not fit a chip: the compiled step needs") and "mesh.fsdp" in result.advice

@@ -6,18 +6,11 @@ puts `TPU_COMPILE_ENV` in the environment before JAX starts). Without libtpu the
 `.ci/run` (TRADEWIND_REQUIRE_TPU_COMPILE), which installs it.
 """
 
-import importlib.util
-import os
-
 import pytest
+from tpu_helpers import needs_libtpu
 
 from tradewind.cluster.tpus import tpu_slice
 from tradewind.trainer import TrainConfig
-
-needs_libtpu = pytest.mark.skipif(
-    importlib.util.find_spec("libtpu") is None and not os.environ.get("TRADEWIND_REQUIRE_TPU_COMPILE"),
-    reason="libtpu is not installed (pip install -e '.[tpu]'): nothing to compile TPU programs with",
-)
 
 SMALL = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "max_seq_len": 128}
 

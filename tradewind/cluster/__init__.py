@@ -27,7 +27,6 @@ if TYPE_CHECKING:
         load_pipeline,
     )
     from tradewind.cluster.jobs import (
-        TPU_TYPES,
         Accelerator,
         BackendStatus,
         Callback,
@@ -40,13 +39,13 @@ if TYPE_CHECKING:
         accelerator_resources,
         distributed_env,
         parse_accelerator,
-        tpu_topology,
     )
     from tradewind.cluster.ledger import Capacity
     from tradewind.cluster.local import LocalBackend
     from tradewind.cluster.pipeline import PIPELINE_CALLABLE, PipelineJob, execute_pipeline
     from tradewind.cluster.ray_backend import RayBackend
     from tradewind.cluster.tasks import LocalTaskRunner, RayTaskRunner, TaskRunner, get_task_runner
+    from tradewind.cluster.tpus import TPU_COMPILE_ENV, TPU_TYPES, TpuChip, TpuSlice, tpu_slice, tpu_topology
 
 __getattr__ = lazy_getattr(
     __name__,
@@ -55,7 +54,11 @@ __getattr__ = lazy_getattr(
         "PipelineJob": "tradewind.cluster.pipeline",
         "execute_pipeline": "tradewind.cluster.pipeline",
         "Accelerator": "tradewind.cluster.jobs",
-        "TPU_TYPES": "tradewind.cluster.jobs",
+        "TPU_TYPES": "tradewind.cluster.tpus",
+        "TPU_COMPILE_ENV": "tradewind.cluster.tpus",
+        "TpuChip": "tradewind.cluster.tpus",
+        "TpuSlice": "tradewind.cluster.tpus",
+        "tpu_slice": "tradewind.cluster.tpus",
         "parse_accelerator": "tradewind.cluster.jobs",
         "Backend": "tradewind.cluster.backends",
         "accelerator_resources": "tradewind.cluster.jobs",
@@ -82,7 +85,7 @@ __getattr__ = lazy_getattr(
         "distributed_env": "tradewind.cluster.jobs",
         "get_task_runner": "tradewind.cluster.tasks",
         "load_pipeline": "tradewind.cluster.executor",
-        "tpu_topology": "tradewind.cluster.jobs",
+        "tpu_topology": "tradewind.cluster.tpus",
     },
 )
 
@@ -90,7 +93,10 @@ __all__ = [
     "PIPELINE_CALLABLE",
     "PipelineJob",
     "execute_pipeline",
+    "TPU_COMPILE_ENV",
     "TPU_TYPES",
+    "TpuChip",
+    "TpuSlice",
     "Accelerator",
     "Backend",
     "BackendStatus",
@@ -118,5 +124,6 @@ __all__ = [
     "get_task_runner",
     "load_pipeline",
     "parse_accelerator",
+    "tpu_slice",
     "tpu_topology",
 ]

@@ -18,34 +18,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tradewind.cluster.tpus import canonical_tpu_type, tpu_topology
+
 # Gang jobs: every replica finds its peers through these variables (see `distributed_env`).
 COORDINATOR_ENV = "TRADEWIND_COORDINATOR_ADDRESS"
 PROCESS_ID_ENV = "TRADEWIND_PROCESS_ID"
 PROCESS_COUNT_ENV = "TRADEWIND_PROCESS_COUNT"
 JOB_ID_ENV = "TRADEWIND_JOB_ID"
 ATTEMPT_ENV = "TRADEWIND_ATTEMPT"
-
-
-def _tpu_types() -> dict[str, tuple[int, int]]:
-    """Every known TPU slice type with `(hosts, chips per host)`, as Google Cloud sells them.
-
-    v4 and v5p names count TensorCores (two per chip, four chips per host); v5litepod (v5e) and v6e
-    names count chips (up to eight on one host, then four per host).
-    """
-    table: dict[str, tuple[int, int]] = {}
-    for family in ("v4", "v5p"):
-        for cores in (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
-            table[f"{family}-{cores}"] = (cores // 8, 4)
-    for family in ("v5litepod", "v6e"):
-        for chips in (1, 4, 8):
-            table[f"{family}-{chips}"] = (1, chips)
-        for chips in (16, 32, 64, 128, 256):
-            table[f"{family}-{chips}"] = (chips // 4, 4)
-    return table
-
-
-TPU_TYPES = _tpu_types()
-_TPU_ALIASES = {"v5e": "v5litepod"}  # Cloud's marketing name of the v5litepod family
 
 
 class JobStatus(StrEnum):
@@ -61,28 +41,6 @@ class JobStatus(StrEnum):
     @property
     def finished(self) -> bool:
         return self not in (JobStatus.PENDING, JobStatus.RUNNING)
-
-
-def tpu_topology(tpu_type: str) -> tuple[int, int]:
-    """`(hosts, chips per host)` of one slice of `tpu_type`, e.g. `v5litepod-16` -> `(4, 4)`.
-
-    Raises:
-        ValueError: a type not in `TPU_TYPES`; the message lists the known ones.
-    """
-    return TPU_TYPES[canonical_tpu_type(tpu_type)]
-
-
-def canonical_tpu_type(tpu_type: str) -> str:
-    """The name `TPU_TYPES` knows `tpu_type` by (`v5e-8` is `v5litepod-8`).
-
-    Raises:
-        ValueError: a type not in `TPU_TYPES`; the message lists the known ones.
-    """
-    family, _, size = tpu_type.partition("-")
-    name = f"{_TPU_ALIASES.get(family, family)}-{size}"
-    if name not in TPU_TYPES:
-        raise ValueError(f"unknown TPU type {tpu_type!r}; known types: {', '.join(TPU_TYPES)}")
-    return name
 
 
 class Resources(BaseModel):

@@ -40,8 +40,8 @@ from tradewind.cluster.jobs import (
     PROCESS_ID_ENV,
     JobSpec,
     JobStatus,
-    tpu_topology,
 )
+from tradewind.cluster.tpus import tpu_topology
 
 RESULT_PREFIX = "[tradewind] result "
 STARTED_LINE = "[tradewind] replicas started"

@@ -44,7 +44,7 @@ class EstimateRunRequest(BaseModel):
     config: dict[str, Any] | None = Field(None, description="launch_training's arguments.")
     run_id: str | None = Field(None, description="Or a run whose config to use.")
     time_budget_s: float | None = Field(None, gt=0, le=10**8, description="null: the config's budget, else its steps.")
-    probe: bool = Field(True, description="Time 3 steps in a job if no finished run has this shape; TPU: compile.")
+    probe: bool = Field(True, description="Time 3 steps (TPU: compile) if no finished run has this shape.")
     timeout_s: float = Field(600, gt=0, le=3600, description="For the probe.")
 
     @model_validator(mode="after")
@@ -290,7 +290,9 @@ def describe_estimate(result: RunEstimate) -> str:
     """The estimate as a person reads it: one figure a line, then the advice."""
 
     def seconds(value: float | None) -> str:
-        return "unknown" if value is None else f"{value:,.3f} s" if value < 10 else f"{value:,.0f} s"
+        if value is None:
+            return "unknown"
+        return f"{value * 1000:,.3f} ms" if value < 0.1 else f"{value:,.3f} s" if value < 10 else f"{value:,.0f} s"
 
     def count(value: int | None) -> str:
         return "unknown" if value is None else f"{value:,}"
@@ -308,7 +310,13 @@ def describe_estimate(result: RunEstimate) -> str:
             f"{memory.optimizer / GIB:,.2f}, activations {memory.activations / GIB:,.2f})",
         ),
         ("device memory", f"{device}: {fits}"),
+        *(
+            [("HBM per chip (compiled)", f"{result.hbm_per_chip_bytes / GIB:,.2f} GiB")]
+            if result.hbm_per_chip_bytes is not None
+            else []
+        ),
         ("step time", f"{seconds(result.step_time_s)} ({source})"),
+        *([("estimated MFU", f"{result.estimated_mfu:.1%}")] if result.estimated_mfu is not None else []),
         ("compile", seconds(result.compile_s)),
         ("tokens per step", f"{result.tokens_per_step:,}"),
         ("tokens per second", "unknown" if result.tokens_per_s is None else f"{result.tokens_per_s:,.0f}"),

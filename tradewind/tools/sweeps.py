@@ -77,8 +77,8 @@ class LaunchSweepRequest(BaseModel):
     halving_tokens: list[Annotated[int, Field(gt=0, le=10**15)]] = Field(
         default_factory=list,
         max_length=16,
-        description="Successive-halving rungs in training tokens, increasing: at each, trials outside the best "
-        "1/halving_eta by eval loss stop.",
+        description="Successive-halving rungs (training tokens, increasing); trials outside the best 1/halving_eta "
+        "by eval loss stop at each.",
     )
     halving_eta: int = Field(2, ge=2, le=16, description="Keep the best 1/eta at each rung.")
     note: str | None = Field(None, max_length=200, description="One line for the ledger.")

@@ -130,8 +130,8 @@ class TrainConfig(BaseModel):
     distributed: DistributedConfig = Field(
         default_factory=DistributedConfig, description="For a gang started by hand (SLURM, a TPU pod's own launcher)."
     )
-    tensorboard: bool = Field(True, description="Also write TensorBoard events to <run>/tensorboard/.")
-    wandb_project: str | None = Field(None, description="Also log to this W&B project (the `wandb` extra).")
+    tensorboard: bool = Field(True, description="Also write TensorBoard events (tensorboard/).")
+    wandb_project: str | None = Field(None, description="Also log to this W&B project (`wandb` extra).")
     peak_flops: float | None = Field(
         None, gt=0, le=1e18, description="Per device, for MFU; null: looked up (CPU: estimated)."
     )
@@ -141,7 +141,7 @@ class TrainConfig(BaseModel):
     )
     accelerator: str = Field(
         "cpu",
-        description="Per host: cpu, gpu, gpu:N, or a TPU slice tpu-<type> (e.g. tpu-v5litepod-8; Ray only).",
+        description="Per host: cpu, gpu, gpu:N; or a TPU slice tpu-<type>, e.g. tpu-v5e-8 (Ray only).",
     )
     slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
     replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run (TPU: one per host).")
@@ -156,8 +156,8 @@ class TrainConfig(BaseModel):
     )
     resume_from: str | None = Field(
         None,
-        description="Continue this run from its newest checkpoint as a new run (same data, model, seed, batch); "
-        "steps: new total.",
+        description="Continue this run's newest checkpoint as a new run (same data, model, seed, batch); "
+        "steps: the total.",
     )
 
     @field_validator("accelerator")

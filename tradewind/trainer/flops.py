@@ -14,21 +14,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tradewind.cluster.tpus import CHIPS
 from tradewind.trainer.config import TrainConfig
 
 # A block's float32 logits in the fused cross-entropy (`cross_entropy.py`): about 32 MiB, large enough for
 # full-speed matmuls, small enough for cache.
 BLOCK_LOGITS = 8 * 1024 * 1024
 
-# Dense bf16 peak FLOP/s per chip, from the vendors' data sheets (no sparsity).
+# Dense bf16 peak FLOP/s per chip, from the vendors' data sheets (no sparsity). A TPU by the name JAX gives its
+# devices ("TPU v5 lite" is a v5e) or by its generation ("TPU v5e"); the figures are `cluster.tpus.CHIPS`'.
 PEAK_FLOPS: dict[str, float] = {
-    "tpu v4": 275e12,
-    "tpu v5 lite": 197e12,  # v5e reports itself as "TPU v5 lite"
-    "tpu v5e": 197e12,
-    "tpu v5p": 459e12,
-    "tpu v5": 459e12,
-    "tpu v6 lite": 918e12,  # v6e (Trillium)
-    "tpu v6e": 918e12,
+    **{chip.device_kind.lower(): chip.peak_bf16_flops for chip in CHIPS.values()},
+    **{f"tpu {chip.generation}": chip.peak_bf16_flops for chip in CHIPS.values()},
     "a100": 312e12,
     "h100": 989e12,
     "h200": 989e12,
