@@ -10,6 +10,7 @@ import pytest
 from mcp import Client
 from polling import wait_until
 from runs_helpers import finish, losses, pending_run
+from tpu_helpers import needs_libtpu
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
@@ -138,3 +139,42 @@ def test_resume_from_refuses_a_run_whose_checkpoints_or_config_link_outside(own_
     with pytest.raises(PathEscapeError, match=r"argument 'resume_from': .*config\.json"):
         launch_training(ctx, LaunchTrainingRequest(resume_from="copied", steps=20))
     assert [p.name for p in ctx.workspace.runs_dir.iterdir()] == ["copied"]
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_tpu_run_too_big_for_its_chips_is_refused_before_it_queues_with_a_change_that_compiles_within_them(
+    tmp_path, ctx, dataset_id
+):
+    # Real TPU compiles for a v5litepod-8 (libtpu's compile-only client): no TPU, and no Ray cluster needed,
+    # since the run is refused before its backend is asked.
+    fresh = ToolContext.open(tmp_path / "ws", allowed_paths=(ctx.workspace.datasets_dir,))
+    big = {"d_model": 8192, "n_layers": 2, "n_heads": 64, "max_seq_len": 64}
+    request = LaunchTrainingRequest(
+        dataset=str(ctx.workspace.dataset_dir(dataset_id)),
+        model=big,
+        batch_size=8,
+        seq_len=64,
+        mesh={"fsdp": 1},
+        accelerator="tpu-v5litepod-8",
+        backend="ray",
+    )
+    with pytest.raises(InvalidInputError) as refused:
+        launch_training(fresh, request)
+    message = str(refused.value)
+    assert message.startswith("argument 'accelerator': the run does not fit 1 x v5litepod-8: its train step needs ")
+    assert "a TPU v5 lite chip has 16.00 GiB" in message and "with mesh.fsdp=8 it fits (" in message
+    assert list(fresh.workspace.runs_dir.iterdir()) == []
+    # The run and the change were each compiled once, and kept: asking again compiles nothing.
+    reports = sorted((fresh.workspace.root / "cache" / "tpu").iterdir())
+    assert len(reports) == 2 and len(fresh.backend.list()) == 2
+    with pytest.raises(InvalidInputError, match=r"with mesh\.fsdp=8 it fits"):
+        launch_training(fresh, request)
+    assert len(fresh.backend.list()) == 2
+
+
+@needs_libtpu
+def test_a_tpu_batch_that_does_not_split_over_the_slices_chips_is_refused_naming_it(ctx, dataset_id):
+    request = LaunchTrainingRequest(dataset=dataset_id, batch_size=12, accelerator="tpu-v5litepod-8", backend="ray")
+    with pytest.raises(InvalidInputError, match=r"argument 'batch_size': batch_size / grad_accum = 12 / 1 must be"):
+        launch_training(ctx, request)

@@ -96,7 +96,7 @@ def test_a_tpu_request_ray_can_never_place_fails_within_its_pending_timeout_with
             accelerator="tpu-v5litepod-8",
             slices=2,
             pending_timeout_s=15,
-            **tiny_run_settings,
+            **{**tiny_run_settings, "batch_size": 16},  # rows split over the 16 chips of two slices
         ),
     )
     done = finish(ctx, run.run_id, timeout_s=120)

@@ -18,15 +18,15 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tradewind.cluster import JobSpec, Resources, accelerator_resources, parse_accelerator
-from tradewind.cluster.tpus import TPU_COMPILE_ENV
+from tradewind.cluster import JobSpec, accelerator_resources, parse_accelerator
 from tradewind.core import InvalidInputError, TradewindError, describe_validation_error, make_id, read_json
 from tradewind.data import open_token_cache
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.launching import LaunchTrainingRequest, run_config, training_env
 from tradewind.tools.limits import admit_job
+from tradewind.tools.tpu_fit import compile_for_slice
 from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_config
-from tradewind.trainer.compile import COMPILE_CALLABLE, CompileJob, TpuCompileReport
+from tradewind.trainer.compile import TpuCompileReport
 from tradewind.trainer.estimate import (
     ESTIMATE_CALLABLE,
     EstimateJob,
@@ -89,7 +89,7 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
         step_time_s, source = earlier
         estimate = estimate.model_copy(update={"step_time_s": step_time_s})
     elif request.probe and parse_accelerator(config.accelerator).kind == "tpu":
-        compiled = _compile(ctx, config, vocab_size, request.timeout_s, progress)
+        compiled = compile_for_slice(ctx, config, vocab_size, timeout_s=request.timeout_s, progress=progress)
         estimate, source = _compiled_estimate(estimate, compiled), "TPU compile, roofline estimate"
     # A config that does not fit is never probed: the analytic estimate already says what to change.
     elif request.probe and estimate.fits is not False:
@@ -164,34 +164,6 @@ def _probe(ctx: ToolContext, config: TrainConfig, timeout_s: float, progress: Pr
     )
     run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity="probing 3 training steps", progress=progress)
     return TrainEstimate.model_validate(read_json(out_path))
-
-
-def _compile(
-    ctx: ToolContext, config: TrainConfig, vocab_size: int, timeout_s: float, progress: Progress
-) -> TpuCompileReport:
-    """`compile_for_tpu` for the run's slice, in a job on the local backend: libtpu's compile-only client needs
-    its environment set before JAX starts, and JAX stays out of this process."""
-    job_id = make_id("compile")
-    out_path = ctx.workspace.jobs_dir / job_id / "compile.json"
-    accelerator = parse_accelerator(config.accelerator)
-    job = CompileJob(
-        config=config,
-        vocab_size=vocab_size,
-        tpu_type=accelerator.tpu_type,
-        slices=config.slices,
-        output_file=str(out_path),
-    )
-    spec = JobSpec(
-        name=f"compile {job_id}",
-        callable=COMPILE_CALLABLE,
-        kwargs=job.model_dump(mode="json"),
-        log_path=str(out_path.with_name("compile.log")),
-        resources=Resources(cpus=1),  # compiled here, on this machine's CPU
-        env=TPU_COMPILE_ENV,
-    )
-    activity = f"compiling for {config.slices} x {accelerator.tpu_type}"
-    run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity=activity, progress=progress)
-    return TpuCompileReport.model_validate(read_json(out_path))
 
 
 def _compiled_estimate(estimate: TrainEstimate, compiled: TpuCompileReport) -> TrainEstimate:

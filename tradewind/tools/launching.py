@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from tradewind.cluster import JobSpec, accelerator_resources
+from tradewind.cluster import JobSpec, accelerator_resources, parse_accelerator
 from tradewind.core import (
     ConfigError,
     InvalidInputError,
@@ -29,6 +29,7 @@ from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.limits import active_runs, check_launch_limits
 from tradewind.tools.runs import RunInfo, RunRequest, get_run
+from tradewind.tools.tpu_fit import check_fits_slice
 from tradewind.trainer import (
     TRAIN_CALLABLE,
     DistributedConfig,
@@ -108,6 +109,8 @@ def launch_training(
         processes=hosts * config.replicas,
         active_runs=active,
     )
+    if parse_accelerator(config.accelerator).kind == "tpu" and backend_name == "ray":  # local refuses a TPU at once
+        check_fits_slice(ctx, config, data.cache.manifest.tokenizer.vocab_size, progress)
     pending_timeout_s = config.pending_timeout_s
     if pending_timeout_s is None and backend_name == "ray":
         pending_timeout_s = RAY_PENDING_TIMEOUT_S  # locally, a job that fits at all only waits for other work

@@ -64,7 +64,7 @@ class TpuCompileReport(BaseModel):
     compile_s: float = Field(description="Seconds compiling the train and eval steps on this machine.")
     fits: bool = Field(description="The train step's HBM fits one chip's.")
     hbm_bytes: int = Field(description="HBM per chip the train step needs; when it does not fit, at least this.")
-    hbm_available_bytes: int = Field(description="One chip's HBM as the compiler counts it.")
+    hbm_available_bytes: int = Field(description="One chip's HBM (the compiler keeps a little of it for itself).")
     arguments_bytes: int = Field(description="Parameters, optimizer state and batch held by one chip.")
     temporaries_bytes: int = Field(description="Activations, gradients and other temporaries of one chip.")
     eval_hbm_bytes: int | None = Field(description="HBM per chip the eval step needs; null when training does not fit.")

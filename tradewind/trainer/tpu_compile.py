@@ -55,7 +55,7 @@ _MESH_GROUPS = re.compile(r"replica_groups=mesh\[(.*?)\](?:, device_ids=\(.*?\))
 # `%name = SHAPE op(OPERANDS...)` where op is a collective or its async start; SHAPE may be a tuple, and a TPU
 # layout (`{1,0:T(8,128)}`) holds parentheses, so the op is found by its name.
 _COLLECTIVE_LINE = re.compile(r"= (.*?) (" + "|".join(COLLECTIVES) + r")(-start)?\(")
-_OUT_OF_MEMORY = re.compile(r"temporaries \(([\d.]+)([KMGT]?)\).*available HBM \(([\d.]+)([KMGT]?)\)")
+_OUT_OF_MEMORY = re.compile(r"temporaries \(([\d.]+)([KMGT]?)\)")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -118,7 +118,7 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
             compile_s=time.perf_counter() - start,
             fits=False,
             hbm_bytes=arguments + temporaries,
-            hbm_available_bytes=int(float(found.group(3)) * _UNITS[found.group(4)]),
+            hbm_available_bytes=target.chip.hbm_bytes,
             arguments_bytes=arguments,
             temporaries_bytes=temporaries,
             eval_hbm_bytes=None,
