@@ -52,6 +52,7 @@ REQUIRED_SKILLS = {
     "profile-and-speed-up",
     "compare-runs-and-report",
     "size-a-model-for-a-corpus",
+    "size-a-run-for-a-tpu-slice",
     "resume-extend-and-export",
     "add-a-model",
     "add-a-dataset-format",
