@@ -6,6 +6,10 @@ puts `TPU_COMPILE_ENV` in the environment before JAX starts). Without libtpu the
 `.ci/run` (TRADEWIND_REQUIRE_TPU_COMPILE), which installs it.
 """
 
+import json
+import subprocess
+import sys
+
 import pytest
 from tpu_helpers import needs_libtpu
 
@@ -100,3 +104,21 @@ def test_collectives_are_counted_by_kind_with_the_bytes_each_chip_sends_around_a
         "all-reduce": (1, 2 * 128 * 4 * 3 // 4),  # a reduce-scatter then an all-gather
         "reduce-scatter": (1, 32 * 4 * 3),  # 3 of the input's 4 parts go out
     }
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_another_process_compiles_while_this_one_holds_libtpu(tmp_path):
+    from tradewind.trainer.tpu_compile import compile_for_tpu
+
+    here = compile_for_tpu(small_run(), vocab_size=512, tpu_type="v5litepod-4")  # libtpu loaded in this process
+    config = tmp_path / "small.yaml"
+    config.write_text(
+        "dataset: builtin:tinyshakespeare\nmodel: {d_model: 128, n_layers: 2, n_heads: 4, vocab_size: 512, "
+        "max_seq_len: 128}\nbatch_size: 16\nseq_len: 128\nmesh: {fsdp: 4}\n",
+        encoding="utf-8",
+    )
+    command = [sys.executable, "-m", "tradewind", "compile", str(config), "--accelerator", "v5litepod-4", "--json"]
+    done = subprocess.run([*command, "--workspace", str(tmp_path / "ws")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert here.fits and json.loads(done.stdout)["fits"] is True

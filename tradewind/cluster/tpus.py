@@ -19,8 +19,14 @@ from dataclasses import dataclass
 
 GIB = 1024**3
 # What libtpu's compile-only client needs in the environment of a process before JAX starts there: no metadata
-# server to ask (there is none off Google Cloud), one local host, and JAX itself on the CPU.
-TPU_COMPILE_ENV = {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_HOSTNAMES": "localhost", "JAX_PLATFORMS": "cpu"}
+# server to ask (there is none off Google Cloud), one local host, JAX itself on the CPU, and no claim on the
+# machine's TPU (libtpu otherwise takes a lock file that fails every other process compiling at the same time).
+TPU_COMPILE_ENV = {
+    "TPU_SKIP_MDS_QUERY": "1",
+    "TPU_WORKER_HOSTNAMES": "localhost",
+    "JAX_PLATFORMS": "cpu",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+}
 _ALIASES = {"v5e": "v5litepod"}  # Cloud's marketing name of the v5litepod family
 
 

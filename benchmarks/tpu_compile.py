@@ -1,0 +1,109 @@
+"""Llama shapes compiled for the TPU slices that hold them, on this machine, with no TPU (libtpu's compile-only client).
+
+Command:
+    .venv/bin/python benchmarks/tpu_compile.py                      # every shape (hours on 2 cores)
+    .venv/bin/python benchmarks/tpu_compile.py --only 125m          # one shape
+    .venv/bin/python benchmarks/tpu_compile.py --only 125m --max-batch   # also the largest batch per chip that fits
+
+Needs the `tpu` extra. Each shape is a Llama at sequence 2048 (8B at 4096 too) in bfloat16 compute, its
+parameters and AdamW state sharded over every chip of the slice (fsdp), `per_chip_batch` sequences per chip. For
+each it compiles the train and eval steps (`tradewind.trainer.tpu_compile.compile_for_tpu`) and reports HBM
+per chip against the chip's, the compile time here, and the roofline step estimate with its MFU and tokens/s
+per chip: estimates, not measurements. With `--max-batch` it doubles the per-chip batch until a compile runs
+out of HBM, and reports the largest that fitted.
+
+One JSON object per line, one line per shape and slice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from tradewind.cluster.tpus import TPU_COMPILE_ENV, tpu_slice
+
+os.environ.update({**TPU_COMPILE_ENV, **os.environ})  # before JAX starts
+
+from tradewind.trainer import TrainConfig
+from tradewind.trainer.tpu_compile import compile_for_tpu
+
+VOCAB_32K, VOCAB_128K = 32_768, 128_256
+SHAPES = {
+    "125m": (
+        {"d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 2048, "vocab_size": VOCAB_32K},
+        2048,
+        ["v5litepod-8"],
+    ),
+    "1b": (
+        {"d_model": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "d_ff": 8192, "vocab_size": VOCAB_128K},
+        2048,
+        ["v5p-8", "v6e-8"],
+    ),
+    "8b": (
+        {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336, "vocab_size": VOCAB_128K},
+        2048,
+        ["v5p-64", "v6e-64"],
+    ),
+    "8b-4k": (
+        {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336, "vocab_size": VOCAB_128K},
+        4096,
+        ["v5p-64", "v6e-64"],
+    ),
+}
+
+
+def config_for(model: dict, seq_len: int, chips: int, per_chip_batch: int) -> TrainConfig:
+    return TrainConfig(
+        dataset="unused",
+        model={**model, "max_seq_len": seq_len},
+        seq_len=seq_len,
+        batch_size=per_chip_batch * chips,
+        compute_dtype="bfloat16",
+        mesh={"data": 1, "fsdp": chips, "tensor": 1},
+    )
+
+
+def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool) -> dict:
+    model, seq_len, _ = SHAPES[name]
+    chips = tpu_slice(tpu_type).chips
+    report = compile_for_tpu(config_for(model, seq_len, chips, per_chip_batch), model["vocab_size"], tpu_type)
+    row = {
+        "shape": name,
+        "target": tpu_type,
+        "chips": chips,
+        "seq_len": seq_len,
+        "per_chip_batch": per_chip_batch,
+        "parameters": TrainConfig(dataset="unused", model=model).model.count_params(),
+        "fits": report.fits,
+        "hbm_gib_per_chip": round(report.hbm_bytes / 2**30, 2),
+        "hbm_gib_available": round(report.hbm_available_bytes / 2**30, 2),
+        "compile_s": round(report.compile_s, 1),
+        "estimated_step_s": report.step and round(report.step.seconds, 4),
+        "estimated_mfu": report.step and round(report.step.mfu, 3),
+        "estimated_tokens_per_s_per_chip": report.step and round(report.step.tokens_per_s_per_chip),
+        "bound_by": report.step
+        and max(("compute", "hbm", "network"), key=lambda part: getattr(report.step, f"{part}_s")),
+    }
+    if max_batch:
+        largest, batch = (per_chip_batch if report.fits else 0), per_chip_batch * 2
+        while report.fits:
+            report = compile_for_tpu(config_for(model, seq_len, chips, batch), model["vocab_size"], tpu_type)
+            largest, batch = (batch if report.fits else largest), batch * 2
+        row["largest_per_chip_batch"] = largest
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=list(SHAPES), action="append", help="shapes to compile (default: all)")
+    parser.add_argument("--per-chip-batch", type=int, default=4, help="sequences per chip (default 4)")
+    parser.add_argument("--max-batch", action="store_true", help="also find the largest per-chip batch that fits")
+    args = parser.parse_args()
+    for name in args.only or list(SHAPES):
+        for tpu_type in SHAPES[name][2]:
+            print(json.dumps(measure(name, tpu_type, args.per_chip_batch, args.max_batch)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
