@@ -4,6 +4,7 @@ Command:
     .venv/bin/python benchmarks/tpu_compile.py                      # every shape (hours on 2 cores)
     .venv/bin/python benchmarks/tpu_compile.py --only 125m          # one shape
     .venv/bin/python benchmarks/tpu_compile.py --only 125m --max-batch   # also the largest batch per chip that fits
+    .venv/bin/python benchmarks/tpu_compile.py --only 125m --remat full  # blocks recomputed in the backward pass
 
 Needs the `tpu` extra. Each shape is a Llama at sequence 2048 (8B at 4096 too) in bfloat16 compute, its
 parameters and AdamW state sharded over every chip of the slice (fsdp), `per_chip_batch` sequences per chip. For
@@ -53,8 +54,9 @@ SHAPES = {
 }
 
 
-def config_for(model: dict, seq_len: int, chips: int, per_chip_batch: int) -> TrainConfig:
+def config_for(model: dict, seq_len: int, chips: int, per_chip_batch: int, remat: str) -> TrainConfig:
     return TrainConfig(
+        remat=remat,
         dataset="unused",
         model={**model, "max_seq_len": seq_len},
         seq_len=seq_len,
@@ -64,16 +66,17 @@ def config_for(model: dict, seq_len: int, chips: int, per_chip_batch: int) -> Tr
     )
 
 
-def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool) -> dict:
+def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool, remat: str) -> dict:
     model, seq_len, _ = SHAPES[name]
     chips = tpu_slice(tpu_type).chips
-    report = compile_for_tpu(config_for(model, seq_len, chips, per_chip_batch), model["vocab_size"], tpu_type)
+    report = compile_for_tpu(config_for(model, seq_len, chips, per_chip_batch, remat), model["vocab_size"], tpu_type)
     row = {
         "shape": name,
         "target": tpu_type,
         "chips": chips,
         "seq_len": seq_len,
         "per_chip_batch": per_chip_batch,
+        "remat": remat,
         "parameters": TrainConfig(dataset="unused", model=model).model.count_params(),
         "fits": report.fits,
         "hbm_gib_per_chip": round(report.hbm_bytes / 2**30, 2),
@@ -88,7 +91,7 @@ def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool) -> d
     if max_batch:
         largest, batch = (per_chip_batch if report.fits else 0), per_chip_batch * 2
         while report.fits:
-            report = compile_for_tpu(config_for(model, seq_len, chips, batch), model["vocab_size"], tpu_type)
+            report = compile_for_tpu(config_for(model, seq_len, chips, batch, remat), model["vocab_size"], tpu_type)
             largest, batch = (batch if report.fits else largest), batch * 2
         row["largest_per_chip_batch"] = largest
     return row
@@ -99,10 +102,11 @@ def main() -> None:
     parser.add_argument("--only", choices=list(SHAPES), action="append", help="shapes to compile (default: all)")
     parser.add_argument("--per-chip-batch", type=int, default=4, help="sequences per chip (default 4)")
     parser.add_argument("--max-batch", action="store_true", help="also find the largest per-chip batch that fits")
+    parser.add_argument("--remat", choices=["none", "full", "save_matmuls"], default="none", help="what blocks keep")
     args = parser.parse_args()
     for name in args.only or list(SHAPES):
         for tpu_type in SHAPES[name][2]:
-            print(json.dumps(measure(name, tpu_type, args.per_chip_batch, args.max_batch)), flush=True)
+            print(json.dumps(measure(name, tpu_type, args.per_chip_batch, args.max_batch, args.remat)), flush=True)
 
 
 if __name__ == "__main__":

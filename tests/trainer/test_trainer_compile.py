@@ -122,3 +122,21 @@ def test_another_process_compiles_while_this_one_holds_libtpu(tmp_path):
     done = subprocess.run([*command, "--workspace", str(tmp_path / "ws")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert here.fits and json.loads(done.stdout)["fits"] is True
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_rematerialising_blocks_cuts_the_temporaries_a_chip_holds():
+    from tradewind.trainer.tpu_compile import compile_for_tpu
+
+    # Long sequences, where activations (attention scores above all) outweigh the weights many times over.
+    deep = {**SMALL, "n_layers": 6, "max_seq_len": 512}
+    temporaries = {
+        remat: compile_for_tpu(
+            TrainConfig(dataset="unused", model=deep, batch_size=32, seq_len=512, mesh={"fsdp": 4}, remat=remat),
+            vocab_size=512,
+            tpu_type="v5litepod-4",
+        ).temporaries_bytes
+        for remat in ("none", "save_matmuls", "full")
+    }
+    assert temporaries["full"] < temporaries["save_matmuls"] < temporaries["none"], temporaries

@@ -141,3 +141,17 @@ def test_skip_policy_drops_a_non_finite_update_and_keeps_the_state():
         np.testing.assert_array_equal(a, b)
     _, _, metrics = step_fn(params, opt_state, batch(), 1e-3)
     assert float(metrics["skipped"]) == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("remat", ["full", "save_matmuls"])
+@pytest.mark.parametrize("architecture", ["llama", "gpt2"])
+def test_rematerialising_blocks_changes_no_loss_and_no_gradient(remat, architecture):
+    config = model_config(type=architecture, vocab_size=64, d_model=32, n_layers=3, n_heads=4, max_seq_len=32)
+    graphdef, params = split_model(config)
+    tokens = batch()
+    kept_loss, kept_grads = jax.jit(lambda p, b: loss_and_grads(graphdef, p, b, 2, 1e-3))(params, tokens)
+    loss, grads = jax.jit(lambda p, b: loss_and_grads(graphdef, p, b, 2, 1e-3, remat))(params, tokens)
+    assert abs(float(loss) - float(kept_loss)) <= 1e-6
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(kept_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)

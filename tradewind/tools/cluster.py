@@ -203,8 +203,8 @@ def _pipeline_result(path: Path, steps: list[PlannedStep], **fields: Any) -> Run
 
 
 def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progress = no_progress) -> RunPipelineResult:
-    """Plan or run a pipeline file's cached steps. Use it for multi-step work; the file must be under an
-    --allow-code folder (a dry run imports it too).
+    """Plan or run a pipeline file's cached steps. Use it for multi-step work; its folder needs --allow-code,
+    also to plan.
 
     Running code is a grant of its own: the file must lie under a folder the server was started with
     `--allow-code DIR`; any other (the workspace's pipelines/ included) is refused before anything imports

@@ -24,7 +24,7 @@ from tradewind.data import open_token_cache
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.launching import LaunchTrainingRequest, run_config, training_env
 from tradewind.tools.limits import admit_job
-from tradewind.tools.tpu_fit import compile_for_slice
+from tradewind.tools.tpu_fit import can_compile_for_tpu, compile_for_slice
 from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_config
 from tradewind.trainer.compile import TpuCompileReport
 from tradewind.trainer.estimate import (
@@ -57,7 +57,7 @@ class EstimateRunRequest(BaseModel):
 class RunEstimate(TrainEstimate):
     """The trainer's estimate, with where its step time came from and what the budget buys."""
 
-    step_time_source: str | None = Field(description="'probe', 'run <id>' (same shape), or null: unmeasured.")
+    step_time_source: str | None = Field(description="'probe', 'run <id>' (same shape), a TPU compile, or null.")
     tokens_per_s: float | None
     budget_s: float | None = Field(description="Training seconds planned for.")
     steps_in_budget: int | None
@@ -88,7 +88,7 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
     if earlier is not None:
         step_time_s, source = earlier
         estimate = estimate.model_copy(update={"step_time_s": step_time_s})
-    elif request.probe and parse_accelerator(config.accelerator).kind == "tpu":
+    elif request.probe and parse_accelerator(config.accelerator).kind == "tpu" and can_compile_for_tpu():
         compiled = compile_for_slice(ctx, config, vocab_size, timeout_s=request.timeout_s, progress=progress)
         estimate, source = _compiled_estimate(estimate, compiled), "TPU compile, roofline estimate"
     # A config that does not fit is never probed: the analytic estimate already says what to change.
@@ -237,7 +237,9 @@ def _advice(
             "shrink the model, batch_size or seq_len, or raise grad_accum."
         )
     untimed = ""
-    if estimate.step_time_s is None:
+    if estimate.step_time_s is None and parse_accelerator(config.accelerator).kind == "tpu":
+        untimed = " (no step time: install the `tpu` extra, and estimate with probe=true to compile for the slice)"
+    elif estimate.step_time_s is None:
         untimed = " (no step time: no finished run of this shape; estimate with probe=true to time 3 steps)"
     if tokens is None:
         return f"Unknown how many tokens the budget trains{untimed}."

@@ -93,7 +93,7 @@ class SetExperimentStatusRequest(BaseModel):
 
 
 def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> ExperimentList:
-    """Runs by val_bpb with status, parent, config changes, note, crash cause. Use it to pick the run to
+    """Runs by val_bpb with status, parent, changes, note, crash cause. Use it to pick the run to
     build on.
 
     Filter by status, by a changed config field or by sweep; export writes every match as TSV or CSV.

@@ -55,8 +55,7 @@ class LaunchTrainingRequest(TrainConfig):
     distributed: SkipJsonSchema[DistributedConfig] = Field(default_factory=DistributedConfig, exclude=True)
     dataset: str | None = Field(
         default=None,
-        description="Dataset id, cache folder (workspace or allowed root) or builtin:tinyshakespeare; needed "
-        "unless resume_from.",
+        description="Dataset id, cache folder or builtin:tinyshakespeare; needed unless resume_from.",
     )
     note: str | None = Field(default=None, max_length=300, description="One line for the ledger.")
     parent_run: str | None = Field(default=None, description="The run this one changes (the ledger shows the diff).")
@@ -84,7 +83,7 @@ def launch_training(
     sweep_id: str | None = None,
     baseline: bool = False,
 ) -> RunInfo:
-    """Start training a model on a tokenized dataset; returns the run id at once. Use it after tokenize_dataset,
+    """Train a model on a tokenized dataset; returns the run id at once. Use it after tokenize_dataset,
     then wait_for_run.
 
     The run trains as a job on the backend it names (local processes, or a Ray cluster with GPUs or TPU

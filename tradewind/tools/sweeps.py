@@ -77,8 +77,7 @@ class LaunchSweepRequest(BaseModel):
     halving_tokens: list[Annotated[int, Field(gt=0, le=10**15)]] = Field(
         default_factory=list,
         max_length=16,
-        description="Successive-halving rungs (training tokens, increasing); trials outside the best 1/halving_eta "
-        "by eval loss stop at each.",
+        description="Rungs in training tokens, increasing; at each, all but the best 1/halving_eta trials stop.",
     )
     halving_eta: int = Field(2, ge=2, le=16, description="Keep the best 1/eta at each rung.")
     note: str | None = Field(None, max_length=200, description="One line for the ledger.")
@@ -159,7 +158,7 @@ class SweepInfo(BaseModel):
 
 
 def launch_sweep(ctx: ToolContext, request: LaunchSweepRequest, progress: Progress = no_progress) -> SweepInfo:
-    """Runs over a grid or random sample of config values; returns the sweep id at once. Use it to tune
+    """Runs over a grid or random sample of config values; returns at once. Use it to tune
     hyperparameters.
 
     Every trial is launch_training(base + its overrides), checked before anything starts. At most

@@ -230,7 +230,7 @@ class TrainedTokenizer(BaseModel):
 def train_tokenizer(
     ctx: ToolContext, request: TrainTokenizerRequest, progress: Progress = no_progress
 ) -> TrainedTokenizer:
-    """Train a byte-level BPE tokenizer for tokenize_dataset. Use it when byte tokens make sequences too long.
+    """Train a byte-level BPE tokenizer. Use it when byte tokens make sequences too long.
 
     EOS is '<|endoftext|>' (id 0) and BOS
     '<|begin_of_text|>' (id 1). The same request reuses the tokenizer it trained before. Takes about a

@@ -28,7 +28,7 @@ GIB = 2**30
 COMPILE_TIMEOUT_S = 600.0
 # What a compiled step depends on besides the target: a report is reused for another run only if these match.
 STEP_FIELDS = {"model", "optimizer", "batch_size", "seq_len", "grad_accum", "compute_dtype", "mesh", "z_loss"}
-STEP_FIELDS |= {"on_nonfinite"}
+STEP_FIELDS |= {"on_nonfinite", "remat"}
 
 log = get_logger(__name__)
 
@@ -50,10 +50,15 @@ def compile_for_slice(
     workspace's cache when this program was compiled before, else from a compile job.
 
     Raises:
-        InvalidInputError: the mesh or the batch does not split over the slice's chips.
+        InvalidInputError: libtpu is not installed here; the mesh or the batch does not split over the chips.
         TradewindError: the compile job failed (its log's end in the message) or ran past `timeout_s`.
         Cancelled: the caller cancelled.
     """
+    if not can_compile_for_tpu():
+        raise InvalidInputError(
+            "compiling for a TPU slice needs libtpu, which is not installed here: pip install -e '.[tpu]' "
+            "(jax's tpu extra; it compiles for TPUs on any machine)"
+        )
     tpu_type = parse_accelerator(config.accelerator).tpu_type
     check_splits(config, tpu_slice(tpu_type).chips * config.slices)
     job = CompileJob(config=config, vocab_size=vocab_size, tpu_type=tpu_type, slices=config.slices, output_file="")

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from tradewind.cluster.jobs import accelerator_resources, parse_accelerator
 from tradewind.core import NotFoundError, read_json_config
 from tradewind.core.files import Opener, open_plain
+from tradewind.trainer.models.base import Remat
 from tradewind.trainer.models.configs import LlamaConfig, ModelConfig
 
 
@@ -103,14 +104,14 @@ class TrainConfig(BaseModel):
         None,
         gt=0,
         le=604800,
-        description="Seconds to train (compiling excluded), not `steps`; the LR schedule fits them. Ends with "
-        "val_bpb/val_loss.",
+        description="Seconds to train instead of `steps` (compiling excluded); the LR schedule fits them.",
     )
     batch_size: int = Field(16, gt=0, le=2**20, description="Global sequences per update.")
     grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch (saves memory); divides batch_size.")
     seq_len: int = Field(128, gt=0, le=2**20, description="Tokens per sequence; at most model.max_seq_len.")
     seed: int = Field(0, ge=0, lt=2**32, description="Seeds the weights and batch order.")
     z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp(logits)^2); 1e-4 is common.")
+    remat: Remat = Field("none", description="Recompute activations in the backward pass, to save memory.")
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Matmul dtype (params stay float32); auto: bfloat16 on GPU/TPU, else float32."
     )

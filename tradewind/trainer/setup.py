@@ -214,6 +214,7 @@ def compile_steps(
         grad_accum=config.grad_accum,
         z_loss=config.z_loss,
         skip_nonfinite=config.on_nonfinite == "skip",
+        remat=config.remat,
     )
     train_step = jax.jit(
         step_fn,

@@ -21,6 +21,7 @@ import optax
 from flax import nnx
 
 from tradewind.trainer.cross_entropy import fused_cross_entropy
+from tradewind.trainer.models.base import Remat
 
 Params = Any  # an nnx.State of the model's parameters
 TrainStep = Callable[[Params, optax.OptState, Any, Any], tuple[Params, optax.OptState, dict[str, jax.Array]]]
@@ -28,7 +29,7 @@ EvalStep = Callable[[Params, Any], jax.Array]
 
 
 def next_token_loss(
-    graphdef: nnx.GraphDef, params: Params, batch: jax.Array, z_loss: float = 0.0
+    graphdef: nnx.GraphDef, params: Params, batch: jax.Array, z_loss: float = 0.0, remat: Remat = "none"
 ) -> tuple[jax.Array, jax.Array]:
     """Mean loss of predicting `batch[:, 1:]` from `batch[:, :-1]`: `(objective, cross-entropy)`, float32.
 
@@ -41,21 +42,27 @@ def next_token_loss(
         params: the model's parameters.
         batch: token windows [batch, seq + 1] (int32).
         z_loss: weight of the z-loss term (0 leaves it out of the graph).
+        remat: what each block keeps for the backward pass (the same values, less memory, more compute).
     """
     model = nnx.merge(graphdef, params)
-    hidden, _ = model.features(batch[:, :-1])  # [batch, seq, d_model]
+    hidden, _ = model.features(batch[:, :-1], remat=remat)  # [batch, seq, d_model]
     rows = hidden.reshape(-1, hidden.shape[-1]).astype(model.dtype)  # [batch * seq, d_model]
     return fused_cross_entropy(rows, model.head_weight(), batch[:, 1:].reshape(-1), z_loss)
 
 
 def loss_and_grads(
-    graphdef: nnx.GraphDef, params: Params, batch: jax.Array, grad_accum: int, z_loss: float
+    graphdef: nnx.GraphDef,
+    params: Params,
+    batch: jax.Array,
+    grad_accum: int,
+    z_loss: float,
+    remat: Remat = "none",
 ) -> tuple[jax.Array, Params]:
     """Cross-entropy and gradient of the objective, averaged over `grad_accum` equal microbatches."""
 
     def one(microbatch: jax.Array) -> tuple[jax.Array, Params]:
         (_, cross_entropy), grads = jax.value_and_grad(
-            lambda p: next_token_loss(graphdef, p, microbatch, z_loss), has_aux=True
+            lambda p: next_token_loss(graphdef, p, microbatch, z_loss, remat), has_aux=True
         )(params)
         return cross_entropy, grads
 
@@ -80,6 +87,7 @@ def make_train_step(
     grad_accum: int = 1,
     z_loss: float = 0.0,
     skip_nonfinite: bool = False,
+    remat: Remat = "none",
 ) -> TrainStep:
     """The pure update `(params, opt_state, batch, learning_rate) -> (params, opt_state, metrics)`.
 
@@ -91,7 +99,7 @@ def make_train_step(
     """
 
     def train_step(params: Params, opt_state: optax.OptState, batch: jax.Array, learning_rate: jax.Array):
-        loss, grads = loss_and_grads(graphdef, params, batch, grad_accum, z_loss)
+        loss, grads = loss_and_grads(graphdef, params, batch, grad_accum, z_loss, remat)
         grad_norm = optax.tree.norm(grads)
         updates, new_opt_state = optimizer.update(grads, opt_state, params)
         updates = jax.tree.map(lambda update: learning_rate * update, updates)

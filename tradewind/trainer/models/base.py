@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -34,6 +34,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "tie_embeddings": True,
     },
 }
+# What a block keeps for the backward pass while training (`tradewind.trainer.models.layers.REMAT_POLICIES`):
+# everything; nothing but its input (recompute it all); or its matmuls' outputs (recompute the rest).
+Remat = Literal["none", "full", "save_matmuls"]
 TYPE_DESCRIPTION = "'llama' (RMSNorm, rotary, SwiGLU, GQA) or 'gpt2' (LayerNorm, learned positions, GELU)."
 
 

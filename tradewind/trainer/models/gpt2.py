@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from tradewind.trainer.models.base import Remat
 from tradewind.trainer.models.configs import GPT2Config
 from tradewind.trainer.models.layers import (
     Decoder,
@@ -76,9 +77,11 @@ class GPT2(Decoder):
         self.ln_f = nnx.LayerNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 
-    def features(self, tokens: jax.Array, cache: KVCache | None = None):
+    def features(self, tokens: jax.Array, cache: KVCache | None = None, remat: Remat = "none"):
         embed = lambda tokens, positions: self.wte(tokens) + self.wpe(positions)[None]  # noqa: E731
-        return decode(tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, norm=self.ln_f)
+        return decode(
+            tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, norm=self.ln_f, remat=remat
+        )
 
     def head_weight(self) -> jax.Array:
         return head_weight(self.wte, self.lm_head, self.dtype)

@@ -17,12 +17,19 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tradewind.core import ConfigError
+from tradewind.trainer.models.base import Remat
 from tradewind.trainer.models.configs import ModelConfig
 
 # A key/value cache: per layer `(k, v)`, each [batch, max_len, kv_heads, head_dim], and the next position.
 KVCache = dict[str, Any]
 # One block of a model: `(x [batch, seq, d_model], positions [seq], layer cache or None) -> (x, layer cache)`.
 BlockFn = Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
+# `jax.checkpoint` policies of the `Remat` choices: what the backward pass finds saved; it recomputes the rest.
+# (Dots without batch dimensions are the projections and MLP matmuls; attention's scores are recomputed.)
+REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "save_matmuls": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 class RMSNorm(nnx.Module):
@@ -170,12 +177,14 @@ def decode(
     embed: Callable[[jax.Array, jax.Array], jax.Array],
     blocks: Sequence[BlockFn],
     norm: Callable[[jax.Array], jax.Array],
+    remat: Remat = "none",
 ) -> tuple[jax.Array, KVCache | None]:
     """The body of a decoder: tokens [batch, seq] (int) -> final normalised hidden states [batch, seq, d_model].
 
     `embed(tokens, positions)` gives the residual stream, each block updates it, `norm` closes it. With a
     `cache` (from `init_cache`), `tokens` continue the cached sequence at `cache["index"]`; the second
-    result is the cache updated (None without one).
+    result is the cache updated (None without one). `remat` (training, without a cache) says what each
+    block keeps for the backward pass (`REMAT_POLICIES`); the values computed are the same.
     """
     seq = tokens.shape[1]
     if seq > max_seq_len:
@@ -183,6 +192,11 @@ def decode(
     start = 0 if cache is None else cache["index"]
     positions = start + jnp.arange(seq)  # [seq]
     x = embed(tokens, positions)  # [batch, seq, d_model]
+    if cache is None and remat != "none":
+        keep = nnx.remat(lambda block, x: block(x, positions)[0], policy=REMAT_POLICIES[remat])
+        for block in blocks:
+            x = keep(block, x)
+        return norm(x), None
     layers = []
     for i, block in enumerate(blocks):
         x, layer_cache = block(x, positions, None if cache is None else cache["layers"][i])
@@ -200,7 +214,9 @@ class Decoder(nnx.Module):
 
     dtype: Any  # compute dtype of the matmuls
 
-    def features(self, tokens: jax.Array, cache: KVCache | None = None) -> tuple[jax.Array, KVCache | None]:
+    def features(
+        self, tokens: jax.Array, cache: KVCache | None = None, remat: Remat = "none"
+    ) -> tuple[jax.Array, KVCache | None]:
         """Final normalised hidden states [batch, seq, d_model] of tokens [batch, seq], and the cache (`decode`)."""
         raise NotImplementedError
 

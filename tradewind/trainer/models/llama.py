@@ -15,6 +15,7 @@ from typing import Any
 import jax
 from flax import nnx
 
+from tradewind.trainer.models.base import Remat
 from tradewind.trainer.models.configs import LlamaConfig
 from tradewind.trainer.models.layers import (
     Decoder,
@@ -112,9 +113,11 @@ class Llama(Decoder):
         self.norm = RMSNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 
-    def features(self, tokens: jax.Array, cache: KVCache | None = None):
+    def features(self, tokens: jax.Array, cache: KVCache | None = None, remat: Remat = "none"):
         embed = lambda tokens, positions: self.embed(tokens)  # noqa: E731 (positions enter through rotary)
-        return decode(tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, norm=self.norm)
+        return decode(
+            tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, norm=self.norm, remat=remat
+        )
 
     def head_weight(self) -> jax.Array:
         return head_weight(self.embed, self.lm_head, self.dtype)
