@@ -149,7 +149,8 @@ def test_a_tpu_run_too_big_for_its_chips_is_refused_before_it_queues_with_a_chan
     # Real TPU compiles for a v5litepod-8 (libtpu's compile-only client): no TPU, and no Ray cluster needed,
     # since the run is refused before its backend is asked.
     fresh = ToolContext.open(tmp_path / "ws", allowed_paths=(ctx.workspace.datasets_dir,))
-    big = {"d_model": 8192, "n_layers": 2, "n_heads": 64, "max_seq_len": 64}
+    # 1.6 billion parameters, most in a 2**20-token embedding: quick to compile, too big for one chip's 16 GiB.
+    big = {"d_model": 1536, "n_layers": 1, "n_heads": 12, "vocab_size": 2**20, "max_seq_len": 64}
     request = LaunchTrainingRequest(
         dataset=str(ctx.workspace.dataset_dir(dataset_id)),
         model=big,

@@ -35,7 +35,7 @@ from tradewind.trainer.models import build_model, count_params
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.plan import StepPlan
-from tradewind.trainer.sharding import batch_sharding, build_mesh, param_shardings, place
+from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings, place
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.step import EvalStep, Params, TrainStep, make_eval_step, make_train_step
 
@@ -132,12 +132,7 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
     data = open_run_data(config)
     model_config = resolve_model_config(config.model, data.cache.manifest)
     mesh = build_mesh(config.mesh)
-    rows = mesh.shape["data"] * mesh.shape["fsdp"]
-    if (config.batch_size // config.grad_accum) % rows:
-        raise ConfigError(
-            f"batch_size / grad_accum = {config.batch_size // config.grad_accum} must be divisible by the "
-            f"mesh's data * fsdp = {rows}"
-        )
+    check_batch_split(config, mesh)
 
     model = build_model(model_config, rngs=nnx.Rngs(config.seed), dtype=compute_dtype(config.compute_dtype))
     parameters = count_params(model)

@@ -20,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tradewind.core import ConfigError
-from tradewind.trainer.config import MeshConfig
+from tradewind.trainer.config import MeshConfig, TrainConfig
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
@@ -44,6 +44,20 @@ def build_mesh(config: MeshConfig, devices: list[jax.Device] | None = None) -> M
             f"mesh: data * fsdp * tensor = {data} * {config.fsdp} * {config.tensor} must equal the {count} devices"
         )
     return Mesh(np.array(devices).reshape(data, config.fsdp, config.tensor), AXES)
+
+
+def check_batch_split(config: TrainConfig, mesh: Mesh) -> None:
+    """Refuse a microbatch whose rows do not split evenly over the mesh's `data` x `fsdp` devices.
+
+    Raises:
+        ConfigError: naming the microbatch and the devices.
+    """
+    rows = mesh.shape["data"] * mesh.shape["fsdp"]
+    if (config.batch_size // config.grad_accum) % rows:
+        raise ConfigError(
+            f"batch_size / grad_accum = {config.batch_size // config.grad_accum} must be divisible by the mesh's "
+            f"data * fsdp = {rows} ({mesh.devices.size} devices)"
+        )
 
 
 def spec_for(shape: tuple[int, ...], mesh: Mesh) -> P:

@@ -36,14 +36,13 @@ from flax import nnx
 from jax.experimental import topologies
 
 from tradewind.cluster.tpus import TpuSlice, tpu_slice
-from tradewind.core import ConfigError
 from tradewind.trainer.compile import Collective, StepEstimate, TpuCompileReport
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.models import build_model
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.setup import compile_steps, compute_dtype
-from tradewind.trainer.sharding import batch_sharding, build_mesh, param_shardings
+from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4}
@@ -81,12 +80,7 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
         num_slices=slices,
     ).devices
     mesh = build_mesh(config.mesh, list(devices))
-    rows = mesh.shape["data"] * mesh.shape["fsdp"]
-    if (config.batch_size // config.grad_accum) % rows:
-        raise ConfigError(
-            f"batch_size / grad_accum = {config.batch_size // config.grad_accum} must be divisible by the mesh's "
-            f"data * fsdp = {rows} on {slices} x {target.tpu_type} ({len(devices)} chips)"
-        )
+    check_batch_split(config, mesh)
     dtype = compute_dtype(config.compute_dtype, platform="tpu")
     model_config = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
     graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(0), dtype=dtype)))
