@@ -158,13 +158,12 @@ def estimate(args: argparse.Namespace) -> int:
 def compile_for_slice(args: argparse.Namespace) -> int:
     """Compile a run for a TPU slice on this machine (`estimate_run` with a TPU accelerator): HBM per chip
     against the chip's, and the estimated step time, MFU and what the budget trains."""
-    from tradewind.core import InvalidInputError, load_config
+    from tradewind.core import load_config
     from tradewind.tools import LaunchTrainingRequest
     from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
-    from tradewind.tools.tpu_fit import can_compile_for_tpu
+    from tradewind.tools.tpu_fit import require_libtpu
 
-    if not can_compile_for_tpu():
-        raise InvalidInputError("compiling for a TPU slice needs libtpu, not installed here: pip install -e '.[tpu]'")
+    require_libtpu()  # estimate_run would fall back to the analytic estimate
     accelerator = args.accelerator if args.accelerator.startswith("tpu-") else f"tpu-{args.accelerator}"
     placement = [f"accelerator={accelerator}", f"slices={args.slices}"]
     config = load_config(LaunchTrainingRequest, args.config, overrides=[*args.set, *placement])

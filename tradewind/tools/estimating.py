@@ -163,7 +163,7 @@ def _probe(ctx: ToolContext, config: TrainConfig, timeout_s: float, progress: Pr
         env=training_env(ctx, config, "local"),  # as the run will train, sharing its compiled programs
     )
     run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity="probing 3 training steps", progress=progress)
-    return TrainEstimate.model_validate(read_json(out_path))
+    return TrainEstimate.model_validate(read_json(out_path, ctx.workspace.reader("config")))
 
 
 def _compiled_estimate(estimate: TrainEstimate, compiled: TpuCompileReport) -> TrainEstimate:

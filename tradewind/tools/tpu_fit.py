@@ -38,6 +38,19 @@ def can_compile_for_tpu() -> bool:
     return importlib.util.find_spec("libtpu") is not None
 
 
+def require_libtpu() -> None:
+    """Refuse to go on where libtpu is not installed, saying how to install it.
+
+    Raises:
+        InvalidInputError: libtpu is not installed here.
+    """
+    if not can_compile_for_tpu():
+        raise InvalidInputError(
+            "compiling for a TPU slice needs libtpu, which is not installed here: pip install -e '.[tpu]' "
+            "(jax's tpu extra; it compiles for TPUs on any machine)"
+        )
+
+
 def compile_for_slice(
     ctx: ToolContext,
     config: TrainConfig,
@@ -54,11 +67,7 @@ def compile_for_slice(
         TradewindError: the compile job failed (its log's end in the message) or ran past `timeout_s`.
         Cancelled: the caller cancelled.
     """
-    if not can_compile_for_tpu():
-        raise InvalidInputError(
-            "compiling for a TPU slice needs libtpu, which is not installed here: pip install -e '.[tpu]' "
-            "(jax's tpu extra; it compiles for TPUs on any machine)"
-        )
+    require_libtpu()
     tpu_type = parse_accelerator(config.accelerator).tpu_type
     check_splits(config, tpu_slice(tpu_type).chips * config.slices)
     job = CompileJob(config=config, vocab_size=vocab_size, tpu_type=tpu_type, slices=config.slices, output_file="")
@@ -77,7 +86,7 @@ def compile_for_slice(
     )
     activity = f"compiling for {config.slices} x {tpu_type}"
     run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity=activity, progress=progress)
-    report = TpuCompileReport.model_validate(read_json(out_path))
+    report = TpuCompileReport.model_validate(read_json(out_path, ctx.workspace.reader("config")))
     ctx.workspace.make_dir(cached.parent, argument="accelerator")
     ctx.workspace.write_atomic(cached, report.model_dump_json(), argument="accelerator")
     return report
