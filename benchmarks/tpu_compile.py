@@ -30,27 +30,12 @@ from tradewind.trainer import TrainConfig
 from tradewind.trainer.tpu_compile import compile_for_tpu
 
 VOCAB_32K, VOCAB_128K = 32_768, 128_256
+# Each shape: a model preset with its vocabulary, the sequence length, and the slices that hold it.
 SHAPES = {
-    "125m": (
-        {"d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 2048, "vocab_size": VOCAB_32K},
-        2048,
-        ["v5litepod-8"],
-    ),
-    "1b": (
-        {"d_model": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "d_ff": 8192, "vocab_size": VOCAB_128K},
-        2048,
-        ["v5p-8", "v6e-8"],
-    ),
-    "8b": (
-        {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336, "vocab_size": VOCAB_128K},
-        2048,
-        ["v5p-64", "v6e-64"],
-    ),
-    "8b-4k": (
-        {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336, "vocab_size": VOCAB_128K},
-        4096,
-        ["v5p-64", "v6e-64"],
-    ),
+    "125m": ({"preset": "llama-125m", "vocab_size": VOCAB_32K}, 2048, ["v5litepod-8"]),
+    "1b": ({"preset": "llama-1b", "vocab_size": VOCAB_128K}, 2048, ["v5p-8", "v6e-8"]),
+    "8b": ({"preset": "llama-8b", "vocab_size": VOCAB_128K}, 2048, ["v5p-64", "v6e-64"]),
+    "8b-4k": ({"preset": "llama-8b", "vocab_size": VOCAB_128K}, 4096, ["v5p-64", "v6e-64"]),
 }
 
 

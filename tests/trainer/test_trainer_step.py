@@ -9,7 +9,7 @@ from flax import nnx
 from tradewind.trainer import OptimizerConfig, model_config
 from tradewind.trainer.models import build_model
 from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, decay_mask
-from tradewind.trainer.setup import compute_dtype
+from tradewind.trainer.setup import attention_kernel, compute_dtype
 from tradewind.trainer.step import loss_and_grads, make_train_step, next_token_loss
 
 CONFIG = model_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32)
@@ -155,3 +155,29 @@ def test_rematerialising_blocks_changes_no_loss_and_no_gradient(remat, architect
     assert abs(float(loss) - float(kept_loss)) <= 1e-6
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(kept_grads), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [CONFIG, model_config(type="gpt2", vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=32)],
+    ids=["llama-gqa", "gpt2"],
+)
+def test_dot_product_attention_gives_the_reference_loss_and_gradients(config):
+    tokens = batch()
+    results = []
+    for attention in ("reference", "dot_product"):
+        graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), attention=attention))
+        results.append(jax.jit(lambda p, b, g=graphdef: loss_and_grads(g, p, b, 1, 1e-3))(params, tokens))
+    (reference_loss, reference_grads), (loss, grads) = results
+    assert abs(float(loss) - float(reference_loss)) <= 1e-6
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(reference_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_auto_attention_is_cudnns_kernel_on_a_gpu_and_the_reference_elsewhere():
+    assert [attention_kernel("auto", platform) for platform in ("gpu", "cpu", "tpu")] == [
+        "dot_product",
+        "reference",
+        "reference",
+    ]
+    assert attention_kernel("dot_product", "cpu") == "dot_product"

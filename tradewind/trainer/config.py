@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from tradewind.cluster.jobs import accelerator_resources, parse_accelerator
 from tradewind.core import NotFoundError, read_json_config
 from tradewind.core.files import Opener, open_plain
-from tradewind.trainer.models.base import Remat
+from tradewind.trainer.models.base import AttentionChoice, Remat
 from tradewind.trainer.models.configs import LlamaConfig, ModelConfig
 
 
@@ -104,16 +104,20 @@ class TrainConfig(BaseModel):
         None,
         gt=0,
         le=604800,
-        description="Seconds to train instead of `steps` (compiling excluded); the LR schedule fits them.",
+        description="Seconds to train instead of steps (compile excluded); LR schedule fits them.",
     )
     batch_size: int = Field(16, gt=0, le=2**20, description="Global sequences per update.")
-    grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch (saves memory); divides batch_size.")
+    grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch; divides batch_size.")
     seq_len: int = Field(128, gt=0, le=2**20, description="Tokens per sequence; at most model.max_seq_len.")
     seed: int = Field(0, ge=0, lt=2**32, description="Seeds the weights and batch order.")
-    z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp(logits)^2); 1e-4 is common.")
-    remat: Remat = Field("none", description="Recompute activations in the backward pass, to save memory.")
+    z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp^2); 1e-4 is common.")
+    remat: Remat = Field("none", description="Recompute activations in backward, saving memory.")
+    attention: AttentionChoice = Field(
+        "auto",
+        description="dot_product: cuDNN flash on GPU; auto: it on GPU, else reference.",
+    )
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="Matmul dtype (params stay float32); auto: bfloat16 on GPU/TPU, else float32."
+        "auto", description="Matmul dtype (params float32); auto: bfloat16 on GPU/TPU, else float32."
     )
     on_nonfinite: Literal["stop", "skip"] = Field(
         "stop", description="On a NaN/inf loss, fail the run or drop that update."
@@ -124,18 +128,14 @@ class TrainConfig(BaseModel):
     checkpoint: bool = Field(True, description="Save at the end and per `checkpoints`.")
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
     resume: bool = Field(True, description="Continue from the run folder's newest good checkpoint.")
-    init_from: str | None = Field(
-        None, description="Start from an HF Llama/GPT-2 folder (config.json, model.safetensors)."
-    )
+    init_from: str | None = Field(None, description="Start from an HF Llama/GPT-2 folder.")
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
     distributed: DistributedConfig = Field(
         default_factory=DistributedConfig, description="For a gang started by hand (SLURM, a TPU pod's own launcher)."
     )
-    tensorboard: bool = Field(True, description="Also write TensorBoard events (tensorboard/).")
+    tensorboard: bool = Field(True, description="Also write TensorBoard events.")
     wandb_project: str | None = Field(None, description="Also log to this W&B project (`wandb` extra).")
-    peak_flops: float | None = Field(
-        None, gt=0, le=1e18, description="Per device, for MFU; null: looked up (CPU: estimated)."
-    )
+    peak_flops: float | None = Field(None, gt=0, le=1e18, description="Per device, for MFU; null: looked up.")
     backend: Literal["local", "ray"] | None = Field(
         None,
         description="null: settings.yaml's, else 'ray' if RAY_ADDRESS is set, else 'local'.",
@@ -146,9 +146,7 @@ class TrainConfig(BaseModel):
     )
     slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
     replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run (TPU: one per host).")
-    max_retries: int = Field(
-        1, ge=0, le=100, description="Restarts after a kill or preemption, from the newest checkpoint."
-    )
+    max_retries: int = Field(1, ge=0, le=100, description="Restarts after a kill or preemption.")
     pending_timeout_s: float | None = Field(
         None,
         gt=0,
@@ -157,8 +155,7 @@ class TrainConfig(BaseModel):
     )
     resume_from: str | None = Field(
         None,
-        description="Continue this run's newest checkpoint as a new run (same data, model, seed, batch); "
-        "steps: the total.",
+        description="Continue this run's newest checkpoint as a new run; steps: the total.",
     )
 
     @field_validator("accelerator")

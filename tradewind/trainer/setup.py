@@ -32,6 +32,7 @@ from tradewind.trainer.batches import open_run_data
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.flops import peak_flops
 from tradewind.trainer.models import build_model, count_params
+from tradewind.trainer.models.base import Attention, AttentionChoice
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.plan import StepPlan
@@ -48,6 +49,14 @@ def compute_dtype(choice: str, platform: str | None = None) -> Any:
     if choice == "auto":
         return jnp.float32 if (platform or jax.default_backend()) == "cpu" else jnp.bfloat16
     return jnp.dtype(choice)
+
+
+def attention_kernel(choice: AttentionChoice, platform: str | None = None) -> Attention:
+    """The attention kernel of the run's training steps: 'auto' is `dot_product` (cuDNN's flash attention) on a
+    GPU and the reference elsewhere. `platform` as in `compute_dtype`."""
+    if choice == "auto":
+        return "dot_product" if (platform or jax.default_backend()) == "gpu" else "reference"
+    return choice
 
 
 def resolve_model_config(config: ModelConfig, manifest: CacheManifest) -> ModelConfig:
@@ -134,7 +143,8 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
     mesh = build_mesh(config.mesh)
     check_batch_split(config, mesh)
 
-    model = build_model(model_config, rngs=nnx.Rngs(config.seed), dtype=compute_dtype(config.compute_dtype))
+    dtype, attention = compute_dtype(config.compute_dtype), attention_kernel(config.attention)
+    model = build_model(model_config, rngs=nnx.Rngs(config.seed), dtype=dtype, attention=attention)
     parameters = count_params(model)
     graphdef, params = nnx.split(model)
     if initial_params is not None:

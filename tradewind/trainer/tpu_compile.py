@@ -41,7 +41,7 @@ from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.models import build_model
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
-from tradewind.trainer.setup import compile_steps, compute_dtype
+from tradewind.trainer.setup import attention_kernel, compile_steps, compute_dtype
 from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -83,7 +83,9 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
     check_batch_split(config, mesh)
     dtype = compute_dtype(config.compute_dtype, platform="tpu")
     model_config = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
-    graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(0), dtype=dtype)))
+    attention = attention_kernel(config.attention, platform="tpu")
+    build = lambda: build_model(model_config, rngs=nnx.Rngs(0), dtype=dtype, attention=attention)  # noqa: E731
+    graphdef, params = nnx.split(nnx.eval_shape(build))
     optimizer = build_optimizer(config.optimizer)
     params = _laid_out(params, param_shardings(mesh, params))
     opt_state = jax.eval_shape(optimizer.init, params)
@@ -122,7 +124,7 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
         )
     compile_s = time.perf_counter() - start
     memory = train_step.memory_analysis()
-    needed = _hbm_bytes(memory)
+    needed = hbm_needed(memory)
     collectives = collectives_of(train_step.as_text())
     return TpuCompileReport(
         **report,
@@ -132,7 +134,7 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
         hbm_available_bytes=target.chip.hbm_bytes,
         arguments_bytes=memory.argument_size_in_bytes,
         temporaries_bytes=memory.temp_size_in_bytes,
-        eval_hbm_bytes=_hbm_bytes(eval_step.memory_analysis()),
+        eval_hbm_bytes=hbm_needed(eval_step.memory_analysis()),
         collectives=collectives,
         step=estimate_step(config, model_config, target, slices, train_step, collectives),
         compiler_message=None,
@@ -158,7 +160,7 @@ def estimate_step(
     chips = target.chips * slices
     chip = target.chip
     compute_s = model.flops_per_token(config.seq_len) * config.tokens_per_step / chips / chip.peak_bf16_flops
-    cost = _cost(compiled)
+    cost = compiler_cost(compiled)
     hbm_s = cost.get("bytes accessed", 0.0) * config.grad_accum / chip.hbm_bytes_per_s
     ring_bytes_per_s = chip.ici_bytes_per_s / chip.torus_dims / 2
     network_s = sum(c.bytes for c in collectives) / ring_bytes_per_s
@@ -235,7 +237,7 @@ def _bytes_per_chip(tree: Any) -> int:
     return sum(math.prod(x.sharding.shard_shape(x.shape)) * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
-def _hbm_bytes(memory: Any) -> int:
+def hbm_needed(memory: Any) -> int:
     """HBM a compiled program needs per device: arguments, outputs and temporaries, less the aliased buffers."""
     return (
         memory.argument_size_in_bytes
@@ -245,6 +247,8 @@ def _hbm_bytes(memory: Any) -> int:
     )
 
 
-def _cost(compiled: Any) -> dict[str, float]:
+def compiler_cost(compiled: Any) -> dict[str, float]:
+    """The compiler's cost analysis of a compiled program (`flops`, `bytes accessed`, ...; one loop body counted
+    once)."""
     analysis = compiled.cost_analysis()
     return (analysis[0] if isinstance(analysis, list) else analysis) or {}

@@ -33,10 +33,27 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rope_theta": 500000.0,
         "tie_embeddings": True,
     },
+    "llama-8b": {
+        "d_model": 4096,
+        "n_layers": 32,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "d_ff": 14336,
+        "max_seq_len": 8192,
+        "rope_theta": 500000.0,
+        "tie_embeddings": False,
+    },
 }
 # What a block keeps for the backward pass while training (`tradewind.trainer.models.layers.REMAT_POLICIES`):
 # everything; nothing but its input (recompute it all); or its matmuls' outputs (recompute the rest).
 Remat = Literal["none", "full", "save_matmuls"]
+# How a training step computes causal attention (`tradewind.trainer.models.layers.attend`): the reference einsums
+# (half the masked scores skipped), or `jax.nn.dot_product_attention` (cuDNN's fused flash kernel on a GPU in
+# bfloat16, XLA's otherwise). Sampling with a key/value cache always uses the reference.
+Attention = Literal["reference", "dot_product"]
+# A run's choice: 'auto' is dot_product on a GPU (cuDNN's kernel, measured 1.8x faster on an H200) and the
+# reference elsewhere (XLA's dot_product computes every score: slower on CPU; TPU awaits splash attention).
+AttentionChoice = Literal["auto", "reference", "dot_product"]
 TYPE_DESCRIPTION = "'llama' (RMSNorm, rotary, SwiGLU, GQA) or 'gpt2' (LayerNorm, learned positions, GELU)."
 
 

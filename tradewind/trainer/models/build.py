@@ -9,14 +9,18 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from tradewind.trainer.models.base import Attention
 from tradewind.trainer.models.configs import ModelConfig
 
 
-def build_model(config: ModelConfig, *, rngs: nnx.Rngs, dtype: Any = jnp.float32) -> nnx.Module:
-    """Build the model `config` describes (its class's `module`), with freshly initialised weights."""
+def build_model(
+    config: ModelConfig, *, rngs: nnx.Rngs, dtype: Any = jnp.float32, attention: Attention = "reference"
+) -> nnx.Module:
+    """Build the model `config` describes (its class's `module`), with freshly initialised weights; `dtype` is
+    its compute dtype and `attention` the attention kernel of its training steps."""
     module_name, class_name = config.module.rsplit(".", 1)
     model_class = getattr(importlib.import_module(module_name), class_name)
-    return model_class(config, rngs=rngs, dtype=dtype)
+    return model_class(config, rngs=rngs, dtype=dtype, attention=attention)
 
 
 def count_params(model: nnx.Module) -> int:

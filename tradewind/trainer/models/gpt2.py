@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tradewind.trainer.models.base import Remat
+from tradewind.trainer.models.base import Attention, Remat
 from tradewind.trainer.models.configs import GPT2Config
 from tradewind.trainer.models.layers import (
     Decoder,
@@ -32,8 +32,9 @@ from tradewind.trainer.models.layers import (
 class GPT2Attention(nnx.Module):
     """Multi-head causal self-attention with a fused, biased qkv projection."""
 
-    def __init__(self, config: GPT2Config, *, dtype: Any, rngs: nnx.Rngs):
+    def __init__(self, config: GPT2Config, *, dtype: Any, attention: Attention, rngs: nnx.Rngs):
         d_model, self.n_heads, self.head_dim = config.d_model, config.n_heads, config.head_dim
+        self.attention = attention
         init = nnx.initializers.normal(config.init_std)
         self.qkv = nnx.Linear(d_model, 3 * d_model, kernel_init=init, dtype=dtype, rngs=rngs)
         self.proj = nnx.Linear(d_model, d_model, kernel_init=scaled_init(config), dtype=dtype, rngs=rngs)
@@ -42,18 +43,18 @@ class GPT2Attention(nnx.Module):
         batch, seq, _ = x.shape  # [batch, seq, d_model]
         heads = (batch, seq, self.n_heads, self.head_dim)
         q, k, v = (part.reshape(heads) for part in jnp.split(self.qkv(x), 3, axis=-1))
-        out, layer_cache = attend(q, k, v, positions, layer_cache)  # [batch, seq, d_model]
+        out, layer_cache = attend(q, k, v, positions, layer_cache, self.attention)  # [batch, seq, d_model]
         return self.proj(out), layer_cache
 
 
 class GPT2Block(nnx.Module):
     """x + attn(ln(x)), then x + fc2(gelu(fc1(ln(x))))."""
 
-    def __init__(self, config: GPT2Config, *, dtype: Any, rngs: nnx.Rngs):
+    def __init__(self, config: GPT2Config, *, dtype: Any, attention: Attention, rngs: nnx.Rngs):
         d_model, d_ff = config.d_model, config.ff_dim
         init = nnx.initializers.normal(config.init_std)
         self.ln_1 = nnx.LayerNorm(d_model, epsilon=config.norm_eps, rngs=rngs)
-        self.attn = GPT2Attention(config, dtype=dtype, rngs=rngs)
+        self.attn = GPT2Attention(config, dtype=dtype, attention=attention, rngs=rngs)
         self.ln_2 = nnx.LayerNorm(d_model, epsilon=config.norm_eps, rngs=rngs)
         self.fc = nnx.Linear(d_model, d_ff, kernel_init=init, dtype=dtype, rngs=rngs)
         self.fc_out = nnx.Linear(d_ff, d_model, kernel_init=scaled_init(config), dtype=dtype, rngs=rngs)
@@ -67,13 +68,17 @@ class GPT2Block(nnx.Module):
 class GPT2(Decoder):
     """A GPT-2-style decoder-only transformer; same call contract as `Llama`."""
 
-    def __init__(self, config: GPT2Config, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
+    def __init__(
+        self, config: GPT2Config, *, rngs: nnx.Rngs, dtype: Any = jnp.float32, attention: Attention = "reference"
+    ):
         vocab = require_vocab(config)
         self.max_seq_len, self.dtype = config.max_seq_len, dtype
         init = nnx.initializers.normal(config.init_std)
         self.wte = nnx.Embed(vocab, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
         self.wpe = nnx.Embed(config.max_seq_len, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
-        self.blocks = nnx.List([GPT2Block(config, dtype=dtype, rngs=rngs) for _ in range(config.n_layers)])
+        self.blocks = nnx.List(
+            [GPT2Block(config, dtype=dtype, attention=attention, rngs=rngs) for _ in range(config.n_layers)]
+        )
         self.ln_f = nnx.LayerNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 

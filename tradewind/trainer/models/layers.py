@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tradewind.core import ConfigError
-from tradewind.trainer.models.base import Remat
+from tradewind.trainer.models.base import Attention, Remat
 from tradewind.trainer.models.configs import ModelConfig
 
 # A key/value cache: per layer `(k, v)`, each [batch, max_len, kv_heads, head_dim], and the next position.
@@ -142,12 +142,32 @@ def init_cache(config: ModelConfig, batch: int, max_len: int, dtype: Any = jnp.f
     return {"layers": layers, "index": jnp.zeros((), jnp.int32)}
 
 
+def fused_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """`causal_attention` of queries and keys at the same positions by `jax.nn.dot_product_attention`, which
+    takes grouped key/value heads as they are. On a GPU in 16-bit it asks for cuDNN's flash attention (the
+    score matrix is never stored); elsewhere XLA's version, which computes every score (slower than the
+    reference's halves). Scores and softmax are float32, as in the reference."""
+    batch, seq, heads, head_dim = q.shape
+    flash = jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
+    kernel = "cudnn" if flash else "xla"
+    out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=kernel)  # [b, seq, heads, d]
+    return out.reshape(batch, seq, heads * head_dim)
+
+
 def attend(
-    q: jax.Array, k: jax.Array, v: jax.Array, positions: jax.Array, layer_cache: tuple[jax.Array, jax.Array] | None
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    positions: jax.Array,
+    layer_cache: tuple[jax.Array, jax.Array] | None,
+    implementation: Attention = "reference",
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
     """Causal attention of this call's queries over its keys/values, or, with a `layer_cache`, over every
-    position cached so far (this call's keys and values written in first); returns the layer cache too."""
+    position cached so far (this call's keys and values written in first); returns the layer cache too.
+    `implementation` picks the kernel when there is no cache (`Attention`)."""
     if layer_cache is None:
+        if implementation == "dot_product":
+            return fused_causal_attention(q, k, v), None
         return causal_attention(q, k, v, positions, positions), None
     layer_cache = update_cache(layer_cache, k, v, positions[0])
     k, v = layer_cache

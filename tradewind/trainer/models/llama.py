@@ -15,7 +15,7 @@ from typing import Any
 import jax
 from flax import nnx
 
-from tradewind.trainer.models.base import Remat
+from tradewind.trainer.models.base import Attention, Remat
 from tradewind.trainer.models.configs import LlamaConfig
 from tradewind.trainer.models.layers import (
     Decoder,
@@ -36,9 +36,9 @@ from tradewind.trainer.models.layers import (
 class CausalSelfAttention(nnx.Module):
     """Grouped-query self-attention in which each position attends to itself and earlier positions only."""
 
-    def __init__(self, config: LlamaConfig, *, dtype: Any, rngs: nnx.Rngs):
+    def __init__(self, config: LlamaConfig, *, dtype: Any, attention: Attention, rngs: nnx.Rngs):
         d_model, self.n_heads, self.head_dim = config.d_model, config.n_heads, config.head_dim
-        self.kv_heads, self.rope_theta = config.kv_heads, config.rope_theta
+        self.kv_heads, self.rope_theta, self.attention = config.kv_heads, config.rope_theta, attention
         init = nnx.initializers.normal(config.init_std)
         kv_width = self.kv_heads * self.head_dim
         linear = dict(use_bias=False, dtype=dtype, rngs=rngs)
@@ -55,7 +55,7 @@ class CausalSelfAttention(nnx.Module):
         q = apply_rotary(self.q_proj(rows).reshape(batch, seq, self.n_heads, self.head_dim), cos, sin)
         k = apply_rotary(self.k_proj(rows).reshape(batch, seq, self.kv_heads, self.head_dim), cos, sin)
         v = self.v_proj(rows).reshape(batch, seq, self.kv_heads, self.head_dim)  # [batch, seq, kv_heads, head_dim]
-        out, layer_cache = attend(q, k, v, positions, layer_cache)  # [batch, seq, d_model]
+        out, layer_cache = attend(q, k, v, positions, layer_cache, self.attention)  # [batch, seq, d_model]
         return self.o_proj(out.reshape(batch * seq, -1)).reshape(batch, seq, -1), layer_cache
 
 
@@ -80,9 +80,9 @@ class SwiGLU(nnx.Module):
 class Block(nnx.Module):
     """A pre-norm transformer block: x + attention(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, config: LlamaConfig, *, dtype: Any, rngs: nnx.Rngs):
+    def __init__(self, config: LlamaConfig, *, dtype: Any, attention: Attention, rngs: nnx.Rngs):
         self.attn_norm = RMSNorm(config.d_model, eps=config.norm_eps)
-        self.attn = CausalSelfAttention(config, dtype=dtype, rngs=rngs)
+        self.attn = CausalSelfAttention(config, dtype=dtype, attention=attention, rngs=rngs)
         self.mlp_norm = RMSNorm(config.d_model, eps=config.norm_eps)
         self.mlp = SwiGLU(config, dtype=dtype, rngs=rngs)
 
@@ -99,17 +99,22 @@ class Llama(Decoder):
         config: the model's shape; `vocab_size` must be set (the trainer fills it from the dataset).
         rngs: random streams for the weight initialisation.
         dtype: compute dtype of the matmuls (parameters stay float32).
+        attention: the attention kernel of training steps (`Attention`).
 
     Raises:
         ConfigError: `config.vocab_size` is None.
     """
 
-    def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs, dtype: Any = jax.numpy.float32):
+    def __init__(
+        self, config: LlamaConfig, *, rngs: nnx.Rngs, dtype: Any = jax.numpy.float32, attention: Attention = "reference"
+    ):
         vocab = require_vocab(config)
         self.max_seq_len, self.dtype = config.max_seq_len, dtype
         init = nnx.initializers.normal(config.init_std)
         self.embed = nnx.Embed(vocab, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
-        self.blocks = nnx.List([Block(config, dtype=dtype, rngs=rngs) for _ in range(config.n_layers)])
+        self.blocks = nnx.List(
+            [Block(config, dtype=dtype, attention=attention, rngs=rngs) for _ in range(config.n_layers)]
+        )
         self.norm = RMSNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 
