@@ -5,13 +5,17 @@ Command:
     .venv/bin/python benchmarks/tpu_compile.py --only 125m          # one shape
     .venv/bin/python benchmarks/tpu_compile.py --only 125m --max-batch   # also the largest batch per chip that fits
     .venv/bin/python benchmarks/tpu_compile.py --only 125m --remat full  # blocks recomputed in the backward pass
+    .venv/bin/python benchmarks/tpu_compile.py --only 125m --scan        # the blocks as one loop (scan_layers)
+    .venv/bin/python benchmarks/tpu_compile.py --depths                  # compile time against depth, scanned or not
 
 Needs the `tpu` extra. Each shape is a Llama at sequence 2048 (8B at 4096 too) in bfloat16 compute, its
 parameters and AdamW state sharded over every chip of the slice (fsdp), `per_chip_batch` sequences per chip. For
 each it compiles the train and eval steps (`tradewind.trainer.tpu_compile.compile_for_tpu`) and reports HBM
 per chip against the chip's, the compile time here, and the roofline step estimate with its MFU and tokens/s
 per chip: estimates, not measurements. With `--max-batch` it doubles the per-chip batch until a compile runs
-out of HBM, and reports the largest that fitted.
+out of HBM, and reports the largest that fitted. With `--depths` it compiles one narrow Llama (d 256, sequence 512,
+fsdp over a v5litepod-8) at 12 and 48 layers, unrolled and scanned (and at 12 with full remat), to show how
+compile time grows with depth.
 
 One JSON object per line, one line per shape and slice.
 """
@@ -39,9 +43,10 @@ SHAPES = {
 }
 
 
-def config_for(model: dict, seq_len: int, chips: int, per_chip_batch: int, remat: str) -> TrainConfig:
+def config_for(model: dict, seq_len: int, chips: int, per_chip_batch: int, remat: str, scan: bool) -> TrainConfig:
     return TrainConfig(
         remat=remat,
+        scan_layers=scan,
         dataset="unused",
         model={**model, "max_seq_len": seq_len},
         seq_len=seq_len,
@@ -51,10 +56,11 @@ def config_for(model: dict, seq_len: int, chips: int, per_chip_batch: int, remat
     )
 
 
-def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool, remat: str) -> dict:
+def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool, remat: str, scan: bool) -> dict:
     model, seq_len, _ = SHAPES[name]
     chips = tpu_slice(tpu_type).chips
-    report = compile_for_tpu(config_for(model, seq_len, chips, per_chip_batch, remat), model["vocab_size"], tpu_type)
+    config = config_for(model, seq_len, chips, per_chip_batch, remat, scan)
+    report = compile_for_tpu(config, model["vocab_size"], tpu_type)
     row = {
         "shape": name,
         "target": tpu_type,
@@ -62,6 +68,7 @@ def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool, rema
         "seq_len": seq_len,
         "per_chip_batch": per_chip_batch,
         "remat": remat,
+        "scan_layers": scan,
         "parameters": TrainConfig(dataset="unused", model=model).model.count_params(),
         "fits": report.fits,
         "hbm_gib_per_chip": round(report.hbm_bytes / 2**30, 2),
@@ -76,10 +83,33 @@ def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool, rema
     if max_batch:
         largest, batch = (per_chip_batch if report.fits else 0), per_chip_batch * 2
         while report.fits:
-            report = compile_for_tpu(config_for(model, seq_len, chips, batch, remat), model["vocab_size"], tpu_type)
+            config = config_for(model, seq_len, chips, batch, remat, scan)
+            report = compile_for_tpu(config, model["vocab_size"], tpu_type)
             largest, batch = (batch if report.fits else largest), batch * 2
         row["largest_per_chip_batch"] = largest
     return row
+
+
+def depth_scaling() -> list[dict]:
+    """Compile time and HBM per chip of one narrow Llama at 12 and 48 layers, unrolled and scanned (and at 12
+    layers with full remat)."""
+    rows = []
+    cases = [(layers, scan, "none") for scan in (False, True) for layers in (12, 48)]
+    for layers, scan, remat in [*cases, (12, False, "full"), (12, True, "full")]:
+        model = {"d_model": 256, "n_layers": layers, "n_heads": 4, "vocab_size": 8192}
+        report = compile_for_tpu(config_for(model, 512, 8, 1, remat, scan), 8192, "v5litepod-8")
+        rows.append(
+            {
+                "layers": layers,
+                "scan_layers": scan,
+                "remat": remat,
+                "compile_s": round(report.compile_s, 1),
+                "hbm_mib_per_chip": round(report.hbm_bytes / 2**20, 1),
+                "all_gathers": sum(c.count for c in report.collectives if c.kind == "all-gather"),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 def main() -> None:
@@ -88,10 +118,16 @@ def main() -> None:
     parser.add_argument("--per-chip-batch", type=int, default=4, help="sequences per chip (default 4)")
     parser.add_argument("--max-batch", action="store_true", help="also find the largest per-chip batch that fits")
     parser.add_argument("--remat", choices=["none", "full", "save_matmuls"], default="none", help="what blocks keep")
+    parser.add_argument("--scan", action="store_true", help="run the blocks as one loop (scan_layers)")
+    parser.add_argument("--depths", action="store_true", help="only the compile time against depth")
     args = parser.parse_args()
+    if args.depths:
+        depth_scaling()
+        return
     for name in args.only or list(SHAPES):
         for tpu_type in SHAPES[name][2]:
-            print(json.dumps(measure(name, tpu_type, args.per_chip_batch, args.max_batch, args.remat)), flush=True)
+            row = measure(name, tpu_type, args.per_chip_batch, args.max_batch, args.remat, args.scan)
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

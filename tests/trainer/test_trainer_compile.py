@@ -9,11 +9,13 @@ puts `TPU_COMPILE_ENV` in the environment before JAX starts). Without libtpu the
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tpu_helpers import needs_libtpu
 
 from tradewind.cluster.tpus import tpu_slice
+from tradewind.core import ConfigError, load_config
 from tradewind.trainer import TrainConfig
 
 SMALL = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "max_seq_len": 128}
@@ -29,16 +31,10 @@ def small_run(fsdp: int = 4, **settings) -> TrainConfig:
 @needs_libtpu
 @pytest.mark.parametrize(
     ("tpu_type", "slices", "chips", "hosts"),
-    [
-        ("v4-8", 1, 4, 1),
-        ("v5litepod-8", 1, 8, 1),
-        ("v5litepod-16", 1, 16, 4),
-        ("v5p-8", 1, 4, 1),
-        ("v6e-8", 1, 8, 1),
-        ("v5litepod-8", 2, 16, 2),
-    ],
+    [("v4-8", 1, 4, 1), ("v5litepod-16", 1, 16, 4), ("v5litepod-8", 2, 16, 2)],
 )
-def test_a_run_compiles_for_each_generation_a_multi_host_slice_and_two_slices(tpu_type, slices, chips, hosts):
+def test_a_run_compiles_for_a_megacore_chip_a_multi_host_slice_and_two_slices(tpu_type, slices, chips, hosts):
+    # Every generation is compiled for by the shipped-experiments test below.
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
     report = compile_for_tpu(small_run(), vocab_size=512, tpu_type=tpu_type, slices=slices)
@@ -141,3 +137,52 @@ def test_rematerialising_blocks_cuts_the_temporaries_a_chip_holds():
         for remat in ("none", "full")
     }
     assert temporaries["full"] < temporaries["none"] / 2, temporaries
+
+
+SHIPPED = sorted((Path(__file__).parents[2] / "experiments").glob("*.yaml"))
+TARGETS = [("v4-8", 1), ("v5litepod-8", 1), ("v5litepod-16", 1), ("v5p-8", 1), ("v6e-8", 1), ("v5litepod-8", 2)]
+
+
+def shrunk(path: Path) -> TrainConfig:
+    """The shipped config with a one-block, 64-wide model on 64-token sequences; everything else as shipped (its
+    optimizer, batch and grad accumulation, z-loss, precision, skip policy, mesh and head). Its full size is
+    `benchmarks/tpu_compile.py`'s to compile."""
+    config = load_config(TrainConfig, path)
+    grouped = config.model.kv_heads < config.model.n_heads
+    small = {"d_model": 64, "n_layers": 1, "n_heads": 4, "d_ff": None, "max_seq_len": 64, "vocab_size": 512}
+    model = config.model.model_copy(update=small | ({"n_kv_heads": 2} if grouped else {}))
+    return config.model_copy(update={"model": model, "seq_len": 64})
+
+
+@pytest.mark.slow
+@needs_libtpu
+@pytest.mark.parametrize("path", SHIPPED, ids=[path.stem for path in SHIPPED])
+def test_every_shipped_experiment_compiles_for_each_target_or_is_refused_for_its_mesh(path):
+    from tradewind.trainer.tpu_compile import compile_for_tpu
+
+    config = shrunk(path)
+    for tpu_type, slices in TARGETS:
+        chips = tpu_slice(tpu_type).chips * slices
+        if chips % (config.mesh.fsdp * config.mesh.tensor):
+            with pytest.raises(ConfigError, match=r"mesh: fsdp \* tensor = \d+ does not divide"):
+                compile_for_tpu(config, vocab_size=512, tpu_type=tpu_type, slices=slices)
+            continue
+        report = compile_for_tpu(config, vocab_size=512, tpu_type=tpu_type, slices=slices)
+        assert report.chips == chips and report.fits and report.step is not None, (tpu_type, slices)
+
+
+@needs_libtpu
+def test_over_two_slices_only_the_data_axis_spans_them():
+    from jax.experimental import topologies
+
+    from tradewind.trainer.config import MeshConfig
+    from tradewind.trainer.sharding import build_mesh
+
+    target = tpu_slice("v5litepod-8")
+    devices = topologies.get_topology_desc(
+        platform="tpu", topology_name=target.jax_topology, chips_per_host_bounds=target.host_bounds, num_slices=2
+    ).devices
+    mesh = build_mesh(MeshConfig(data=4, fsdp=4), list(devices))
+    assert [{device.slice_index for device in row.flat} for row in mesh.devices] == [{0}, {0}, {1}, {1}]
+    with pytest.raises(ConfigError, match=r"data = 1 must be a multiple of the 2 slices.*fsdp \* tensor = 16"):
+        build_mesh(MeshConfig(data=1, fsdp=16), list(devices))

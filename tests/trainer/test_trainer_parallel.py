@@ -57,10 +57,12 @@ def single_device_losses(tiny_config, tmp_path_factory) -> np.ndarray:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("blocks", [{}, {"scan_layers": True, "remat": "full"}], ids=["unrolled", "scanned-remat"])
 def test_a_data_fsdp_tensor_mesh_of_eight_cpu_devices_matches_one_device_for_twenty_steps(
-    tiny_config, single_device_losses, tmp_path
+    tiny_config, single_device_losses, tmp_path, blocks
 ):
-    sharded = prepare(tmp_path / "sharded", parallel_config(tiny_config, data=2, fsdp=2, tensor=2))
+    config = parallel_config(tiny_config, data=2, fsdp=2, tensor=2).model_copy(update=blocks)
+    sharded = prepare(tmp_path / "sharded", config)
     assert "'data': 2, 'fsdp': 2, 'tensor': 2" in finish(trainer(sharded.root, devices=8))
     assert len(single_device_losses) == 20
     np.testing.assert_allclose(losses(sharded), single_device_losses, rtol=1e-5)

@@ -181,3 +181,30 @@ def test_auto_attention_is_cudnns_kernel_on_a_gpu_and_the_reference_elsewhere():
         "reference",
     ]
     assert attention_kernel("dot_product", "cpu") == "dot_product"
+
+
+@pytest.mark.parametrize("remat", ["none", "full"])
+@pytest.mark.parametrize("architecture", ["llama", "gpt2"])
+def test_scanning_the_blocks_changes_no_loss_and_no_gradient(remat, architecture):
+    config = model_config(type=architecture, vocab_size=64, d_model=32, n_layers=3, n_heads=4, max_seq_len=32)
+    tokens = batch()
+    results = []
+    for scan_layers in (False, True):
+        graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), scan_layers=scan_layers))
+        results.append(jax.jit(lambda p, b, g=graphdef: loss_and_grads(g, p, b, 2, 1e-3, remat))(params, tokens))
+    (unrolled_loss, unrolled_grads), (loss, grads) = results
+    assert abs(float(loss) - float(unrolled_loss)) <= 1e-6
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(unrolled_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def compiled_dots(n_layers, scan_layers):
+    config = model_config(vocab_size=64, d_model=32, n_layers=n_layers, n_heads=4, max_seq_len=32)
+    graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), scan_layers=scan_layers))
+    step = jax.jit(lambda p, b: loss_and_grads(graphdef, p, b, 1, 0.0))
+    return step.lower(params, batch()).compile().as_text().count(" dot(")
+
+
+def test_a_scanned_model_compiles_one_block_however_deep_it_is():
+    assert compiled_dots(2, scan_layers=True) == compiled_dots(6, scan_layers=True)
+    assert compiled_dots(6, scan_layers=False) > compiled_dots(2, scan_layers=False)

@@ -41,7 +41,7 @@ from tradewind.cluster.jobs import (
     JobSpec,
     JobStatus,
 )
-from tradewind.cluster.tpus import tpu_topology
+from tradewind.cluster.tpus import megascale_env, tpu_topology
 
 RESULT_PREFIX = "[tradewind] result "
 STARTED_LINE = "[tradewind] replicas started"
@@ -67,6 +67,19 @@ def replica_count(spec: JobSpec) -> int:
             f"a {spec.resources.tpu_type} x{spec.resources.tpu_slices} job runs {needed} replicas, not {spec.replicas}"
         )
     return needed
+
+
+def replica_env(spec: JobSpec, index: int, count: int, coordinator: str | None) -> dict[str, str]:
+    """The gang variables of replica `index` of `count`: its process id and, in a gang, the coordinator's
+    `host:port` and the process count; over several TPU slices also libtpu's multi-slice variables (replicas
+    run slice by slice, as `ray_bundles` places them)."""
+    env = {PROCESS_ID_ENV: str(index)}
+    if coordinator is not None:
+        env |= {COORDINATOR_ENV: coordinator, PROCESS_COUNT_ENV: str(count)}
+    slices = spec.resources.tpu_slices
+    if spec.resources.tpu_type is not None and slices > 1 and coordinator is not None:
+        env |= megascale_env(coordinator.rsplit(":", 1)[0], slices, index // (count // slices))
+    return env
 
 
 def ray_bundles(spec: JobSpec) -> tuple[list[dict[str, float]], str]:
@@ -270,9 +283,9 @@ def drive(job_id: str, spec: JobSpec) -> int:
         counts = {"attempts": attempts, "failures": failures, "preemptions": preemptions}
         at = {i: PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i) for i in range(count)}
         env = {**spec.env, JOB_ID_ENV: job_id, ATTEMPT_ENV: str(attempts)}
+        address = None
         if count > 1:
             address = ray.get(ray.remote(num_cpus=0)(_node_address).options(scheduling_strategy=at[0]).remote())
-            env |= {COORDINATOR_ENV: address, PROCESS_COUNT_ENV: str(count)}
         refs[:] = []
         for i in range(count):
             options = {k: v for k, v in bundles[i].items() if k not in ("CPU", "GPU", "memory")}
@@ -283,7 +296,7 @@ def drive(job_id: str, spec: JobSpec) -> int:
                     memory=bundles[i].get("memory"),
                     resources=options or None,
                     scheduling_strategy=at[i],
-                ).remote(spec.argv(python=sys.executable), {**env, PROCESS_ID_ENV: str(i)}, spec.cwd)
+                ).remote(spec.argv(python=sys.executable), env | replica_env(spec, i, count, address), spec.cwd)
             )
         print(f"{STARTED_LINE} (attempt {attempts}, {count} replicas)", flush=True)
         deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None

@@ -167,3 +167,18 @@ def tpu_slice(tpu_type: str) -> TpuSlice:
     hosts, per_host = TPU_TYPES[name]
     family = name.partition("-")[0]
     return TpuSlice(tpu_type=name, family=family, hosts=hosts, chips_per_host=per_host, chip=CHIPS[family])
+
+
+# libtpu's multi-slice coordinator listens on this port of slice 0's first host.
+MEGASCALE_PORT = 8081
+
+
+def megascale_env(coordinator_host: str, slices: int, slice_id: int) -> dict[str, str]:
+    """What libtpu reads to join `slices` TPU slices over the data-centre network (multi-slice JAX): slice 0's
+    first host as the coordinator, how many slices, and which one this host is in."""
+    return {
+        "MEGASCALE_COORDINATOR_ADDRESS": f"{coordinator_host}:{MEGASCALE_PORT}",
+        "MEGASCALE_PORT": str(MEGASCALE_PORT),
+        "MEGASCALE_NUM_SLICES": str(slices),
+        "MEGASCALE_SLICE_ID": str(slice_id),
+    }

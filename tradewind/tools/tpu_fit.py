@@ -28,7 +28,7 @@ GIB = 2**30
 COMPILE_TIMEOUT_S = 600.0
 # What a compiled step depends on besides the target: a report is reused for another run only if these match.
 STEP_FIELDS = {"model", "optimizer", "batch_size", "seq_len", "grad_accum", "compute_dtype", "mesh", "z_loss"}
-STEP_FIELDS |= {"on_nonfinite", "remat", "attention"}
+STEP_FIELDS |= {"on_nonfinite", "remat", "attention", "scan_layers"}
 
 log = get_logger(__name__)
 
@@ -99,7 +99,7 @@ def check_fits_slice(ctx: ToolContext, config: TrainConfig, vocab_size: int, pro
 
     Raises:
         InvalidInputError: it does not fit; the message names the bytes needed and available and one change
-            (fsdp over every chip, or twice the gradient accumulation) that compiles within the chip.
+            (fsdp over every chip, full remat, or twice the gradient accumulation) that compiles within the chip.
     """
     if not can_compile_for_tpu():
         log.warning("libtpu is not installed: %s is launched without checking that it fits", config.accelerator)
@@ -141,12 +141,15 @@ def _change_that_fits(
     ctx: ToolContext, config: TrainConfig, vocab_size: int, report: TpuCompileReport, progress: Progress
 ) -> str:
     """One change that makes the run fit, found by compiling it: parameters sharded over every chip, else
-    half the microbatch (twice grad_accum). Names what else to try when neither does."""
+    activations recomputed (full remat, scanned blocks), else half the microbatch (twice grad_accum). Names
+    what else to try when none does."""
     mesh = config.mesh
     changes = []
     if mesh.fsdp * mesh.tensor < report.chips:
         fsdp = report.chips // mesh.tensor
         changes.append((f"mesh.fsdp={fsdp}", {"mesh": {"data": -1, "fsdp": fsdp, "tensor": mesh.tensor}}))
+    if config.remat != "full":  # scanned: with full remat it needs less HBM than unrolled (benchmarks page)
+        changes.append(("remat=full and scan_layers=true", {"remat": "full", "scan_layers": True}))
     changes.append((f"grad_accum={2 * config.grad_accum}", {"grad_accum": 2 * config.grad_accum}))
     for name, update in changes:
         try:

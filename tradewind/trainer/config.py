@@ -99,7 +99,7 @@ class TrainConfig(BaseModel):
     )
     model: ModelConfig = Field(default_factory=LlamaConfig, description="Architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
-    steps: int = Field(200, gt=0, le=10**9, description="Optimizer updates (ignored with time_budget_s).")
+    steps: int = Field(200, gt=0, le=10**9, description="Optimizer updates (unless time_budget_s).")
     time_budget_s: float | None = Field(
         None,
         gt=0,
@@ -109,36 +109,35 @@ class TrainConfig(BaseModel):
     batch_size: int = Field(16, gt=0, le=2**20, description="Global sequences per update.")
     grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch; divides batch_size.")
     seq_len: int = Field(128, gt=0, le=2**20, description="Tokens per sequence; at most model.max_seq_len.")
-    seed: int = Field(0, ge=0, lt=2**32, description="Seeds the weights and batch order.")
+    seed: int = Field(0, ge=0, lt=2**32, description="Seeds weights and batch order.")
     z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp^2); 1e-4 is common.")
-    remat: Remat = Field("none", description="Recompute activations in backward, saving memory.")
+    remat: Remat = Field("none", description="Recompute activations in backward (less memory).")
     attention: AttentionChoice = Field(
         "auto",
-        description="dot_product: cuDNN flash on GPU; auto: it on GPU, else reference.",
+        description="auto: dot_product (cuDNN) on GPU, else reference.",
     )
+    scan_layers: bool = Field(False, description="Scan the blocks: quicker compiles, more memory.")
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="Matmul dtype (params float32); auto: bfloat16 on GPU/TPU, else float32."
+        "auto", description="Matmul dtype; auto: bfloat16 on GPU/TPU, else float32."
     )
-    on_nonfinite: Literal["stop", "skip"] = Field(
-        "stop", description="On a NaN/inf loss, fail the run or drop that update."
-    )
-    eval_every: int = Field(50, gt=0, le=10**9, description="Steps between evals (also first and last).")
-    eval_batches: int = Field(4, gt=0, le=10**4, description="Val batches per eval, the same each time.")
+    on_nonfinite: Literal["stop", "skip"] = Field("stop", description="On NaN/inf loss: fail, or drop the update.")
+    eval_every: int = Field(50, gt=0, le=10**9, description="Steps between evals (and first, last).")
+    eval_batches: int = Field(4, gt=0, le=10**4, description="Val batches per eval.")
     log_every: int = Field(10, gt=0, le=10**9, description="Steps per metrics row.")
     checkpoint: bool = Field(True, description="Save at the end and per `checkpoints`.")
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
-    resume: bool = Field(True, description="Continue from the run folder's newest good checkpoint.")
+    resume: bool = Field(True, description="Continue from the run's newest good checkpoint.")
     init_from: str | None = Field(None, description="Start from an HF Llama/GPT-2 folder.")
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
     distributed: DistributedConfig = Field(
         default_factory=DistributedConfig, description="For a gang started by hand (SLURM, a TPU pod's own launcher)."
     )
     tensorboard: bool = Field(True, description="Also write TensorBoard events.")
-    wandb_project: str | None = Field(None, description="Also log to this W&B project (`wandb` extra).")
+    wandb_project: str | None = Field(None, description="Also log to this W&B project (wandb extra).")
     peak_flops: float | None = Field(None, gt=0, le=1e18, description="Per device, for MFU; null: looked up.")
     backend: Literal["local", "ray"] | None = Field(
         None,
-        description="null: settings.yaml's, else 'ray' if RAY_ADDRESS is set, else 'local'.",
+        description="null: settings.yaml's, else ray if RAY_ADDRESS, else local.",
     )
     accelerator: str = Field(
         "cpu",
@@ -151,7 +150,7 @@ class TrainConfig(BaseModel):
         None,
         gt=0,
         le=604800,
-        description="Fail if not started within this; null: 1800 on Ray, none locally.",
+        description="Fail if not started by then; null: 1800 s on Ray.",
     )
     resume_from: str | None = Field(
         None,

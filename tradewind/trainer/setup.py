@@ -143,8 +143,13 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
     mesh = build_mesh(config.mesh)
     check_batch_split(config, mesh)
 
-    dtype, attention = compute_dtype(config.compute_dtype), attention_kernel(config.attention)
-    model = build_model(model_config, rngs=nnx.Rngs(config.seed), dtype=dtype, attention=attention)
+    model = build_model(
+        model_config,
+        rngs=nnx.Rngs(config.seed),
+        dtype=compute_dtype(config.compute_dtype),
+        attention=attention_kernel(config.attention),
+        scan_layers=config.scan_layers,
+    )
     parameters = count_params(model)
     graphdef, params = nnx.split(model)
     if initial_params is not None:

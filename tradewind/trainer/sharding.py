@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -27,10 +28,11 @@ BATCH_AXES = ("data", "fsdp")
 
 
 def build_mesh(config: MeshConfig, devices: list[jax.Device] | None = None) -> Mesh:
-    """A `(data, fsdp, tensor)` mesh over `devices` (all of them, across processes, by default).
+    """A `(data, fsdp, tensor)` mesh over `devices` (all of them, across processes, by default). Over several
+    TPU slices it is a hybrid mesh whose data axis spans the slices.
 
     Raises:
-        ConfigError: the axis sizes do not multiply to the number of devices.
+        ConfigError: the axis sizes do not multiply to the number of devices, or fsdp x tensor spans slices.
     """
     devices = jax.devices() if devices is None else devices
     count = len(devices)
@@ -43,7 +45,18 @@ def build_mesh(config: MeshConfig, devices: list[jax.Device] | None = None) -> M
         raise ConfigError(
             f"mesh: data * fsdp * tensor = {data} * {config.fsdp} * {config.tensor} must equal the {count} devices"
         )
-    return Mesh(np.array(devices).reshape(data, config.fsdp, config.tensor), AXES)
+    slices = len({getattr(device, "slice_index", 0) for device in devices})
+    if slices == 1:
+        return Mesh(np.array(devices).reshape(data, config.fsdp, config.tensor), AXES)
+    # Several TPU slices talk over the data-centre network (DCN), far slower than a slice's own links (ICI):
+    # only the data axis may span slices, so fsdp's gathers and tensor's reductions stay inside one.
+    if data % slices:
+        raise ConfigError(
+            f"mesh: data = {data} must be a multiple of the {slices} slices: only the data axis may span slices "
+            f"(fsdp * tensor = {config.fsdp * config.tensor} devices must fit in one slice)"
+        )
+    ici, dcn = (data // slices, config.fsdp, config.tensor), (slices, 1, 1)
+    return Mesh(mesh_utils.create_hybrid_device_mesh(ici, dcn, devices), AXES)
 
 
 def check_batch_split(config: TrainConfig, mesh: Mesh) -> None:

@@ -83,9 +83,12 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
     check_batch_split(config, mesh)
     dtype = compute_dtype(config.compute_dtype, platform="tpu")
     model_config = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
-    attention = attention_kernel(config.attention, platform="tpu")
-    build = lambda: build_model(model_config, rngs=nnx.Rngs(0), dtype=dtype, attention=attention)  # noqa: E731
-    graphdef, params = nnx.split(nnx.eval_shape(build))
+    execution = {
+        "dtype": dtype,
+        "attention": attention_kernel(config.attention, platform="tpu"),
+        "scan_layers": config.scan_layers,
+    }
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(0), **execution)))
     optimizer = build_optimizer(config.optimizer)
     params = _laid_out(params, param_shardings(mesh, params))
     opt_state = jax.eval_shape(optimizer.init, params)

@@ -69,10 +69,16 @@ class GPT2(Decoder):
     """A GPT-2-style decoder-only transformer; same call contract as `Llama`."""
 
     def __init__(
-        self, config: GPT2Config, *, rngs: nnx.Rngs, dtype: Any = jnp.float32, attention: Attention = "reference"
+        self,
+        config: GPT2Config,
+        *,
+        rngs: nnx.Rngs,
+        dtype: Any = jnp.float32,
+        attention: Attention = "reference",
+        scan_layers: bool = False,
     ):
         vocab = require_vocab(config)
-        self.max_seq_len, self.dtype = config.max_seq_len, dtype
+        self.max_seq_len, self.dtype, self.scan_layers = config.max_seq_len, dtype, scan_layers
         init = nnx.initializers.normal(config.init_std)
         self.wte = nnx.Embed(vocab, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
         self.wpe = nnx.Embed(config.max_seq_len, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
@@ -85,7 +91,14 @@ class GPT2(Decoder):
     def features(self, tokens: jax.Array, cache: KVCache | None = None, remat: Remat = "none"):
         embed = lambda tokens, positions: self.wte(tokens) + self.wpe(positions)[None]  # noqa: E731
         return decode(
-            tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, norm=self.ln_f, remat=remat
+            tokens,
+            cache,
+            max_seq_len=self.max_seq_len,
+            embed=embed,
+            blocks=self.blocks,
+            norm=self.ln_f,
+            remat=remat,
+            scan=self.scan_layers,
         )
 
     def head_weight(self) -> jax.Array:

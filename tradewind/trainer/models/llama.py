@@ -100,16 +100,23 @@ class Llama(Decoder):
         rngs: random streams for the weight initialisation.
         dtype: compute dtype of the matmuls (parameters stay float32).
         attention: the attention kernel of training steps (`Attention`).
+        scan_layers: run the blocks of training steps as one loop (`layers.scan_blocks`).
 
     Raises:
         ConfigError: `config.vocab_size` is None.
     """
 
     def __init__(
-        self, config: LlamaConfig, *, rngs: nnx.Rngs, dtype: Any = jax.numpy.float32, attention: Attention = "reference"
+        self,
+        config: LlamaConfig,
+        *,
+        rngs: nnx.Rngs,
+        dtype: Any = jax.numpy.float32,
+        attention: Attention = "reference",
+        scan_layers: bool = False,
     ):
         vocab = require_vocab(config)
-        self.max_seq_len, self.dtype = config.max_seq_len, dtype
+        self.max_seq_len, self.dtype, self.scan_layers = config.max_seq_len, dtype, scan_layers
         init = nnx.initializers.normal(config.init_std)
         self.embed = nnx.Embed(vocab, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
         self.blocks = nnx.List(
@@ -121,7 +128,14 @@ class Llama(Decoder):
     def features(self, tokens: jax.Array, cache: KVCache | None = None, remat: Remat = "none"):
         embed = lambda tokens, positions: self.embed(tokens)  # noqa: E731 (positions enter through rotary)
         return decode(
-            tokens, cache, max_seq_len=self.max_seq_len, embed=embed, blocks=self.blocks, norm=self.norm, remat=remat
+            tokens,
+            cache,
+            max_seq_len=self.max_seq_len,
+            embed=embed,
+            blocks=self.blocks,
+            norm=self.norm,
+            remat=remat,
+            scan=self.scan_layers,
         )
 
     def head_weight(self) -> jax.Array:
