@@ -17,14 +17,15 @@ from tpu_helpers import needs_libtpu
 from tradewind.cluster.tpus import tpu_slice
 from tradewind.core import ConfigError, load_config
 from tradewind.trainer import TrainConfig
+from tradewind.trainer.compile import Collective
 
 SMALL = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "max_seq_len": 128}
 
 
-def small_run(fsdp: int = 4, **settings) -> TrainConfig:
-    """A small Llama, batch 16 of 128 tokens, its parameters sharded over `fsdp` chips."""
+def small_run(fsdp: int = 4, model: dict = SMALL, **settings) -> TrainConfig:
+    """A small Llama (by default), batch 16 of 128 tokens, its parameters sharded over `fsdp` chips."""
     fields = {"batch_size": 16, "seq_len": 128, "compute_dtype": "auto", **settings}
-    return TrainConfig(dataset="unused", model=SMALL, mesh={"fsdp": fsdp}, **fields)
+    return TrainConfig(dataset="unused", model=model, mesh={"fsdp": fsdp}, **fields)
 
 
 @pytest.mark.slow
@@ -100,6 +101,38 @@ def test_collectives_are_counted_by_kind_with_the_bytes_each_chip_sends_around_a
         "all-reduce": (1, 2 * 128 * 4 * 3 // 4),  # a reduce-scatter then an all-gather
         "reduce-scatter": (1, 32 * 4 * 3),  # 3 of the input's 4 parts go out
     }
+
+
+def test_a_collective_in_a_loop_body_counts_once_per_iteration_nested_loops_multiplying():
+    from tradewind.trainer.tpu_compile import collectives_of
+
+    hlo = """HloModule jit_train_step
+
+%cond.1 (p: (s32[])) -> pred[] {
+  %constant.1 = s32[] constant(12)
+  ROOT %lt.1 = pred[] compare(%gte.1, %constant.1), direction=LT
+}
+
+%layer.2 (p: (s32[], f32[128])) -> (s32[], f32[128]) {
+  %all-reduce.2 = f32[128]{0} all-reduce(%g), channel_id=2, replica_groups={{0,1}}
+}
+
+%cond.3 (p: (s32[])) -> pred[] {
+  %constant.3 = s32[] constant(4)
+  ROOT %lt.3 = pred[] compare(%gte.3, %constant.3), direction=LT
+}
+
+%microbatch.4 (p: (s32[])) -> (s32[]) {
+  %while.4 = (s32[], f32[128]) while(%t), condition=%cond.1, body=%layer.2
+}
+
+ENTRY %main.5 (p: f32[128]) -> f32[128] {
+  %while.5 = (s32[]) while(%t), condition=%cond.3, body=%microbatch.4
+  %all-reduce.5 = f32[128]{0} all-reduce(%h), channel_id=5, replica_groups={{0,1}}
+}
+"""
+    # 12 layers in each of 4 microbatches, and one more outside both loops.
+    assert collectives_of(hlo) == [Collective(kind="all-reduce", count=4 * 12 + 1, bytes=(4 * 12 + 1) * 512)]
 
 
 @pytest.mark.slow
@@ -186,3 +219,37 @@ def test_over_two_slices_only_the_data_axis_spans_them():
     assert [{device.slice_index for device in row.flat} for row in mesh.devices] == [{0}, {0}, {1}, {1}]
     with pytest.raises(ConfigError, match=r"data = 1 must be a multiple of the 2 slices.*fsdp \* tensor = 16"):
         build_mesh(MeshConfig(data=1, fsdp=16), list(devices))
+
+
+@needs_libtpu
+@pytest.mark.parametrize("architecture", ["llama", "gpt2"])
+def test_a_block_split_over_four_chips_by_tensor_needs_megatrons_two_all_reduces(architecture):
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from jax.experimental import topologies
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from tradewind.trainer import model_config
+    from tradewind.trainer.config import MeshConfig
+    from tradewind.trainer.models import build_model
+    from tradewind.trainer.sharding import build_mesh, param_shardings
+    from tradewind.trainer.tpu_compile import collectives_of
+
+    target = tpu_slice("v5litepod-4")
+    devices = topologies.get_topology_desc(
+        platform="tpu", topology_name=target.jax_topology, chips_per_host_bounds=target.host_bounds
+    ).devices
+    mesh = build_mesh(MeshConfig(data=1, fsdp=1, tensor=4), list(devices))
+    config = model_config(type=architecture, vocab_size=512, d_model=256, n_layers=1, n_heads=8, max_seq_len=128)
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0))).blocks[0])
+    params = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), params, param_shardings(mesh, params)
+    )
+    whole = NamedSharding(mesh, P())
+    x = jax.ShapeDtypeStruct((8, 128, 256), jnp.float32, sharding=whole)
+    forward = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x, jnp.arange(128))[0], out_shardings=whole)
+    kinds = {c.kind: c.count for c in collectives_of(forward.lower(params, x).compile().as_text())}
+    # After the attention's output projection and after the MLP's down projection; no weight is gathered.
+    assert kinds.get("all-reduce") == 2 and "all-gather" not in kinds and "reduce-scatter" not in kinds, kinds

@@ -1,4 +1,4 @@
-"""Where arrays live on the device mesh: the mesh from its axis sizes, the rule by shape, and placement.
+"""Where arrays live on the device mesh: the mesh from its axis sizes, the rules by module and by shape, placement.
 
 The checks run in a process with eight CPU devices (XLA's host-device flag), as multi-device runs see them.
 """
@@ -10,11 +10,12 @@ import sys
 
 import jax
 import pytest
+from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
 from tradewind.core import ConfigError
 from tradewind.trainer import MeshConfig
-from tradewind.trainer.sharding import build_mesh, spec_for
+from tradewind.trainer.sharding import AXES, build_mesh, param_shardings, spec_for
 
 EIGHT_DEVICES = """
 import json
@@ -88,3 +89,49 @@ def test_on_one_device_nothing_is_split():
     assert spec_for((8, 6), mesh) == P(None, None)
     with pytest.raises(ConfigError, match="must equal the 1 devices"):
         build_mesh(MeshConfig(data=2), devices=jax.devices()[:1])
+
+
+def specs_of(architecture: str, mesh) -> dict[str, P]:
+    """Each weight's partition spec, by its path in the model (block 0 standing for every block)."""
+    from flax import nnx
+
+    from tradewind.trainer import model_config
+    from tradewind.trainer.models import build_model
+
+    config = model_config(type=architecture, vocab_size=64, d_model=32, n_layers=1, n_heads=4, max_seq_len=16)
+    _, params = nnx.split(nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0))))
+    return {
+        jax.tree_util.keystr(path).removesuffix(".value"): sharding.spec
+        for path, sharding in jax.tree_util.tree_flatten_with_path(param_shardings(mesh, params))[0]
+    }
+
+
+def test_weights_split_megatrons_way_columns_then_rows_and_the_vocabulary_over_tensor():
+    mesh = AbstractMesh((2, 2, 2), AXES)
+    llama = specs_of("llama", mesh)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        assert llama[f"['blocks'][0]['attn']['{name}']['kernel']"] == P("fsdp", "tensor")  # column-parallel
+    assert llama["['blocks'][0]['attn']['o_proj']['kernel']"] == P("tensor", "fsdp")  # row-parallel
+    assert llama["['blocks'][0]['mlp']['gate_proj']['kernel']"] == P("fsdp", "tensor")
+    assert llama["['blocks'][0]['mlp']['down_proj']['kernel']"] == P("tensor", "fsdp")
+    assert llama["['embed']['embedding']"] == P(("tensor", "fsdp"), None)  # rows over both
+    assert llama["['norm']['scale']"] == P()
+    gpt2 = specs_of("gpt2", mesh)
+    assert gpt2["['blocks'][0]['attn']['qkv']['bias']"] == P("tensor")
+    assert gpt2["['blocks'][0]['fc_out']['kernel']"] == P("tensor", "fsdp")
+    assert gpt2["['wpe']['embedding']"] == P(None, "fsdp")
+
+
+def test_an_optimizer_moment_lands_where_its_parameter_does_and_a_factored_one_stays_whole():
+    from tradewind.trainer import OptimizerConfig
+    from tradewind.trainer.optimizer import build_optimizer
+
+    mesh = AbstractMesh((2, 2, 2), AXES)
+    kernel = {"blocks": {0: {"mlp": {"down_proj": {"kernel": jax.ShapeDtypeStruct((96, 32), "float32")}}}}}
+    adam = param_shardings(mesh, jax.eval_shape(build_optimizer(OptimizerConfig()).init, kernel))
+    moments = [s.spec for s in jax.tree.leaves(adam) if s.spec != P()]
+    assert moments == [P("tensor", "fsdp"), P("tensor", "fsdp")]  # mu and nu
+    large = {"blocks": {0: {"mlp": {"down_proj": {"kernel": jax.ShapeDtypeStruct((256, 256), "float32")}}}}}
+    factored = jax.eval_shape(build_optimizer(OptimizerConfig(type="adafactor")).init, large)  # row and column sums
+    assert {x.shape for x in jax.tree.leaves(factored)} == {(), (1,), (256,)}
+    assert all(s.spec == P() for s in jax.tree.leaves(param_shardings(mesh, factored)))

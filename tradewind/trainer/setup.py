@@ -234,7 +234,10 @@ def compile_steps(
     )
     learning_rate = jax.ShapeDtypeStruct((), jnp.float32, sharding=scalar)
     eval_step = jax.jit(make_eval_step(graphdef))
-    return train_step.lower(params, opt_state, batch, learning_rate).compile(), eval_step.lower(params, batch).compile()
+    with jax.set_mesh(mesh):  # the model pins its activations' batch split on this mesh (`layers.batch_sharded`)
+        train_lowered = train_step.lower(params, opt_state, batch, learning_rate)
+        eval_lowered = eval_step.lower(params, batch)
+    return train_lowered.compile(), eval_lowered.compile()
 
 
 def evaluate(setup: TrainSetup, params: Params) -> float:

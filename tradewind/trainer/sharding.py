@@ -1,9 +1,16 @@
 """The device mesh and where every array lives on it: parameters, optimizer state and batches.
 
 The mesh has three axes, `("data", "fsdp", "tensor")`. Batches split their rows over `data` x `fsdp`.
-Each matrix (any array of two or more dimensions) splits its first dimension over `fsdp` and its last over
-`tensor` when those sizes divide them, and is replicated along a dimension otherwise; vectors and scalars
-are replicated. The rule looks only at shapes, so an Adam moment lands exactly where its parameter does.
+
+Each weight names its logical axes by the module that holds it (`WEIGHT_AXES`), and `RULES` maps them to mesh
+axes, Megatron's way: the width of the residual stream (`embed`) splits over `fsdp`; the attention heads and
+the MLP's hidden units over `tensor`, so a block's first matmuls (q, k, v; gate and up) split their outputs
+(column-parallel) and the matmuls after them (o; down) their inputs (row-parallel), and each half of a block
+needs one all-reduce over `tensor`; the vocabulary splits over `tensor` (and then `fsdp`) in the embedding
+and the head. A dimension its mesh axes do not divide stays whole. Arrays of no known module (norm scales
+are vectors) follow the shape rule `spec_for`. An optimizer's moments sit under the same module names, so
+each lands where its parameter does. The model pins its residual stream to the batch split
+(`models.layers.batch_sharded`).
 
 Example:
     mesh = build_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
@@ -12,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -25,6 +33,19 @@ from tradewind.trainer.config import MeshConfig, TrainConfig
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
+# The logical axes of each weight, by the module that holds it: kernels are [in, out], embeddings [rows, width].
+WEIGHT_AXES = {
+    **dict.fromkeys(("q_proj", "k_proj", "v_proj", "qkv"), ("embed", "heads")),
+    **dict.fromkeys(("o_proj", "proj"), ("heads", "embed")),
+    **dict.fromkeys(("gate_proj", "up_proj", "fc"), ("embed", "mlp")),
+    **dict.fromkeys(("down_proj", "fc_out"), ("mlp", "embed")),
+    **dict.fromkeys(("embed", "wte"), ("vocab", "embed")),
+    "wpe": ("position", "embed"),
+    "lm_head": ("embed", "vocab"),
+}
+# The mesh axes each logical axis splits over, in order; an axis an earlier dimension took is skipped, and the
+# others (position) stay whole. The vocabulary takes fsdp too, so an embedding is split by rows over both.
+RULES = {"embed": ("fsdp",), "heads": ("tensor",), "mlp": ("tensor",), "vocab": ("tensor", "fsdp")}
 
 
 def build_mesh(config: MeshConfig, devices: list[jax.Device] | None = None) -> Mesh:
@@ -74,7 +95,8 @@ def check_batch_split(config: TrainConfig, mesh: Mesh) -> None:
 
 
 def spec_for(shape: tuple[int, ...], mesh: Mesh) -> P:
-    """The partition spec of an array of `shape` under the module's rule."""
+    """The shape rule, for arrays of no known module: a matrix (two or more dimensions) splits its first
+    dimension over `fsdp` and its last over `tensor` where the sizes divide; vectors and scalars stay whole."""
     if len(shape) < 2:
         return P()
     dims: list[Any] = [None] * len(shape)
@@ -85,9 +107,36 @@ def spec_for(shape: tuple[int, ...], mesh: Mesh) -> P:
     return P(*dims)
 
 
+def weight_spec(names: list[str], shape: tuple[int, ...], mesh: Mesh) -> P:
+    """The partition spec of the array at a tree path of `names` (`[..., module, variable]`): by its module's
+    logical axes (`WEIGHT_AXES`, `RULES`), else by `spec_for`."""
+    variable = next((i for i in range(len(names) - 1, 0, -1) if names[i] in ("kernel", "embedding", "bias")), None)
+    axes = WEIGHT_AXES.get(names[variable - 1]) if variable is not None else None
+    if axes is None:
+        return spec_for(shape, mesh)
+    if names[variable] == "bias":
+        axes = axes[-1:]
+    if len(axes) != len(shape):  # a factored moment (Adafactor's row or column statistics)
+        return P()
+    dims: list[Any] = []
+    taken: set[str] = set()
+    for axis, size in zip(axes, shape, strict=True):
+        split = tuple(a for a in RULES.get(axis, ()) if a not in taken and mesh.shape[a] > 1)
+        while split and size % math.prod(mesh.shape[a] for a in split):
+            split = split[:-1]  # the last mesh axes that do not divide the size go
+        taken.update(split)
+        dims.append(split[0] if len(split) == 1 else (split or None))
+    return P(*dims)
+
+
 def param_shardings(mesh: Mesh, tree: Any) -> Any:
-    """A `NamedSharding` for every leaf of `tree` (arrays or `jax.ShapeDtypeStruct`s)."""
-    return jax.tree.map(lambda x: NamedSharding(mesh, spec_for(tuple(x.shape), mesh)), tree)
+    """A `NamedSharding` for every leaf of `tree` (arrays or `jax.ShapeDtypeStruct`s), by `weight_spec`."""
+
+    def sharding(path: tuple, x: Any) -> NamedSharding:
+        names = [str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", "")))) for key in path]
+        return NamedSharding(mesh, weight_spec(names, tuple(x.shape), mesh))
+
+    return jax.tree_util.tree_map_with_path(sharding, tree)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -54,6 +54,9 @@ _MESH_GROUPS = re.compile(r"replica_groups=mesh\[(.*?)\](?:, device_ids=\(.*?\))
 # `%name = SHAPE op(OPERANDS...)` where op is a collective or its async start; SHAPE may be a tuple, and a TPU
 # layout (`{1,0:T(8,128)}`) holds parentheses, so the op is found by its name.
 _COLLECTIVE_LINE = re.compile(r"= (.*?) (" + "|".join(COLLECTIVES) + r")(-start)?\(")
+_COMPUTATION = re.compile(r"^(ENTRY )?%(\S+) ")
+_WHILE = re.compile(r"condition=%([\w.\-]+), body=%([\w.\-]+)")
+_CONSTANT = re.compile(r"constant\((\d+)\)")
 _OUT_OF_MEMORY = re.compile(r"temporaries \(([\d.]+)([KMGT]?)\)")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -155,8 +158,9 @@ def estimate_step(
     """The roofline step time of a compiled train step on `slices` slices of `target`.
 
     Compute: the model's FLOPs per token (forward and backward; what MFU counts) times the step's tokens, shared
-    by the chips, over the chip's peak. HBM: the compiler's bytes accessed, times `grad_accum` (its analysis
-    counts a loop's body once; the optimizer's share is then over-counted). Network: each chip's collective
+    by the chips, over the chip's peak. HBM: the compiler's bytes accessed, times `grad_accum` and, with
+    scanned layers, `n_layers` (its analysis counts a loop's body once; what lies outside the loops is then
+    over-counted, so the HBM term bounds the truth from above). Network: each chip's collective
     bytes over a ring on one torus axis (two of the chip's `2 x dims` links), plus, with several slices, the
     float32 gradients of one host's chips crossing the data-centre network twice (an all-reduce over slices).
     """
@@ -164,7 +168,8 @@ def estimate_step(
     chip = target.chip
     compute_s = model.flops_per_token(config.seq_len) * config.tokens_per_step / chips / chip.peak_bf16_flops
     cost = compiler_cost(compiled)
-    hbm_s = cost.get("bytes accessed", 0.0) * config.grad_accum / chip.hbm_bytes_per_s
+    loops = config.grad_accum * (model.n_layers if config.scan_layers else 1)  # the analysis counts a body once
+    hbm_s = cost.get("bytes accessed", 0.0) * loops / chip.hbm_bytes_per_s
     ring_bytes_per_s = chip.ici_bytes_per_s / chip.torus_dims / 2
     network_s = sum(c.bytes for c in collectives) / ring_bytes_per_s
     if slices > 1:  # each host's share of the float32 gradients, reduced across slices over DCN
@@ -175,8 +180,8 @@ def estimate_step(
         seconds=seconds,
         method=(
             "roofline per chip, the largest of: model FLOPs / peak bf16 FLOP/s; compiler's bytes accessed x "
-            "grad_accum / HBM bandwidth; collective bytes / ICI ring bandwidth (+ DCN between slices). Assumes "
-            "they overlap fully; an estimate, not a measurement"
+            "grad_accum (x n_layers if scanned, an upper bound) / HBM bandwidth; collective bytes / ICI ring "
+            "bandwidth (+ DCN between slices). Assumes they overlap fully; an estimate, not a measurement"
         ),
         compute_s=compute_s,
         hbm_s=hbm_s,
@@ -193,24 +198,53 @@ def collectives_of(hlo: str) -> list[Collective]:
     Each is costed as a ring over its group of n devices: an all-gather sends (n-1)/n of its output, a
     reduce-scatter n-1 times its output, an all-reduce twice (n-1)/n of its array, an all-to-all (n-1)/n of it,
     a permute all of it. An asynchronous collective counts once, at its `-start` (whose result pairs its input
-    with its output).
+    with its output). One inside a loop (scanned layers, gradient accumulation) counts once per iteration.
     """
     counts: Counter[str] = Counter()
     sent: Counter[str] = Counter()
-    for line in hlo.splitlines():
-        found = _COLLECTIVE_LINE.search(line)
-        if found is None:
-            continue
-        result, kind, start = found.groups()
-        shapes = _SHAPE.findall(result)
-        size, n = _bytes_of(shapes[-1:] if start else shapes), _group_size(line)
-        share = (n - 1) / n
-        counts[kind] += 1
-        sent[kind] += round(
-            {"all-gather": share, "reduce-scatter": n - 1, "all-reduce": 2 * share, "all-to-all": share}.get(kind, 1)
-            * size
-        )
+    computations = _computations(hlo)
+    runs = _runs_per_step(computations)
+    for name, lines in computations.items():
+        for line in lines:
+            found = _COLLECTIVE_LINE.search(line)
+            if found is None:
+                continue
+            result, kind, start = found.groups()
+            shapes = _SHAPE.findall(result)
+            size, n = _bytes_of(shapes[-1:] if start else shapes), _group_size(line)
+            share = (n - 1) / n
+            ring = {"all-gather": share, "reduce-scatter": n - 1, "all-reduce": 2 * share, "all-to-all": share}
+            counts[kind] += runs.get(name, 1)
+            sent[kind] += round(ring.get(kind, 1) * size) * runs.get(name, 1)
     return [Collective(kind=kind, count=counts[kind], bytes=sent[kind]) for kind in COLLECTIVES if counts[kind]]
+
+
+def _computations(hlo: str) -> dict[str, list[str]]:
+    """The instruction lines of each computation of an HLO module's text, by name (the entry's, and those of a
+    fragment with no computation around them, under `ENTRY`)."""
+    computations: dict[str, list[str]] = {"ENTRY": []}
+    lines = computations["ENTRY"]
+    for line in hlo.splitlines():
+        if not line.startswith(" ") and line.endswith("{") and (found := _COMPUTATION.match(line)):
+            lines = computations.setdefault("ENTRY" if found.group(1) else found.group(2), [])
+        elif line.startswith(" "):
+            lines.append(line)
+    return computations
+
+
+def _runs_per_step(computations: dict[str, list[str]]) -> dict[str, int]:
+    """How many times each loop body runs per call of the program, nested loops multiplying: its condition's
+    bound, the integer constant the loop counter is compared with."""
+    runs, pending = {"ENTRY": 1}, ["ENTRY"]
+    while pending:
+        caller = pending.pop()
+        for line in computations.get(caller, []):
+            if found := _WHILE.search(line):
+                condition, body = found.groups()
+                bounds = [int(c) for line in computations.get(condition, []) for c in _CONSTANT.findall(line)]
+                runs[body] = runs[caller] * max(bounds, default=1)
+                pending.append(body)
+    return runs
 
 
 def _group_size(line: str) -> int:
