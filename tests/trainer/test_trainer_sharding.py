@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 from tradewind.core import ConfigError
 from tradewind.trainer import MeshConfig
-from tradewind.trainer.sharding import AXES, build_mesh, param_shardings, spec_for
+from tradewind.trainer.sharding import AXES, build_mesh, param_shardings, spec_for, weight_spec
 
 EIGHT_DEVICES = """
 import json
@@ -116,6 +116,8 @@ def test_weights_split_megatrons_way_columns_then_rows_and_the_vocabulary_over_t
     assert llama["['blocks'][0]['mlp']['down_proj']['kernel']"] == P("tensor", "fsdp")
     assert llama["['embed']['embedding']"] == P(("tensor", "fsdp"), None)  # rows over both
     assert llama["['norm']['scale']"] == P()
+    # An untied head splits its vocabulary the same way and keeps its width whole.
+    assert weight_spec(["lm_head", "kernel"], (32, 64), mesh) == P(None, ("tensor", "fsdp"))
     gpt2 = specs_of("gpt2", mesh)
     assert gpt2["['blocks'][0]['attn']['qkv']['bias']"] == P("tensor")
     assert gpt2["['blocks'][0]['fc_out']['kernel']"] == P("tensor", "fsdp")

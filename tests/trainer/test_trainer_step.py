@@ -174,13 +174,16 @@ def test_dot_product_attention_gives_the_reference_loss_and_gradients(config):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
-def test_auto_attention_is_cudnns_kernel_on_a_gpu_and_the_reference_elsewhere():
-    assert [attention_kernel("auto", platform) for platform in ("gpu", "cpu", "tpu")] == [
+def test_auto_attention_is_cudnns_kernel_on_a_gpu_in_16_bit_and_the_reference_elsewhere():
+    bf16, f32 = jnp.bfloat16, jnp.float32
+    cases = [(bf16, "gpu"), (f32, "gpu"), (bf16, "tpu"), (f32, "cpu")]
+    assert [attention_kernel("auto", dtype, platform) for dtype, platform in cases] == [
         "dot_product",
         "reference",
         "reference",
+        "reference",
     ]
-    assert attention_kernel("dot_product", "cpu") == "dot_product"
+    assert attention_kernel("dot_product", f32, "cpu") == "dot_product"
 
 
 @pytest.mark.parametrize("remat", ["none", "full"])

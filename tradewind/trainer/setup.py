@@ -51,11 +51,12 @@ def compute_dtype(choice: str, platform: str | None = None) -> Any:
     return jnp.dtype(choice)
 
 
-def attention_kernel(choice: AttentionChoice, platform: str | None = None) -> Attention:
-    """The attention kernel of the run's training steps: 'auto' is `dot_product` (cuDNN's flash attention) on a
-    GPU and the reference elsewhere. `platform` as in `compute_dtype`."""
+def attention_kernel(choice: AttentionChoice, dtype: Any, platform: str | None = None) -> Attention:
+    """The attention kernel of the run's training steps: 'auto' is `dot_product` where it is cuDNN's flash
+    attention (a GPU, 16-bit compute `dtype`) and the reference elsewhere. `platform` as in `compute_dtype`."""
     if choice == "auto":
-        return "dot_product" if (platform or jax.default_backend()) == "gpu" else "reference"
+        flash = (platform or jax.default_backend()) == "gpu" and jnp.dtype(dtype).itemsize == 2
+        return "dot_product" if flash else "reference"
     return choice
 
 
@@ -143,11 +144,12 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
     mesh = build_mesh(config.mesh)
     check_batch_split(config, mesh)
 
+    dtype = compute_dtype(config.compute_dtype)
     model = build_model(
         model_config,
         rngs=nnx.Rngs(config.seed),
-        dtype=compute_dtype(config.compute_dtype),
-        attention=attention_kernel(config.attention),
+        dtype=dtype,
+        attention=attention_kernel(config.attention, dtype),
         scan_layers=config.scan_layers,
     )
     parameters = count_params(model)

@@ -88,7 +88,7 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
     model_config = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
     execution = {
         "dtype": dtype,
-        "attention": attention_kernel(config.attention, platform="tpu"),
+        "attention": attention_kernel(config.attention, dtype, platform="tpu"),
         "scan_layers": config.scan_layers,
     }
     graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(0), **execution)))

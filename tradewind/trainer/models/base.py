@@ -51,8 +51,8 @@ Remat = Literal["none", "full", "save_matmuls"]
 # (half the masked scores skipped), or `jax.nn.dot_product_attention` (cuDNN's fused flash kernel on a GPU in
 # bfloat16, XLA's otherwise). Sampling with a key/value cache always uses the reference.
 Attention = Literal["reference", "dot_product"]
-# A run's choice: 'auto' is dot_product on a GPU (cuDNN's kernel, measured 1.8x faster on an H200) and the
-# reference elsewhere (XLA's dot_product computes every score: slower on CPU; TPU awaits splash attention).
+# A run's choice: 'auto' is dot_product on a GPU in 16-bit (cuDNN's kernel, measured 1.8x faster on an H200) and
+# the reference elsewhere (XLA's dot_product computes every score: slower; TPU awaits splash attention).
 AttentionChoice = Literal["auto", "reference", "dot_product"]
 TYPE_DESCRIPTION = "'llama' (RMSNorm, rotary, SwiGLU, GQA) or 'gpt2' (LayerNorm, learned positions, GELU)."
 

@@ -204,10 +204,11 @@ def batch_sharded(x: jax.Array) -> jax.Array:
 def scan_blocks(blocks: Sequence[nnx.Module], x: jax.Array, positions: jax.Array, remat: Remat) -> jax.Array:
     """`x` [batch, seq, d_model] through `blocks` in order, as one `jax.lax.scan` over their stacked weights.
 
-    XLA compiles the block once rather than once per layer: a 48-layer step compiled for a TPU slice 3.2 times
+    XLA compiles the block once rather than once per layer: a 48-layer step compiled for a TPU slice 3.3 times
     faster than unrolled. The weights stay one module per block, so checkpoints, exports and sampling see no
-    difference; but the stack is a copy made inside the step, and the step needs more memory (1.5 times the
-    HBM per chip at 48 layers, twice at 12), which stacked weights in the state would avoid.
+    difference; but the stack is a copy made inside the step, and XLA gathers each weight's fsdp shards once,
+    before the loop: without remat the step needs more HBM than unrolled, with full remat less
+    (docs/reports/benchmarks.md). Weights kept stacked in the train state would avoid both.
     """
     graphdef, _ = nnx.split(blocks[0])
     stacked = jax.tree.map(lambda *layers: jnp.stack(layers), *(nnx.state(block) for block in blocks))
