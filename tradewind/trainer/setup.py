@@ -60,6 +60,19 @@ def attention_kernel(choice: AttentionChoice, dtype: Any, platform: str | None =
     return choice
 
 
+def build_run_model(config: TrainConfig, model_config: ModelConfig, platform: str | None = None) -> nnx.Module:
+    """The run's model, as its steps execute it: the precision policy's compute dtype, the attention kernel
+    and scanned or unrolled blocks for `platform` (as in `compute_dtype`), weights seeded by `config.seed`."""
+    dtype = compute_dtype(config.compute_dtype, platform)
+    return build_model(
+        model_config,
+        rngs=nnx.Rngs(config.seed),
+        dtype=dtype,
+        attention=attention_kernel(config.attention, dtype, platform),
+        scan_layers=config.scan_layers,
+    )
+
+
 def resolve_model_config(config: ModelConfig, manifest: CacheManifest) -> ModelConfig:
     """`config` with `vocab_size` taken from the dataset's tokenizer when it is None.
 
@@ -144,14 +157,7 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
     mesh = build_mesh(config.mesh)
     check_batch_split(config, mesh)
 
-    dtype = compute_dtype(config.compute_dtype)
-    model = build_model(
-        model_config,
-        rngs=nnx.Rngs(config.seed),
-        dtype=dtype,
-        attention=attention_kernel(config.attention, dtype),
-        scan_layers=config.scan_layers,
-    )
+    model = build_run_model(config, model_config)
     parameters = count_params(model)
     graphdef, params = nnx.split(model)
     if initial_params is not None:

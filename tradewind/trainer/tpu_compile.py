@@ -38,10 +38,9 @@ from jax.experimental import topologies
 from tradewind.cluster.tpus import TpuSlice, tpu_slice
 from tradewind.trainer.compile import Collective, StepEstimate, TpuCompileReport
 from tradewind.trainer.config import TrainConfig
-from tradewind.trainer.models import build_model
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
-from tradewind.trainer.setup import attention_kernel, compile_steps, compute_dtype
+from tradewind.trainer.setup import build_run_model, compile_steps, compute_dtype
 from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -86,12 +85,7 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
     check_batch_split(config, mesh)
     dtype = compute_dtype(config.compute_dtype, platform="tpu")
     model_config = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
-    execution = {
-        "dtype": dtype,
-        "attention": attention_kernel(config.attention, dtype, platform="tpu"),
-        "scan_layers": config.scan_layers,
-    }
-    graphdef, params = nnx.split(nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(0), **execution)))
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: build_run_model(config, model_config, platform="tpu")))
     optimizer = build_optimizer(config.optimizer)
     params = _laid_out(params, param_shardings(mesh, params))
     opt_state = jax.eval_shape(optimizer.init, params)

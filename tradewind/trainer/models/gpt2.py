@@ -14,13 +14,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tradewind.trainer.models.base import Attention, Remat
+from tradewind.trainer.models.base import Attention
 from tradewind.trainer.models.configs import GPT2Config
 from tradewind.trainer.models.layers import (
     Decoder,
-    KVCache,
     attend,
-    decode,
     head_weight,
     output_head,
     over_token_rows,
@@ -88,18 +86,11 @@ class GPT2(Decoder):
         self.ln_f = nnx.LayerNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 
-    def features(self, tokens: jax.Array, cache: KVCache | None = None, remat: Remat = "none"):
-        embed = lambda tokens, positions: self.wte(tokens) + self.wpe(positions)[None]  # noqa: E731
-        return decode(
-            tokens,
-            cache,
-            max_seq_len=self.max_seq_len,
-            embed=embed,
-            blocks=self.blocks,
-            norm=self.ln_f,
-            remat=remat,
-            scan=self.scan_layers,
-        )
+    def embed_tokens(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
+        return self.wte(tokens) + self.wpe(positions)[None]
+
+    def final_norm(self, x: jax.Array) -> jax.Array:
+        return self.ln_f(x)
 
     def head_weight(self) -> jax.Array:
         return head_weight(self.wte, self.lm_head, self.dtype)

@@ -270,12 +270,32 @@ class Decoder(nnx.Module):
     it can fuse the projection with the cross-entropy (`tradewind.trainer.cross_entropy`)."""
 
     dtype: Any  # compute dtype of the matmuls
+    max_seq_len: int
+    blocks: Sequence[BlockFn]
+    scan_layers: bool  # training steps run the blocks as one loop (`scan_blocks`)
+
+    def embed_tokens(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
+        """The residual stream [batch, seq, d_model] that tokens [batch, seq] at `positions` [seq] start."""
+        raise NotImplementedError
+
+    def final_norm(self, x: jax.Array) -> jax.Array:
+        """The normalisation after the last block."""
+        raise NotImplementedError
 
     def features(
         self, tokens: jax.Array, cache: KVCache | None = None, remat: Remat = "none"
     ) -> tuple[jax.Array, KVCache | None]:
         """Final normalised hidden states [batch, seq, d_model] of tokens [batch, seq], and the cache (`decode`)."""
-        raise NotImplementedError
+        return decode(
+            tokens,
+            cache,
+            max_seq_len=self.max_seq_len,
+            embed=self.embed_tokens,
+            blocks=self.blocks,
+            norm=self.final_norm,
+            remat=remat,
+            scan=self.scan_layers,
+        )
 
     def head_weight(self) -> jax.Array:
         """The output projection [d_model, vocab] in the compute dtype."""

@@ -15,15 +15,13 @@ from typing import Any
 import jax
 from flax import nnx
 
-from tradewind.trainer.models.base import Attention, Remat
+from tradewind.trainer.models.base import Attention
 from tradewind.trainer.models.configs import LlamaConfig
 from tradewind.trainer.models.layers import (
     Decoder,
-    KVCache,
     RMSNorm,
     apply_rotary,
     attend,
-    decode,
     head_weight,
     output_head,
     over_token_rows,
@@ -125,18 +123,11 @@ class Llama(Decoder):
         self.norm = RMSNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 
-    def features(self, tokens: jax.Array, cache: KVCache | None = None, remat: Remat = "none"):
-        embed = lambda tokens, positions: self.embed(tokens)  # noqa: E731 (positions enter through rotary)
-        return decode(
-            tokens,
-            cache,
-            max_seq_len=self.max_seq_len,
-            embed=embed,
-            blocks=self.blocks,
-            norm=self.norm,
-            remat=remat,
-            scan=self.scan_layers,
-        )
+    def embed_tokens(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
+        return self.embed(tokens)  # positions enter through the rotary embedding
+
+    def final_norm(self, x: jax.Array) -> jax.Array:
+        return self.norm(x)
 
     def head_weight(self) -> jax.Array:
         return head_weight(self.embed, self.lm_head, self.dtype)
