@@ -6,6 +6,7 @@ Command:
     .venv/bin/python benchmarks/tpu_compile.py --only 125m --max-batch   # also the largest batch per chip that fits
     .venv/bin/python benchmarks/tpu_compile.py --only 125m --remat full  # blocks recomputed in the backward pass
     .venv/bin/python benchmarks/tpu_compile.py --only 125m --scan        # the blocks as one loop (scan_layers)
+    .venv/bin/python benchmarks/tpu_compile.py --only 125m --attention reference  # not splash (auto's pick)
     .venv/bin/python benchmarks/tpu_compile.py --depths                  # compile time against depth, scanned or not
 
 Needs the `tpu` extra. Each shape is a Llama at sequence 2048 (8B at 4096 too) in bfloat16 compute, its
@@ -43,10 +44,10 @@ SHAPES = {
 }
 
 
-def config_for(model: dict, seq_len: int, chips: int, per_chip_batch: int, remat: str, scan: bool) -> TrainConfig:
+def config_for(model: dict, seq_len: int, chips: int, per_chip_batch: int, **choices) -> TrainConfig:
+    """The shape's run: `choices` are its `remat`, `scan_layers` and `attention`."""
     return TrainConfig(
-        remat=remat,
-        scan_layers=scan,
+        **choices,
         dataset="unused",
         model={**model, "max_seq_len": seq_len},
         seq_len=seq_len,
@@ -56,10 +57,10 @@ def config_for(model: dict, seq_len: int, chips: int, per_chip_batch: int, remat
     )
 
 
-def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool, remat: str, scan: bool) -> dict:
+def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool, **choices) -> dict:
     model, seq_len, _ = SHAPES[name]
     chips = tpu_slice(tpu_type).chips
-    config = config_for(model, seq_len, chips, per_chip_batch, remat, scan)
+    config = config_for(model, seq_len, chips, per_chip_batch, **choices)
     report = compile_for_tpu(config, model["vocab_size"], tpu_type)
     row = {
         "shape": name,
@@ -67,8 +68,9 @@ def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool, rema
         "chips": chips,
         "seq_len": seq_len,
         "per_chip_batch": per_chip_batch,
-        "remat": remat,
-        "scan_layers": scan,
+        "remat": config.remat,
+        "scan_layers": config.scan_layers,
+        "attention": report.attention,
         "parameters": TrainConfig(dataset="unused", model=model).model.count_params(),
         "fits": report.fits,
         "hbm_gib_per_chip": round(report.hbm_bytes / 2**30, 2),
@@ -83,7 +85,7 @@ def measure(name: str, tpu_type: str, per_chip_batch: int, max_batch: bool, rema
     if max_batch:
         largest, batch = (per_chip_batch if report.fits else 0), per_chip_batch * 2
         while report.fits:
-            config = config_for(model, seq_len, chips, batch, remat, scan)
+            config = config_for(model, seq_len, chips, batch, **choices)
             report = compile_for_tpu(config, model["vocab_size"], tpu_type)
             largest, batch = (batch if report.fits else largest), batch * 2
         row["largest_per_chip_batch"] = largest
@@ -97,7 +99,7 @@ def depth_scaling() -> list[dict]:
     cases = [(layers, scan, "none") for scan in (False, True) for layers in (12, 48)]
     for layers, scan, remat in [*cases, (12, False, "full"), (12, True, "full")]:
         model = {"d_model": 256, "n_layers": layers, "n_heads": 4, "vocab_size": 8192}
-        report = compile_for_tpu(config_for(model, 512, 8, 1, remat, scan), 8192, "v5litepod-8")
+        report = compile_for_tpu(config_for(model, 512, 8, 1, remat=remat, scan_layers=scan), 8192, "v5litepod-8")
         rows.append(
             {
                 "layers": layers,
@@ -119,6 +121,7 @@ def main() -> None:
     parser.add_argument("--max-batch", action="store_true", help="also find the largest per-chip batch that fits")
     parser.add_argument("--remat", choices=["none", "full", "save_matmuls"], default="none", help="what blocks keep")
     parser.add_argument("--scan", action="store_true", help="run the blocks as one loop (scan_layers)")
+    parser.add_argument("--attention", choices=["auto", "reference", "splash"], default="auto", help="the kernel")
     parser.add_argument("--depths", action="store_true", help="only the compile time against depth")
     args = parser.parse_args()
     if args.depths:
@@ -126,7 +129,8 @@ def main() -> None:
         return
     for name in args.only or list(SHAPES):
         for tpu_type in SHAPES[name][2]:
-            row = measure(name, tpu_type, args.per_chip_batch, args.max_batch, args.remat, args.scan)
+            choices = {"remat": args.remat, "scan_layers": args.scan, "attention": args.attention}
+            row = measure(name, tpu_type, args.per_chip_batch, args.max_batch, **choices)
             print(json.dumps(row), flush=True)
 
 

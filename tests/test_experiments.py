@@ -1,4 +1,4 @@
-"""The shipped experiments/*.yaml run as written: each loads, and its dataset resolves and holds a batch.
+"""The shipped experiments/*.yaml run as written: each loads as a launch, and its dataset resolves and holds a batch.
 
 Each runs on one fresh workspace, as a new user's would be; the built-in corpus they name is tokenized
 there once, by the first config, and reused by the rest.
@@ -10,8 +10,8 @@ import pytest
 
 from tradewind.core import load_config
 from tradewind.tools import ToolContext
-from tradewind.tools.datasets import resolve_dataset
-from tradewind.trainer import TrainConfig, open_run_data
+from tradewind.tools.launching import LaunchTrainingRequest, resolve_launch
+from tradewind.trainer import open_run_data
 
 EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("*.yaml"))
 
@@ -27,10 +27,9 @@ def test_the_experiments_folder_ships_configs():
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=[path.stem for path in EXPERIMENTS])
 def test_an_experiment_config_loads_and_its_dataset_fits_a_batch_on_a_fresh_workspace(path, fresh_workspace):
-    config = load_config(TrainConfig, path)
-
-    dataset = resolve_dataset(fresh_workspace, config.dataset)
-    data = open_run_data(config.model_copy(update={"dataset": str(dataset)}))  # raises if a split lacks a batch
+    config = resolve_launch(fresh_workspace, load_config(LaunchTrainingRequest, path)).config
+    dataset = Path(config.dataset)
+    data = open_run_data(config)  # raises if a split lacks a batch
 
     assert data.cache.path == dataset and dataset.is_relative_to(fresh_workspace.workspace.root)
     assert min(data.train.num_windows, data.val.num_windows) >= config.batch_size

@@ -164,7 +164,7 @@ def compile_for_slice(args: argparse.Namespace) -> int:
     from tradewind.tools.tpu_fit import require_libtpu
 
     require_libtpu()  # estimate_run would fall back to the analytic estimate
-    accelerator = args.accelerator if args.accelerator.startswith("tpu-") else f"tpu-{args.accelerator}"
+    accelerator = f"tpu-{args.accelerator.removeprefix('tpu-')}"  # the option names a TPU type, with or without
     placement = [f"accelerator={accelerator}", f"slices={args.slices}"]
     config = load_config(LaunchTrainingRequest, args.config, overrides=[*args.set, *placement])
     request = EstimateRunRequest(config=config.model_dump(mode="json", exclude_unset=True), timeout_s=args.timeout_s)

@@ -384,44 +384,6 @@ def test_two_local_replicas_initialise_jax_distributed_from_the_gang_environment
     assert [log.strip().splitlines()[-1] for log in logs] == ["jax 0 2", "jax 1 2"]
 
 
-def test_accelerator_strings_map_to_per_host_resources_and_a_gang_of_hosts():
-    from tradewind.cluster import accelerator_resources, tpu_topology
-
-    resources, replicas = accelerator_resources("tpu-v5litepod-8")
-    assert (resources.tpu_type, replicas) == ("v5litepod-8", 1)
-    resources, replicas = accelerator_resources("tpu-v4-32", slices=2)
-    assert (resources.tpu_type, resources.tpu_slices, replicas) == ("v4-32", 2, 8)
-    assert accelerator_resources("tpu-v5e-8")[0].tpu_type == "v5litepod-8"
-    assert tpu_topology("v5litepod-8") == (1, 8) and tpu_topology("v5litepod-16") == (4, 4)
-    assert tpu_topology("v4-16") == (2, 4) and tpu_topology("v5p-128") == (16, 4)
-    assert accelerator_resources("gpu:2")[0].gpus == 2 and accelerator_resources("gpu")[0].gpus == 1
-    assert accelerator_resources("cpu") == (accelerator_resources("cpu")[0], 1)
-    assert accelerator_resources("cpu")[0].tpu_type is None
-
-
-@pytest.mark.parametrize(
-    ("accelerator", "message"),
-    [
-        ("tpu-v9-8", "unknown TPU type 'v9-8'; known types: v4-8, "),
-        ("tpu-v5litepod-12", "unknown TPU type 'v5litepod-12'; known types: "),
-        ("npu", "unknown accelerator 'npu'; use 'cpu', 'gpu', 'gpu:N'"),
-        ("gpu:0", "asks for no GPU"),
-    ],
-)
-def test_unknown_accelerators_are_refused_with_the_accepted_forms(accelerator, message):
-    from tradewind.cluster import accelerator_resources
-
-    with pytest.raises(ValueError, match=re.escape(message)):
-        accelerator_resources(accelerator)
-
-
-def test_slices_need_a_tpu():
-    from tradewind.cluster import accelerator_resources
-
-    with pytest.raises(ValueError, match="slices=2 needs a TPU accelerator"):
-        accelerator_resources("gpu", slices=2)
-
-
 def test_declared_capacity_is_kept_for_later_backends_on_the_same_folder(tmp_path):
     LocalBackend(tmp_path / "jobs", cpus=3)
     later = LocalBackend(tmp_path / "jobs", memory_gb=5)

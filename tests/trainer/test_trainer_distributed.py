@@ -3,6 +3,7 @@
 import jax
 import pytest
 
+from tradewind.cluster import parse_accelerator
 from tradewind.core import ConfigError
 from tradewind.trainer import DistributedConfig
 from tradewind.trainer.distributed import check_devices, initialize_distributed, is_main_process
@@ -12,20 +13,20 @@ on_cpu = pytest.mark.skipif(jax.default_backend() != "cpu", reason="checks what 
 
 @on_cpu
 def test_a_cpu_run_on_cpu_devices_reports_the_cpu_platform():
-    assert check_devices("cpu") == "cpu"
+    assert check_devices(parse_accelerator("cpu")) == "cpu" and check_devices(None) == "cpu"
 
 
 @on_cpu
 @pytest.mark.parametrize("accelerator", ["gpu", "gpu:2"])
 def test_a_gpu_run_where_jax_finds_no_gpu_is_refused_naming_the_fix(accelerator):
     with pytest.raises(ConfigError, match=rf"accelerator '{accelerator}': JAX found no GPU here, only cpu devices"):
-        check_devices(accelerator)
+        check_devices(parse_accelerator(accelerator))
 
 
 @on_cpu
 def test_a_tpu_run_without_tpus_trains_on_what_jax_has_with_a_warning(capsys):
-    assert check_devices("tpu:v5litepod-8") == "cpu"
-    assert "warning: accelerator 'tpu:v5litepod-8' but JAX found only cpu devices; training on cpu" in (
+    assert check_devices(parse_accelerator("tpu-v5litepod-8")) == "cpu"
+    assert "warning: accelerator 'tpu-v5litepod-8' but JAX found only cpu devices; training on cpu" in (
         capsys.readouterr().out
     )
 

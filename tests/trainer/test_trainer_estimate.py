@@ -7,6 +7,7 @@ import psutil
 import pytest
 from flax import nnx
 
+from tradewind.cluster import Placement
 from tradewind.data import open_token_cache
 from tradewind.trainer import TrainConfig, build_model, count_params, read_summary, train, training_memory
 from tradewind.trainer.estimate import EstimateJob, TrainEstimate, estimate_job, estimate_training
@@ -39,16 +40,16 @@ def test_estimate_splits_training_memory_into_weights_optimizer_and_activations(
 
 
 def test_a_cpu_estimate_compares_with_available_ram_and_a_huge_model_does_not_fit(tiny_config):
-    small = estimate_training(tiny_config())
+    small = estimate_training(tiny_config(), Placement())
     assert small.device_memory_source == "available RAM" and small.fits is True
     assert 0.5 < small.device_memory_bytes / psutil.virtual_memory().available < 2
 
-    huge = estimate_training(tiny_config(model=HUGE_MODEL))
+    huge = estimate_training(tiny_config(model=HUGE_MODEL), Placement())
     assert huge.fits is False and huge.memory_bytes.total > huge.device_memory_bytes
 
 
 def test_a_gpu_estimate_without_the_probe_leaves_device_memory_unknown(tiny_config):
-    estimate = estimate_training(tiny_config(accelerator="gpu"))
+    estimate = estimate_training(tiny_config(), Placement(accelerator="gpu"))
     assert (estimate.device_memory_bytes, estimate.fits) == (None, None)
 
 
@@ -86,7 +87,7 @@ def test_estimate_job_writes_the_probed_estimate_as_json(tiny_config, tmp_path):
     estimate_job(**job.model_dump(mode="json"))
 
     written = TrainEstimate.model_validate_json(out.read_text())
-    assert written.step_time_s > 0 and written.parameters == estimate_training(tiny_config()).parameters
+    assert written.step_time_s > 0 and written.parameters == estimate_training(tiny_config(), Placement()).parameters
     assert written.device_memory_bytes > 0 and written.fits is True
 
 

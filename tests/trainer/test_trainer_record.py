@@ -8,7 +8,7 @@ import socket
 import pytest
 from polling import wait_until
 
-from tradewind.cluster import JobSpec, JobStatus, LocalBackend
+from tradewind.cluster import JobSpec, JobStatus, LocalBackend, Placement
 from tradewind.cluster.process import process_alive
 from tradewind.core import ConfigError, NotFoundError
 from tradewind.trainer.record import (
@@ -51,7 +51,7 @@ def test_a_record_with_a_bad_field_is_a_config_error_naming_the_field(tmp_path):
 
 def test_starting_a_run_with_no_launcher_creates_a_process_record_running_in_this_process(tmp_path):
     path = tmp_path / "run.json"
-    started = record_start(path, "run-1", accelerator="cpu", processes=1, platform="cpu", devices=1)
+    started = record_start(path, "run-1", processes=1, platform="cpu", devices=1)
     assert read_record(path) == started
     assert started.backend == "process" and started.job_id is None and started.status is JobStatus.RUNNING
     assert started.pid == os.getpid() and started.host == socket.gethostname() and started.pid_start is not None
@@ -64,15 +64,15 @@ def test_starting_a_launched_run_keeps_its_launcher_fields_and_clears_an_earlier
         run_id="run-1",
         backend="local",
         job_id="job-7",
-        accelerator="gpu:2",
+        placement=Placement(accelerator="gpu:2"),
         status=JobStatus.FAILED,
         started_at="2026-01-01T00:00:00+00:00",
         ended_at="2026-01-01T00:01:00+00:00",
         reason="preempted",
     )
     write_record(path, launched)
-    restarted = record_start(path, "run-1", accelerator="cpu", processes=2, platform="gpu", devices=4)
-    assert (restarted.backend, restarted.job_id, restarted.accelerator) == ("local", "job-7", "gpu:2")
+    restarted = record_start(path, "run-1", processes=2, platform="gpu", devices=4)
+    assert (restarted.backend, restarted.job_id, str(restarted.placement.accelerator)) == ("local", "job-7", "gpu:2")
     assert restarted.status is JobStatus.RUNNING and restarted.ended_at is None and restarted.reason is None
     assert restarted.started_at == "2026-01-01T00:00:00+00:00"  # a restarted attempt keeps the first start
     assert (restarted.processes, restarted.devices) == (2, 4)
@@ -80,7 +80,7 @@ def test_starting_a_launched_run_keeps_its_launcher_fields_and_clears_an_earlier
 
 def test_ending_a_run_records_status_time_and_reason_and_keeps_the_rest(tmp_path):
     path = tmp_path / "run.json"
-    started = record_start(path, "run-1", accelerator="cpu", processes=1, platform="cpu", devices=1)
+    started = record_start(path, "run-1", processes=1, platform="cpu", devices=1)
     record_end(path, JobStatus.FAILED, "loss is NaN at step 7")
     ended = read_record(path)
     assert ended.status is JobStatus.FAILED and ended.reason == "loss is NaN at step 7" and ended.ended_at

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tradewind.core import ConfigError
 from tradewind.trainer import OptimizerConfig, model_config
 from tradewind.trainer.models import build_model
 from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, decay_mask
@@ -174,16 +175,36 @@ def test_dot_product_attention_gives_the_reference_loss_and_gradients(config):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
-def test_auto_attention_is_cudnns_kernel_on_a_gpu_in_16_bit_and_the_reference_elsewhere():
+def test_auto_attention_is_cudnn_on_a_gpu_in_16_bit_splash_on_a_tpu_and_the_reference_elsewhere():
     bf16, f32 = jnp.bfloat16, jnp.float32
-    cases = [(bf16, "gpu"), (f32, "gpu"), (bf16, "tpu"), (f32, "cpu")]
-    assert [attention_kernel("auto", dtype, platform) for dtype, platform in cases] == [
+    cases = [(bf16, 128, "gpu"), (f32, 128, "gpu"), (bf16, 2048, "tpu"), (bf16, 100, "tpu"), (f32, 128, "cpu")]
+    assert [attention_kernel("auto", dtype, seq, platform) for dtype, seq, platform in cases] == [
         "dot_product",
         "reference",
+        "splash",
         "reference",
         "reference",
     ]
-    assert attention_kernel("dot_product", f32, "cpu") == "dot_product"
+    assert attention_kernel("dot_product", f32, 128, "cpu") == "dot_product"
+    assert attention_kernel("splash", f32, 256, "cpu") == "splash_interpret"
+    with pytest.raises(ConfigError, match="seq_len 100 is not a multiple of 128"):
+        attention_kernel("splash", bf16, 100, "tpu")
+    with pytest.raises(ConfigError, match="splash is a TPU kernel"):
+        attention_kernel("splash", bf16, 128, "gpu")
+
+
+def test_splash_attention_in_pallas_interpreter_gives_the_reference_loss_and_gradients():
+    """The TPU kernel's own code, run by Pallas's interpreter on the CPU (grouped heads; two 128-token blocks)."""
+    config = model_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=256)
+    tokens = batch(rows=2, seq=256)
+    results = []
+    for attention in ("reference", "splash_interpret"):
+        graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), attention=attention))
+        results.append(jax.jit(lambda p, b, g=graphdef: loss_and_grads(g, p, b, 1, 1e-3))(params, tokens))
+    (reference_loss, reference_grads), (loss, grads) = results
+    assert abs(float(loss) - float(reference_loss)) <= 1e-6
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(reference_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize(("architecture", "remat"), [("llama", "full"), ("gpt2", "none")])

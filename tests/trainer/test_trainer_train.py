@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from tradewind.cluster import Placement
 from tradewind.core import ConfigError, InvalidInputError, NotFoundError, TradewindError, read_json
 from tradewind.trainer import (
     RunLayout,
@@ -149,8 +150,10 @@ def test_device_and_distributed_mistakes_end_in_an_error_naming_the_fix_not_a_tr
 ):
     layout = RunLayout(tmp_path / "run")
     layout.root.mkdir()
-    layout.config.write_text(tiny_config(**config).model_dump_json(), encoding="utf-8")
-    write_record(layout.record, RunRecord(run_id="run", backend="local", job_id="run"))  # as a launcher does
+    placement = Placement(**{name: value for name, value in config.items() if name in Placement.model_fields})
+    trained = {name: value for name, value in config.items() if name not in Placement.model_fields}
+    layout.config.write_text(tiny_config(**trained).model_dump_json(), encoding="utf-8")
+    write_record(layout.record, RunRecord(run_id="run", backend="local", job_id="run", placement=placement))
     result = run_trainer_module(layout.root, **env)
     assert result.returncode == 1 and expected in result.stderr, result.stderr[-3000:]
     assert "Traceback" not in result.stderr

@@ -1,6 +1,7 @@
 """Cluster: jobs, the backends that run them, and the step executor.
 
-Owns the job model (`JobSpec`, `Resources`, `JobRecord`, `JobStatus`), the local backend (processes
+Owns the job model (`JobSpec`, `Resources`, `JobRecord`, `JobStatus`), where a run's processes go
+(`Placement`, with its parsed `Accelerator`), the local backend (processes
 on this machine admitted by a resource ledger, state in SQLite under the workspace), the Ray backend
 (`RayBackend`, the `ray` extra), the task runners that run many small tasks (data shards) in
 parallel, and the step executor that caches pipeline steps under content-addressed paths. May import
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
         load_pipeline,
     )
     from tradewind.cluster.jobs import (
-        Accelerator,
         BackendStatus,
         Callback,
         DistributedEnv,
@@ -36,13 +36,12 @@ if TYPE_CHECKING:
         JobStatus,
         LogChunk,
         Resources,
-        accelerator_resources,
         distributed_env,
-        parse_accelerator,
     )
     from tradewind.cluster.ledger import Capacity
     from tradewind.cluster.local import LocalBackend
     from tradewind.cluster.pipeline import PIPELINE_CALLABLE, PipelineJob, execute_pipeline
+    from tradewind.cluster.placement import Accelerator, AcceleratorName, BackendName, Placement, parse_accelerator
     from tradewind.cluster.ray_backend import RayBackend
     from tradewind.cluster.tasks import LocalTaskRunner, RayTaskRunner, TaskRunner, get_task_runner
     from tradewind.cluster.tpus import TPU_COMPILE_ENV, TPU_TYPES, TpuChip, TpuSlice, tpu_slice, tpu_topology
@@ -53,15 +52,17 @@ __getattr__ = lazy_getattr(
         "PIPELINE_CALLABLE": "tradewind.cluster.pipeline",
         "PipelineJob": "tradewind.cluster.pipeline",
         "execute_pipeline": "tradewind.cluster.pipeline",
-        "Accelerator": "tradewind.cluster.jobs",
+        "Accelerator": "tradewind.cluster.placement",
+        "AcceleratorName": "tradewind.cluster.placement",
+        "BackendName": "tradewind.cluster.placement",
+        "Placement": "tradewind.cluster.placement",
         "TPU_TYPES": "tradewind.cluster.tpus",
         "TPU_COMPILE_ENV": "tradewind.cluster.tpus",
         "TpuChip": "tradewind.cluster.tpus",
         "TpuSlice": "tradewind.cluster.tpus",
         "tpu_slice": "tradewind.cluster.tpus",
-        "parse_accelerator": "tradewind.cluster.jobs",
+        "parse_accelerator": "tradewind.cluster.placement",
         "Backend": "tradewind.cluster.backends",
-        "accelerator_resources": "tradewind.cluster.jobs",
         "get_backend": "tradewind.cluster.backends",
         "BackendStatus": "tradewind.cluster.jobs",
         "Callback": "tradewind.cluster.jobs",
@@ -98,6 +99,9 @@ __all__ = [
     "TpuChip",
     "TpuSlice",
     "Accelerator",
+    "AcceleratorName",
+    "BackendName",
+    "Placement",
     "Backend",
     "BackendStatus",
     "Callback",
@@ -118,7 +122,6 @@ __all__ = [
     "StepBusyError",
     "StepFailedError",
     "TaskRunner",
-    "accelerator_resources",
     "distributed_env",
     "get_backend",
     "get_task_runner",

@@ -7,16 +7,21 @@ from typing import Protocol
 
 from tradewind.cluster.jobs import LOG_PAGE_BYTES, BackendStatus, JobRecord, JobSpec, LogChunk
 from tradewind.cluster.local import LocalBackend
+from tradewind.cluster.placement import BackendName
 from tradewind.cluster.ray_backend import RayBackend
 from tradewind.core import InvalidInputError
 
-BACKENDS = ("local", "ray")
+# Each backend's class owns its settings (`on_this_machine`, `default_pending_timeout_s`), read before connecting.
+BACKEND_TYPES: dict[BackendName, type[LocalBackend] | type[RayBackend]] = {"local": LocalBackend, "ray": RayBackend}
+BACKENDS = tuple(BACKEND_TYPES)
 
 
 class Backend(Protocol):
     """What every backend offers (`LocalBackend`, `RayBackend`); code above `cluster` sees only this."""
 
     name: str
+    on_this_machine: bool  # its jobs run on the machine that submits them
+    default_pending_timeout_s: float | None  # for a spec that names none: how long a job may wait to start
 
     def submit(self, spec: JobSpec, job_id: str | None = None) -> JobRecord: ...
     def status(self, job_id: str) -> JobRecord: ...

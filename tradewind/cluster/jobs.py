@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tradewind.cluster.tpus import canonical_tpu_type, tpu_topology
+from tradewind.cluster.tpus import tpu_topology
 
 # Gang jobs: every replica finds its peers through these variables (see `distributed_env`).
 COORDINATOR_ENV = "TRADEWIND_COORDINATOR_ADDRESS"
@@ -175,59 +174,6 @@ def distributed_env(environ: dict[str, str] | None = None) -> DistributedEnv | N
         process_id=int(environ[PROCESS_ID_ENV]),
         process_count=int(environ[PROCESS_COUNT_ENV]),
     )
-
-
-class Accelerator(BaseModel):
-    """What an accelerator string names: `cpu`, `gpu` / `gpu:N` (N per host) or `tpu-<type>` (one slice)."""
-
-    kind: str = Field(description="'cpu', 'gpu' or 'tpu'.")
-    gpus: int = Field(default=0, description="GPUs per host.")
-    tpu_type: str | None = Field(default=None, description="TPU slice type, e.g. 'v5litepod-8'.")
-
-    @property
-    def hosts(self) -> int:
-        """Hosts of one slice: a TPU type's, else 1."""
-        return tpu_topology(self.tpu_type)[0] if self.tpu_type else 1
-
-
-def parse_accelerator(text: str) -> Accelerator:
-    """Read an accelerator string: `cpu`, `gpu`, `gpu:N`, or `tpu-<type>` with a type from `TPU_TYPES`
-    (e.g. `tpu-v5litepod-8`, `tpu-v4-32`, `tpu-v5p-128`; `tpu-v5e-8` is read as `tpu-v5litepod-8`).
-
-    Raises:
-        ValueError: anything else; the message lists the accepted forms (and the known TPU types).
-    """
-    name = text.strip().lower()
-    if name == "cpu":
-        return Accelerator(kind="cpu")
-    if match := re.fullmatch(r"gpu(?::(\d+))?", name):
-        gpus = int(match.group(1) or 1)
-        if gpus < 1:
-            raise ValueError(f"accelerator {text!r} asks for no GPU; use 'cpu', 'gpu' or 'gpu:N' with N >= 1")
-        return Accelerator(kind="gpu", gpus=gpus)
-    if name.startswith("tpu-"):
-        return Accelerator(kind="tpu", tpu_type=canonical_tpu_type(name.removeprefix("tpu-")))
-    raise ValueError(
-        f"unknown accelerator {text!r}; use 'cpu', 'gpu', 'gpu:N' (N GPUs per host) or 'tpu-<type>' "
-        "such as 'tpu-v5litepod-8', 'tpu-v4-32', 'tpu-v5p-128'"
-    )
-
-
-def accelerator_resources(
-    accelerator: str, *, slices: int = 1, cpus: float = 1.0, memory_gb: float = 0.0
-) -> tuple[Resources, int]:
-    """Per-replica `Resources` for an accelerator string, and the replicas of its gang.
-
-    A TPU job runs one replica per host of each slice (`hosts x slices`); CPU and GPU jobs one.
-
-    Raises:
-        ValueError: an unknown accelerator (see `parse_accelerator`), or `slices` without a TPU.
-    """
-    parsed = parse_accelerator(accelerator)
-    if parsed.kind != "tpu" and slices != 1:
-        raise ValueError(f"slices={slices} needs a TPU accelerator, not {accelerator!r}")
-    resources = Resources(cpus=cpus, memory_gb=memory_gb, gpus=parsed.gpus, tpu_type=parsed.tpu_type, tpu_slices=slices)
-    return resources, parsed.hosts * slices
 
 
 LOG_PAGE_BYTES = 64 * 1024  # what one `logs` call returns unless told otherwise

@@ -95,6 +95,8 @@ class LocalBackend:
     """
 
     name = "local"
+    on_this_machine = True  # its jobs share this machine's memory and compile cache
+    default_pending_timeout_s: float | None = None  # a job that fits at all waits only for other local work
 
     def __init__(
         self,

@@ -146,6 +146,8 @@ class RayBackend:
     """
 
     name = "ray"
+    on_this_machine = False
+    default_pending_timeout_s: float | None = 1800.0  # then a gang Ray cannot place (no such slice) fails
 
     def __init__(self, address: str | None = None, python: str | None = None, read_only: bool = False):
         import ray

@@ -7,11 +7,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.cluster import Backend, JobSpec, JobStatus, get_backend
+from tradewind.cluster import Backend, BackendName, JobSpec, JobStatus, get_backend
 from tradewind.core import TradewindError, Workspace, load_config, tail_lines
 from tradewind.core.workspace import SETTINGS_FILE
 
@@ -38,7 +37,7 @@ class WorkspaceSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["local", "ray"] | None = Field(
+    backend: BackendName | None = Field(
         default=None, description="Backend of runs that name none; null: 'ray' when RAY_ADDRESS is set, else 'local'."
     )
     limits: LaunchLimits = Field(default_factory=LaunchLimits)
@@ -117,7 +116,7 @@ class ToolContext:
             return load_config(WorkspaceSettings, self.settings_path)
         return WorkspaceSettings()
 
-    def default_backend(self) -> str:
+    def default_backend(self) -> BackendName:
         """The backend of a run that names none: the workspace's settings.yaml, else Ray when RAY_ADDRESS is
         set, else local."""
         if chosen := self.settings().backend:

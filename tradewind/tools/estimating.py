@@ -18,12 +18,13 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tradewind.cluster import JobSpec, accelerator_resources, parse_accelerator
+from tradewind.cluster import JobSpec, Placement
 from tradewind.core import InvalidInputError, TradewindError, describe_validation_error, make_id, read_json
 from tradewind.data import open_token_cache
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
-from tradewind.tools.launching import LaunchTrainingRequest, run_config, training_env
+from tradewind.tools.launching import LaunchTrainingRequest, resolve_launch, training_env
 from tradewind.tools.limits import admit_job
+from tradewind.tools.runs import run_placement
 from tradewind.tools.tpu_fit import can_compile_for_tpu, compile_for_slice
 from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_config
 from tradewind.trainer.compile import TpuCompileReport
@@ -81,47 +82,57 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
     the probe compiles the steps for the slice here, with no TPU: fits and the step time (an estimate) come
     from that compile.
     """
-    config = _config(ctx, request, progress)
+    config, placement = _launch(ctx, request, progress)
     vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
-    estimate, source, compiled = estimate_training(config), None, None
-    earlier = _same_shape_run(ctx, config, vocab_size)
+    estimate, source, compiled = estimate_training(config, placement), None, None
+    earlier = _same_shape_run(ctx, config, placement, vocab_size)
+    on_tpu = placement.accelerator.kind == "tpu"
     if earlier is not None:
         step_time_s, source = earlier
         estimate = estimate.model_copy(update={"step_time_s": step_time_s})
-    elif request.probe and parse_accelerator(config.accelerator).kind == "tpu" and can_compile_for_tpu():
-        compiled = compile_for_slice(ctx, config, vocab_size, timeout_s=request.timeout_s, progress=progress)
+    elif request.probe and on_tpu and can_compile_for_tpu():
+        compiled = compile_for_slice(ctx, config, placement, vocab_size, timeout_s=request.timeout_s, progress=progress)
         estimate, source = _compiled_estimate(estimate, compiled), "TPU compile, roofline estimate"
     # A config that does not fit is never probed: the analytic estimate already says what to change.
     elif request.probe and estimate.fits is not False:
-        admit_job(ctx, config, vocab_size=vocab_size, what="estimate_run's probe", instead=" use probe=false,")
-        estimate, source = _probe(ctx, config, request.timeout_s, progress), "probe"
+        what, instead = "estimate_run's probe", " use probe=false,"
+        admit_job(ctx, config, placement, vocab_size=vocab_size, what=what, instead=instead)
+        estimate, source = _probe(ctx, config, placement, request.timeout_s, progress), "probe"
     budget = request.time_budget_s or config.time_budget_s
-    return _plan(estimate, source, budget, config, compiled)
+    return _plan(estimate, source, budget, config, on_tpu, compiled)
 
 
-def _config(ctx: ToolContext, request: EstimateRunRequest, progress: Progress) -> TrainConfig:
-    """The run's config with its dataset resolved to a folder, as launch_training would train it."""
+def _launch(ctx: ToolContext, request: EstimateRunRequest, progress: Progress) -> tuple[TrainConfig, Placement]:
+    """The run's config, its dataset resolved to a folder, and its placement, as launch_training would train it."""
     if request.run_id is not None:
         folder = ctx.workspace.run_folder(request.run_id, argument="run_id")
-        return read_train_config(RunLayout(folder).config, ctx.workspace.reader("run_id"))
+        config = read_train_config(RunLayout(folder).config, ctx.workspace.reader("run_id"))
+        return config, run_placement(ctx, folder, "run_id")
     try:
         launch = LaunchTrainingRequest.model_validate(request.config)
     except pydantic.ValidationError as error:
         message = describe_validation_error(error, "config", arguments_of=LaunchTrainingRequest)
         raise InvalidInputError(message.replace("argument '", "argument 'config.")) from None
-    return run_config(ctx, launch, progress)[0]
+    resolved = resolve_launch(ctx, launch, progress)
+    return resolved.config, resolved.placement
 
 
-def _shape(config: TrainConfig, vocab_size: int | None) -> dict[str, Any]:
+def _shape(config: TrainConfig, placement: Placement, vocab_size: int | None) -> dict[str, Any]:
     """What sets a step's time: the model (with its vocabulary), the batch and how it is laid on devices."""
     model = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
-    fields = ("batch_size", "seq_len", "grad_accum", "compute_dtype", "accelerator", "mesh", "replicas", "slices")
-    return {"model": model.model_dump(mode="json"), **config.model_dump(mode="json", include=set(fields))}
+    fields = ("batch_size", "seq_len", "grad_accum", "compute_dtype", "mesh")
+    return {
+        "model": model.model_dump(mode="json"),
+        **config.model_dump(mode="json", include=set(fields)),
+        **placement.model_dump(mode="json", include={"accelerator", "replicas", "slices"}),
+    }
 
 
-def _same_shape_run(ctx: ToolContext, config: TrainConfig, vocab_size: int) -> tuple[float, str] | None:
+def _same_shape_run(
+    ctx: ToolContext, config: TrainConfig, placement: Placement, vocab_size: int
+) -> tuple[float, str] | None:
     """Seconds per step of the newest finished run of the same shape, and 'run <id>'; None if there is none."""
-    wanted = _shape(config, vocab_size)
+    wanted = _shape(config, placement, vocab_size)
     found: list[tuple[float, float, str]] = []  # (finished at, seconds per step, run id)
     for folder in ctx.workspace.runs_dir.iterdir():
         layout = RunLayout(folder)
@@ -131,7 +142,7 @@ def _same_shape_run(ctx: ToolContext, config: TrainConfig, vocab_size: int) -> t
                 continue
             earlier = read_train_config(layout.config, ctx.workspace.reader("run_id"))
             vocab = None if earlier.model.vocab_size else _vocab_size(earlier)
-            if _shape(earlier, vocab) == wanted:
+            if _shape(earlier, run_placement(ctx, folder, "run_id"), vocab) == wanted:
                 seconds = earlier.tokens_per_step / summary.mean_tokens_per_s
                 found.append((layout.summary.stat().st_mtime, seconds, folder.name))
         except (TradewindError, ValueError, OSError):  # not a readable run: list_runs reports those
@@ -149,18 +160,20 @@ def _vocab_size(config: TrainConfig) -> int | None:
         return None
 
 
-def _probe(ctx: ToolContext, config: TrainConfig, timeout_s: float, progress: Progress) -> TrainEstimate:
+def _probe(
+    ctx: ToolContext, config: TrainConfig, placement: Placement, timeout_s: float, progress: Progress
+) -> TrainEstimate:
     """`estimate_training` with the probe, in a job on the local backend (JAX stays out of this process)."""
     job_id = make_id("estimate")
     out_path = ctx.workspace.jobs_dir / job_id / "estimate.json"
-    resources, _ = accelerator_resources(config.accelerator)
+    job = EstimateJob(config=config, placement=placement, output_file=str(out_path))
     spec = JobSpec(
         name=f"estimate {job_id}",
         callable=ESTIMATE_CALLABLE,
-        kwargs=EstimateJob(config=config, output_file=str(out_path)).model_dump(mode="json"),
+        kwargs=job.model_dump(mode="json"),
         log_path=str(out_path.with_name("estimate.log")),
-        resources=resources,
-        env=training_env(ctx, config, "local"),  # as the run will train, sharing its compiled programs
+        resources=placement.resources(),
+        env=training_env(ctx, placement, ctx.backend),  # as the run will train, sharing its compiled programs
     )
     run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity="probing 3 training steps", progress=progress)
     return TrainEstimate.model_validate(read_json(out_path, ctx.workspace.reader("config")))
@@ -185,6 +198,7 @@ def _plan(
     source: str | None,
     budget: float | None,
     config: TrainConfig,
+    on_tpu: bool,
     compiled: TpuCompileReport | None = None,
 ) -> RunEstimate:
     """The estimate with what the budget (else the config's steps) buys, and the advice."""
@@ -210,7 +224,7 @@ def _plan(
         compute_optimal_budget_s=optimal / tokens_per_s if tokens_per_s else None,
         hbm_per_chip_bytes=compiled.hbm_bytes if compiled else None,
         estimated_mfu=compiled.step.mfu if compiled and compiled.step else None,
-        advice=_advice(estimate, tokens, optimal, config, timed=budget_given, compiled=compiled),
+        advice=_advice(estimate, tokens, optimal, config, timed=budget_given, on_tpu=on_tpu, compiled=compiled),
     )
 
 
@@ -220,6 +234,7 @@ def _advice(
     optimal: int,
     config: TrainConfig,
     timed: bool,
+    on_tpu: bool,
     compiled: TpuCompileReport | None = None,
 ) -> str:
     """One sentence: what to change first (memory, then the token count against the compute-optimal one)."""
@@ -237,7 +252,7 @@ def _advice(
             "shrink the model, batch_size or seq_len, or raise grad_accum."
         )
     untimed = ""
-    if estimate.step_time_s is None and parse_accelerator(config.accelerator).kind == "tpu":
+    if estimate.step_time_s is None and on_tpu:
         untimed = " (no step time: install the `tpu` extra, and estimate with probe=true to compile for the slice)"
     elif estimate.step_time_s is None:
         untimed = " (no step time: no finished run of this shape; estimate with probe=true to time 3 steps)"

@@ -1,8 +1,12 @@
-"""The tool that launches training runs: `launch_training`, and the config a new or continued run gets.
+"""The tool that launches training runs: `launch_training`, and the parts a new or continued run is made of.
 
-A launch writes the run's folder `runs/<id>/` (its config and its record, `run.json`, see
-`tradewind.trainer.record`) and then submits its job to the backend the record names. It is the only tool that
-submits training jobs; `tradewind.tools.runs` watches and stops the runs it starts.
+A launch request is read once, where the tool receives it, into three typed parts (`resolve_launch`): the
+trainer's `TrainConfig` (what the step needs, its dataset a folder), the `Placement` (backend, accelerator,
+hosts, retries; `tradewind.cluster`) and the `LedgerEntry` (note, parent, sweep). The request model is those
+three models' fields and nothing else, so the MCP schema, the CLI's YAML and Python take the same arguments.
+The launch writes the run's folder `runs/<id>/` (its config and its record, `run.json`, see
+`tradewind.trainer.record`) and then submits its job to the backend the placement names. It is the only tool
+that submits training jobs; `tradewind.tools.runs` watches and stops the runs it starts.
 """
 
 from __future__ import annotations
@@ -10,13 +14,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from tradewind.cluster import JobSpec, accelerator_resources, parse_accelerator
+from tradewind.cluster import Backend, JobSpec, Placement
+from tradewind.cluster.backends import BACKEND_TYPES
 from tradewind.core import (
     ConfigError,
     InvalidInputError,
@@ -28,11 +34,12 @@ from tradewind.core import (
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.limits import active_runs, check_launch_limits
-from tradewind.tools.runs import RunInfo, RunRequest, get_run
+from tradewind.tools.runs import RunInfo, RunRequest, get_run, run_placement
 from tradewind.tools.tpu_fit import check_fits_slice
 from tradewind.trainer import (
     TRAIN_CALLABLE,
     DistributedConfig,
+    LedgerEntry,
     RunLayout,
     RunRecord,
     TrainConfig,
@@ -43,13 +50,11 @@ from tradewind.trainer import (
     read_record,
 )
 
-RAY_PENDING_TIMEOUT_S = 1800.0  # a Ray run that names no pending_timeout_s
 # What a continued run must share with its parent, so that its data order and results are those of one run.
 INHERITED = ("dataset", "model", "seed", "batch_size", "seq_len", "init_from")
-LAUNCH_ONLY = {"note", "parent_run"}  # launch arguments that go to the run record, not the config
 
 
-class LaunchTrainingRequest(TrainConfig):
+class LaunchTrainingRequest(LedgerEntry, Placement, TrainConfig):  # fields: TrainConfig's first
     # A launched run's processes find each other through its backend (replicas, slices); `distributed` is for a
     # gang started by hand, so it is no argument here.
     distributed: SkipJsonSchema[DistributedConfig] = Field(default_factory=DistributedConfig, exclude=True)
@@ -57,8 +62,9 @@ class LaunchTrainingRequest(TrainConfig):
         default=None,
         description="Dataset id, cache folder or builtin:tinyshakespeare; needed unless resume_from.",
     )
-    note: str | None = Field(default=None, max_length=300, description="One line for the ledger.")
-    parent_run: str | None = Field(default=None, description="The run this one changes (the ledger shows the diff).")
+    # Set by the sweep that launches a run (Python), not by an agent.
+    sweep_id: SkipJsonSchema[str | None] = None
+    baseline: SkipJsonSchema[bool] = False
 
     @field_validator("distributed", mode="before")
     @classmethod
@@ -74,15 +80,32 @@ class LaunchTrainingRequest(TrainConfig):
             raise ValueError("give 'dataset' (or 'resume_from' to continue a run on its dataset)")
         return self
 
+    def placement(self) -> Placement:
+        """The placement this request asks for; its accelerator as parsed when the request was read."""
+        return Placement(**{name: getattr(self, name) for name in Placement.model_fields})
 
-def launch_training(
-    ctx: ToolContext,
-    request: LaunchTrainingRequest,
-    progress: Progress = no_progress,
-    *,
-    sweep_id: str | None = None,
-    baseline: bool = False,
-) -> RunInfo:
+    def ledger_entry(self) -> LedgerEntry:
+        return LedgerEntry(**{name: getattr(self, name) for name in LedgerEntry.model_fields})
+
+    def train_values(self, **options: Any) -> dict[str, Any]:
+        """The request's `TrainConfig` fields as JSON values (`options` as for `model_dump`)."""
+        return self.model_dump(mode="json", include=set(TrainConfig.model_fields), **options)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launch request resolved into what each layer takes: the trainer's config (its dataset, init_from
+    and resume_from folders), where it runs, and what the ledger records; and the run it continues, if any,
+    with the step of that run's checkpoint it starts from."""
+
+    config: TrainConfig
+    placement: Placement
+    ledger: LedgerEntry
+    parent: str | None = None
+    parent_step: int | None = None
+
+
+def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> RunInfo:
     """Train a model on a tokenized dataset; returns the run id at once. Use it after tokenize_dataset,
     then wait_for_run.
 
@@ -93,59 +116,49 @@ def launch_training(
     A small model on this machine's CPU trains at several thousand tokens per second
     (a 1.3M-parameter model: about 3 steps of 16 x 128 tokens per second on 2 cores).
     """
-    config, parent, parent_step = run_config(ctx, request, progress)
-    parent_run = None if request.parent_run is None else run_folder(ctx, request.parent_run, "parent_run").name
+    launch = resolve_launch(ctx, request, progress)
+    config, placement = launch.config, launch.placement
     check_wandb(config.wandb_project)
     data = open_run_data(config)  # fail now, not minutes later in the training process, if one batch does not fit
-    backend_name = config.backend or ctx.default_backend()
-    resources, hosts = accelerator_resources(config.accelerator, slices=config.slices)
+    backend_type = BACKEND_TYPES[placement.backend]  # its settings, before connecting to it
     active = active_runs(ctx)
+    vocab_size = data.cache.manifest.tokenizer.vocab_size
+    on_this_machine = backend_type.on_this_machine
     check_launch_limits(
-        ctx,
-        config,
-        vocab_size=data.cache.manifest.tokenizer.vocab_size,
-        backend=backend_name,
-        processes=hosts * config.replicas,
-        active_runs=active,
+        ctx, config, placement, vocab_size=vocab_size, on_this_machine=on_this_machine, active_runs=active
     )
-    if parse_accelerator(config.accelerator).kind == "tpu" and backend_name == "ray":  # local refuses a TPU at once
-        check_fits_slice(ctx, config, data.cache.manifest.tokenizer.vocab_size, progress)
-    pending_timeout_s = config.pending_timeout_s
-    if pending_timeout_s is None and backend_name == "ray":
-        pending_timeout_s = RAY_PENDING_TIMEOUT_S  # locally, a job that fits at all only waits for other work
-    backend = ctx.job_backend(backend_name)
+    if placement.accelerator.kind == "tpu" and not on_this_machine:  # the local backend refuses a TPU at once
+        check_fits_slice(ctx, config, placement, vocab_size, progress)
+    backend = ctx.job_backend(placement.backend)
 
     run_id = make_id("run")
     layout = RunLayout(ctx.workspace.run_dir(run_id, must_exist=False))
     ctx.workspace.make_dir(layout.root, argument="run_id")
     ctx.workspace.write_atomic(layout.config, config.model_dump_json(indent=2), argument="run_id")
     record = RunRecord(
+        **launch.ledger.model_dump(),
         run_id=run_id,
-        backend=backend_name,
+        backend=backend.name,
         job_id=run_id,
         address=getattr(backend, "address", None),
-        accelerator=config.accelerator,
-        processes=hosts * config.replicas,
-        parent=parent,
-        parent_step=parent_step,
-        parent_run=parent_run,
-        note=request.note,
-        sweep_id=sweep_id,
-        baseline=baseline,
+        placement=placement,
+        processes=placement.processes,
+        parent=launch.parent,
+        parent_step=launch.parent_step,
         concurrent_runs=len(active),
     )
     ctx.workspace.write_atomic(layout.record, record.model_dump_json(indent=2), argument="run_id")
     spec = JobSpec(
         name=f"train {run_id}",
         callable=TRAIN_CALLABLE,
-        kwargs=TrainJob(run_dir=str(layout.root), config=config).model_dump(mode="json"),
+        kwargs=TrainJob(run_dir=str(layout.root), config=config, placement=placement).model_dump(mode="json"),
         log_path=str(layout.log),
-        resources=resources,
-        replicas=record.processes,
-        env=training_env(ctx, config, backend_name),
-        max_retries_preemption=config.max_retries,
+        resources=placement.resources(),
+        replicas=placement.processes,
+        env=training_env(ctx, placement, backend),
+        max_retries_preemption=placement.max_retries,
         on_end=job_end_callback(layout.record),
-        pending_timeout_s=pending_timeout_s,
+        pending_timeout_s=placement.pending_timeout_s or backend.default_pending_timeout_s,
     )
     try:
         backend.submit(spec, job_id=run_id)
@@ -155,45 +168,60 @@ def launch_training(
     return get_run(ctx, RunRequest(run_id=run_id))
 
 
-def training_env(ctx: ToolContext, config: TrainConfig, backend: str) -> dict[str, str]:
-    """The environment of a job that trains `config` (a run, or estimate_run's probe).
+def training_env(ctx: ToolContext, placement: Placement, backend: Backend) -> dict[str, str]:
+    """The environment of a job that trains on `placement` (a run, or estimate_run's probe).
 
-    A CPU run stays on the CPU even where JAX would find an accelerator (or is told JAX_PLATFORMS=cuda). A local
-    job reuses the workspace's compiled programs (JAX's persistent cache: a shape trained before compiles in
-    about a quarter of the time); only this machine reads that folder, so a Ray job does not."""
-    env = {"JAX_PLATFORMS": "cpu"} if config.accelerator == "cpu" else {}
-    if backend == "local":
+    A CPU run stays on the CPU even where JAX would find an accelerator (or is told JAX_PLATFORMS=cuda). A job
+    on this machine reuses the workspace's compiled programs (JAX's persistent cache: a shape trained before
+    compiles in about a quarter of the time); only this machine reads that folder, so a Ray job does not."""
+    env = {"JAX_PLATFORMS": "cpu"} if placement.accelerator.kind == "cpu" else {}
+    if backend.on_this_machine:
         env["JAX_COMPILATION_CACHE_DIR"] = str(ctx.workspace.compile_cache_dir)
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the eval step too, though it compiles in < 1 s
     return env
 
 
-def run_config(
-    ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress
-) -> tuple[TrainConfig, str | None, int | None]:
-    """The run's config with its dataset, init_from and parent resolved to folders; and the parent's id and
-    the step of its checkpoint that the run starts from."""
+def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> Launch:
+    """`request` as its typed parts, with the dataset, init_from, parent_run and resume_from resolved to runs
+    and folders; a continued run (resume_from) takes its parent's config and placement where the request is
+    silent.
+
+    Raises:
+        NotFoundError, InvalidInputError, PathEscapeError: a dataset, folder or run that is not there or not
+            allowed, or a continuation that would change what it must keep; the message names the argument.
+    """
+    ledger = request.ledger_entry()
+    if ledger.parent_run is not None:
+        ledger.parent_run = run_folder(ctx, ledger.parent_run, "parent_run").name
     if request.resume_from is not None:
-        return _continued_config(ctx, request, progress)
-    values = request.model_dump(exclude=LAUNCH_ONLY)
+        launch = _continued_launch(ctx, request, ledger, progress)
+    else:
+        launch = _new_launch(ctx, request, ledger, progress)
+    if launch.placement.backend is None:
+        return replace(launch, placement=launch.placement.model_copy(update={"backend": ctx.default_backend()}))
+    return launch
+
+
+def _new_launch(ctx: ToolContext, request: LaunchTrainingRequest, ledger: LedgerEntry, progress: Progress) -> Launch:
+    values = request.train_values()
     if request.init_from is not None:  # before the dataset, which may take a tokenization to resolve
         folder = ctx.workspace.resolve_input(request.init_from, argument="init_from")
         ctx.workspace.check_tree(folder, argument="init_from")  # read whole by the trainer
         values["init_from"] = str(folder)
         values["model"] = model_for_init_from(request.model, request.model.model_fields_set, folder).model_dump()
     values["dataset"] = str(resolve_dataset(ctx, request.dataset, progress))
-    return TrainConfig.model_validate(values), None, None
+    return Launch(TrainConfig.model_validate(values), request.placement(), ledger)
 
 
-def _continued_config(
-    ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress
-) -> tuple[TrainConfig, str, int]:
-    """The config of a run that continues `request.resume_from`: the parent's, with the fields the request
-    sets; those that fix the data order and the model must stay as they were."""
+def _continued_launch(
+    ctx: ToolContext, request: LaunchTrainingRequest, ledger: LedgerEntry, progress: Progress
+) -> Launch:
+    """The launch of a run that continues `request.resume_from`: the parent's config and placement, with the
+    fields the request sets; those that fix the data order and the model must stay as they were."""
     parent_dir = run_folder(ctx, request.resume_from, "resume_from")
     _check_parent_ended(ctx, parent_dir)
     parent = read_run_config(ctx, parent_dir, argument="resume_from")
-    overrides = request.model_dump(exclude_unset=True, exclude={"resume_from", *LAUNCH_ONLY})
+    overrides = request.train_values(exclude_unset=True, exclude={"resume_from"})
     if "dataset" in overrides:
         overrides["dataset"] = str(resolve_dataset(ctx, overrides["dataset"], progress))
     inherited = parent.model_dump(mode="json")
@@ -216,7 +244,14 @@ def _continued_config(
         )
     merged["resume_from"] = str(parent_dir)
     merged["init_from"] = None  # the weights come from the parent's checkpoint
-    return TrainConfig.model_validate(merged), parent_dir.name, saved[-1]
+    inherited_placement = run_placement(ctx, parent_dir, "resume_from")
+    placement = Placement(  # validated again: a request's slices may not suit the parent's accelerator
+        **{
+            name: getattr(request if name in request.model_fields_set else inherited_placement, name)
+            for name in Placement.model_fields
+        }
+    )
+    return Launch(TrainConfig.model_validate(merged), placement, ledger, parent_dir.name, saved[-1])
 
 
 def run_folder(ctx: ToolContext, value: str, argument: str) -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import psutil
 
+from tradewind.cluster import Placement
 from tradewind.core import InvalidInputError, TradewindError
 from tradewind.tools.context import LaunchLimits, ToolContext
 from tradewind.tools.runs import RunRequest, get_run, run_record
@@ -45,12 +46,19 @@ def active_runs(ctx: ToolContext) -> list[str]:
 
 
 def check_launch_limits(
-    ctx: ToolContext, config: TrainConfig, *, vocab_size: int, backend: str, processes: int, active_runs: list[str]
+    ctx: ToolContext,
+    config: TrainConfig,
+    placement: Placement,
+    *,
+    vocab_size: int,
+    on_this_machine: bool,
+    active_runs: list[str],
 ) -> None:
     """Refuse a run that would pass one of the workspace's limits.
 
     `active_runs` are the ids of the workspace's runs still pending or running. Memory is checked only for a
-    CPU run on the local backend, the one case where the machine it will use is this one.
+    CPU run whose backend runs it `on_this_machine` (local), the one case where the memory it will use is
+    this one's.
 
     Raises:
         LimitReached: too many active runs, or not enough free memory now (both clear as runs end).
@@ -62,10 +70,15 @@ def check_launch_limits(
             f"argument 'steps': {config.steps} is more than the limit of {limits.max_steps} steps per run; ask for "
             f"fewer, or raise {_setting(ctx, 'max_steps', limits)}"
         )
-    _admit(ctx, config, vocab_size, processes, active_runs, what="the run", local=backend == "local", instead="")
+    on_this_cpu = on_this_machine and placement.accelerator.kind == "cpu"
+    _admit(
+        ctx, config, vocab_size, placement.processes, active_runs, what="the run", on_this_cpu=on_this_cpu, instead=""
+    )
 
 
-def admit_job(ctx: ToolContext, config: TrainConfig, *, vocab_size: int, what: str, instead: str) -> None:
+def admit_job(
+    ctx: ToolContext, config: TrainConfig, placement: Placement, *, vocab_size: int, what: str, instead: str
+) -> None:
     """Refuse a job that trains `config`'s steps on this machine for a tool (estimate_run's probe, profile_run)
     where a run of it would be refused: it counts as one more active run, and a CPU one's memory is checked.
 
@@ -74,7 +87,8 @@ def admit_job(ctx: ToolContext, config: TrainConfig, *, vocab_size: int, what: s
     Raises:
         LimitReached: as `check_launch_limits`.
     """
-    _admit(ctx, config, vocab_size, 1, active_runs(ctx), what=what, local=True, instead=instead)
+    on_this_cpu = placement.accelerator.kind == "cpu"
+    _admit(ctx, config, vocab_size, 1, active_runs(ctx), what=what, on_this_cpu=on_this_cpu, instead=instead)
 
 
 def check_sampling_memory(ctx: ToolContext, config: TrainConfig, vocab_size: int) -> None:
@@ -105,7 +119,7 @@ def _admit(
     active: list[str],
     *,
     what: str,
-    local: bool,
+    on_this_cpu: bool,
     instead: str,
 ) -> None:
     limits = ctx.settings().limits
@@ -117,7 +131,7 @@ def _admit(
             f"{_setting(ctx, 'max_active_runs', limits)}",
             "max_active_runs",
         )
-    if local and config.accelerator == "cpu":
+    if on_this_cpu:
         estimate = training_memory(config, vocab_size, processes)
         _check_memory(
             ctx,

@@ -12,7 +12,7 @@ from tradewind.data import open_token_cache
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.launching import read_run_config
 from tradewind.tools.limits import admit_job
-from tradewind.tools.runs import RunRequest
+from tradewind.tools.runs import RunRequest, run_placement
 from tradewind.trainer import PROFILE_CALLABLE, ProfileJob, ProfileOptions, ProfileSummary, RunLayout
 
 
@@ -37,7 +37,8 @@ def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     config = read_run_config(ctx, layout.root, argument="run_id")
     vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
-    admit_job(ctx, config, vocab_size=vocab_size, what="profile_run's job", instead="")
+    placement = run_placement(ctx, layout.root, "run_id")
+    admit_job(ctx, config, placement, vocab_size=vocab_size, what="profile_run's job", instead="")
     # The job writes its summary, trace and log here: made first, so a link planted in its place is refused.
     ctx.workspace.make_dir(layout.profile, argument="run_id")
     log_path = layout.profile / "profile.log"

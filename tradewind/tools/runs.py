@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.cluster import JobRecord, JobStatus
+from tradewind.cluster import JobRecord, JobStatus, Placement
 from tradewind.cluster.process import process_alive
 from tradewind.core import (
     InvalidInputError,
@@ -152,7 +152,7 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         eval_loss=eval_losses[-1] if eval_losses else None,
         backend=record.backend,
         job_id=record.job_id,
-        accelerator=record.accelerator,
+        accelerator=str(record.placement.accelerator),
         processes=record.processes,
         platform=record.platform,
         parent=record.parent,
@@ -179,6 +179,13 @@ def run_record(ctx: ToolContext, run_id: str) -> RunRecord:
         NotFoundError: the folder holds no record (not a run folder, or one made by an older Tradewind).
     """
     return read_record(RunLayout(ctx.workspace.run_dir(run_id)).record, ctx.workspace.reader("run_id"))
+
+
+def run_placement(ctx: ToolContext, run_dir: Path, argument: str) -> Placement:
+    """Where the run in `run_dir` was placed (its record's placement); the default, one CPU process, for a
+    folder trained by hand, which has no record. `argument` names the request field in a refusal."""
+    record = RunLayout(run_dir).record
+    return read_record(record, ctx.workspace.reader(argument)).placement if record.is_file() else Placement()
 
 
 def _job(ctx: ToolContext, record: RunRecord) -> tuple[JobRecord | None, str | None]:

@@ -249,9 +249,11 @@ class Controller:
 
     def launch(self, trial: TrialState, active: int) -> bool:
         """Launch one trial; False when a workspace limit says to wait (it stays pending)."""
-        request = LaunchTrainingRequest.model_validate(trial.arguments)
+        request = LaunchTrainingRequest.model_validate(
+            {**trial.arguments, "sweep_id": self.state.sweep_id, "baseline": trial.baseline}
+        )
         try:
-            run = launch_training(self.ctx, request, sweep_id=self.state.sweep_id, baseline=trial.baseline)
+            run = launch_training(self.ctx, request)
         except (TradewindError, ValueError) as error:
             # Other runs hold the slots or the memory: wait for them to end; but memory that this sweep's own
             # runs do not hold, none of its runs ending frees.

@@ -17,8 +17,8 @@ import json
 
 from pydantic import ValidationError
 
-from tradewind.cluster import JobSpec, Resources, parse_accelerator
-from tradewind.cluster.tpus import TPU_COMPILE_ENV, tpu_slice
+from tradewind.cluster import JobSpec, Placement, Resources
+from tradewind.cluster.tpus import TPU_COMPILE_ENV
 from tradewind.core import InvalidInputError, get_logger, make_id, read_json
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.trainer import TrainConfig
@@ -54,12 +54,13 @@ def require_libtpu() -> None:
 def compile_for_slice(
     ctx: ToolContext,
     config: TrainConfig,
+    placement: Placement,
     vocab_size: int,
     *,
     timeout_s: float = COMPILE_TIMEOUT_S,
     progress: Progress = no_progress,
 ) -> TpuCompileReport:
-    """The compile report of `config` on its TPU slice (`config.accelerator`, `config.slices`): from the
+    """The compile report of `config` on its TPU slices (`placement`'s accelerator and slices): from the
     workspace's cache when this program was compiled before, else from a compile job.
 
     Raises:
@@ -68,9 +69,9 @@ def compile_for_slice(
         Cancelled: the caller cancelled.
     """
     require_libtpu()
-    tpu_type = parse_accelerator(config.accelerator).tpu_type
-    check_splits(config, tpu_slice(tpu_type).chips * config.slices)
-    job = CompileJob(config=config, vocab_size=vocab_size, tpu_type=tpu_type, slices=config.slices, output_file="")
+    tpu_type, slices = placement.accelerator.tpu_type, placement.slices
+    check_splits(config, placement.chips)
+    job = CompileJob(config=config, vocab_size=vocab_size, tpu_type=tpu_type, slices=slices, output_file="")
     cached = ctx.workspace.root / "cache" / "tpu" / f"{_program_key(job)}.json"
     if cached.is_file():
         return TpuCompileReport.model_validate(read_json(cached, ctx.workspace.reader("accelerator")))
@@ -84,7 +85,7 @@ def compile_for_slice(
         resources=Resources(cpus=1),  # compiled here, on this machine's CPU
         env=TPU_COMPILE_ENV,
     )
-    activity = f"compiling for {config.slices} x {tpu_type}"
+    activity = f"compiling for {slices} x {tpu_type}"
     run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity=activity, progress=progress)
     report = TpuCompileReport.model_validate(read_json(out_path, ctx.workspace.reader("config")))
     ctx.workspace.make_dir(cached.parent, argument="accelerator")
@@ -92,7 +93,9 @@ def compile_for_slice(
     return report
 
 
-def check_fits_slice(ctx: ToolContext, config: TrainConfig, vocab_size: int, progress: Progress = no_progress) -> None:
+def check_fits_slice(
+    ctx: ToolContext, config: TrainConfig, placement: Placement, vocab_size: int, progress: Progress = no_progress
+) -> None:
     """Refuse a TPU run whose train step does not fit one chip's HBM, saying by how much and what would fit.
 
     Without libtpu nothing can be compiled here: the run is let through, with a warning in the server's log.
@@ -102,16 +105,16 @@ def check_fits_slice(ctx: ToolContext, config: TrainConfig, vocab_size: int, pro
             (fsdp over every chip, full remat, or twice the gradient accumulation) that compiles within the chip.
     """
     if not can_compile_for_tpu():
-        log.warning("libtpu is not installed: %s is launched without checking that it fits", config.accelerator)
+        log.warning("libtpu is not installed: %s is launched without checking that it fits", placement.accelerator)
         return
-    report = compile_for_slice(ctx, config, vocab_size, progress=progress)
+    report = compile_for_slice(ctx, config, placement, vocab_size, progress=progress)
     if report.fits:
         return
     raise InvalidInputError(
         f"argument 'accelerator': the run does not fit {report.slices} x {report.target}: its train step needs "
         f"{report.hbm_bytes / GIB:,.2f} GiB of HBM per chip (compiled here for the slice), and a "
         f"{report.device_kind} chip has {report.hbm_available_bytes / GIB:,.2f} GiB; "
-        f"{_change_that_fits(ctx, config, vocab_size, report, progress)}"
+        f"{_change_that_fits(ctx, config, placement, vocab_size, report, progress)}"
     )
 
 
@@ -138,7 +141,12 @@ def check_splits(config: TrainConfig, chips: int) -> None:
 
 
 def _change_that_fits(
-    ctx: ToolContext, config: TrainConfig, vocab_size: int, report: TpuCompileReport, progress: Progress
+    ctx: ToolContext,
+    config: TrainConfig,
+    placement: Placement,
+    vocab_size: int,
+    report: TpuCompileReport,
+    progress: Progress,
 ) -> str:
     """One change that makes the run fit, found by compiling it: parameters sharded over every chip, else
     activations recomputed (full remat, scanned blocks), else half the microbatch (twice grad_accum). Names
@@ -154,7 +162,7 @@ def _change_that_fits(
     for name, update in changes:
         try:
             candidate = TrainConfig.model_validate({**config.model_dump(), **update})
-            fitted = compile_for_slice(ctx, candidate, vocab_size, progress=progress)
+            fitted = compile_for_slice(ctx, candidate, placement, vocab_size, progress=progress)
         except (ValidationError, InvalidInputError):  # the batch does not split that way
             continue
         if fitted.fits:

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     )
     from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, register_optimizer
     from tradewind.trainer.profile import profile_training
-    from tradewind.trainer.record import RunRecord, job_end_callback, read_record, write_record
+    from tradewind.trainer.record import LedgerEntry, RunRecord, job_end_callback, read_record, write_record
     from tradewind.trainer.restore import load_run_model
     from tradewind.trainer.sample import sample_run, sample_tokens
     from tradewind.trainer.setup import TrainSetup, evaluate, setup_training
@@ -88,6 +88,7 @@ _LAZY = {
     "RunRecord": "tradewind.trainer.record",
     "job_end_callback": "tradewind.trainer.record",
     "read_record": "tradewind.trainer.record",
+    "LedgerEntry": "tradewind.trainer.record",
     "write_record": "tradewind.trainer.record",
     "read_checkpoint": "tradewind.trainer.checkpoint",
     "read_train_config": "tradewind.trainer.config",
@@ -173,6 +174,7 @@ __all__ = [
     "RunRecord",
     "job_end_callback",
     "read_record",
+    "LedgerEntry",
     "write_record",
     "read_checkpoint",
     "TrainSetup",

@@ -3,7 +3,8 @@
     python -m tradewind.trainer RUN_DIR
 
 Reads `RUN_DIR/config.json` (a `TrainConfig` as JSON, its dataset a token-cache folder) and trains as
-`train` does, resuming from the folder's checkpoints if it has some. Jobs do not come this way: the
+`train` does, resuming from the folder's checkpoints if it has some; where the folder has a launcher's record
+(`run.json`), the devices and processes are checked against its placement. Jobs do not come this way: the
 backends call `tradewind.trainer.loop:train_job`. The processes of a gang find each other through the
 variables the backends set (see `tradewind.trainer.distributed`). Exit status 0 on success; 1 on error,
 with a `TradewindError`'s message on stderr, or a traceback for anything unexpected.
@@ -18,6 +19,7 @@ from tradewind.core import TradewindError
 from tradewind.trainer.config import read_train_config
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.loop import train
+from tradewind.trainer.record import read_record
 
 
 def main(argv: list[str]) -> int:
@@ -27,7 +29,8 @@ def main(argv: list[str]) -> int:
         return 2
     layout = RunLayout(Path(argv[0]))
     try:
-        train(read_train_config(layout.config), layout.root)
+        placement = read_record(layout.record).placement if layout.record.exists() else None
+        train(read_train_config(layout.config), layout.root, placement=placement)
     except TradewindError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -61,6 +61,7 @@ class TpuCompileReport(BaseModel):
     device_kind: str
     mesh: dict[str, int] = Field(description="The mesh's axis sizes.")
     compute_dtype: str
+    attention: str = Field(description="The attention kernel compiled: 'auto' picks splash on a TPU.")
     compile_s: float = Field(description="Seconds compiling the train and eval steps on this machine.")
     fits: bool = Field(description="The train step's HBM fits one chip's.")
     hbm_bytes: int = Field(description="HBM per chip the train step needs; when it does not fit, at least this.")

@@ -13,9 +13,8 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from tradewind.cluster.jobs import accelerator_resources, parse_accelerator
 from tradewind.core import NotFoundError, read_json_config
 from tradewind.core.files import Opener, open_plain
 from tradewind.trainer.models.base import AttentionChoice, Remat
@@ -87,16 +86,14 @@ class DistributedConfig(BaseModel):
 
 
 class TrainConfig(BaseModel):
-    """One training run: which token cache, which model, which optimizer, how long, and where it runs."""
+    """One training run: which token cache, which model, which optimizer, how long, on what mesh.
+
+    Where its processes run (backend, accelerator, hosts) is the launch's `tradewind.cluster.Placement`:
+    the step is the same program wherever it runs."""
 
     model_config = ConfigDict(extra="forbid")
 
-    dataset: str = Field(
-        description="The token cache to train on (it needs 'train' and 'val' splits): a dataset id from "
-        "tokenize_dataset, a path relative to the workspace root, an absolute path under an allowed root, or "
-        "'builtin:NAME' (e.g. builtin:tinyshakespeare, tokenized on first use). launch_training and `tradewind "
-        "train` resolve these; a Python call of `train()` takes the cache's folder."
-    )
+    dataset: str = Field(description="The token cache's folder (it needs 'train' and 'val' splits).")
     model: ModelConfig = Field(default_factory=LlamaConfig, description="Architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, le=10**9, description="Optimizer updates (unless time_budget_s).")
@@ -114,7 +111,7 @@ class TrainConfig(BaseModel):
     remat: Remat = Field("none", description="Recompute activations in backward (less memory).")
     attention: AttentionChoice = Field(
         "auto",
-        description="auto: dot_product (cuDNN) on GPU, else reference.",
+        description="auto: cuDNN on GPU, splash on TPU, else reference.",
     )
     scan_layers: bool = Field(False, description="Scan the blocks: quicker compiles, more memory.")
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
@@ -135,45 +132,10 @@ class TrainConfig(BaseModel):
     tensorboard: bool = Field(True, description="Also write TensorBoard events.")
     wandb_project: str | None = Field(None, description="Also log to this W&B project (wandb extra).")
     peak_flops: float | None = Field(None, gt=0, le=1e18, description="Per device, for MFU; null: looked up.")
-    backend: Literal["local", "ray"] | None = Field(
-        None,
-        description="null: settings.yaml's, else ray if RAY_ADDRESS, else local.",
-    )
-    accelerator: str = Field(
-        "cpu",
-        description="Per host: cpu, gpu, gpu:N; or a TPU slice tpu-<type>, e.g. tpu-v5e-8 (Ray only).",
-    )
-    slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
-    replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run (TPU: one per host).")
-    max_retries: int = Field(1, ge=0, le=100, description="Restarts after a kill or preemption.")
-    pending_timeout_s: float | None = Field(
-        None,
-        gt=0,
-        le=604800,
-        description="Fail if not started by then; null: 1800 s on Ray.",
-    )
     resume_from: str | None = Field(
         None,
         description="Continue this run's newest checkpoint as a new run; steps: the total.",
     )
-
-    @field_validator("accelerator")
-    @classmethod
-    def _known_accelerator(cls, accelerator: str) -> str:
-        parsed = parse_accelerator(accelerator)  # a ValueError names the accepted forms
-        if parsed.kind == "tpu":
-            return f"tpu-{parsed.tpu_type}"
-        return "gpu" if parsed.kind == "gpu" and parsed.gpus == 1 else accelerator.strip().lower()
-
-    @model_validator(mode="after")
-    def _gang_fits_accelerator(self) -> TrainConfig:
-        accelerator_resources(self.accelerator, slices=self.slices)  # slices need a TPU: a ValueError says so
-        if self.accelerator.startswith("tpu-") and self.replicas != 1:
-            raise ValueError(
-                f"replicas: a TPU run gets one process per host of each slice; leave replicas at 1 "
-                f"(got {self.replicas} for {self.accelerator})"
-            )
-        return self
 
     @field_validator("seq_len")
     @classmethod

@@ -16,6 +16,7 @@ import os
 import jax
 
 from tradewind.cluster.jobs import distributed_env
+from tradewind.cluster.placement import Accelerator
 from tradewind.core import ConfigError
 from tradewind.trainer.config import DistributedConfig
 
@@ -52,8 +53,9 @@ def initialize_distributed(config: DistributedConfig) -> None:
         ) from None
 
 
-def check_devices(accelerator: str) -> str:
-    """Start JAX's devices and check they are what `accelerator` asked for; returns the platform name.
+def check_devices(accelerator: Accelerator | None) -> str:
+    """Start JAX's devices and check they are what `accelerator` asked for (None: whatever JAX has); returns
+    the platform name.
 
     A TPU run whose hosts have no TPU trains on what JAX has, with a warning: Ray schedules TPU jobs on
     resource names, so a CPU cluster that advertises them tests the scheduling end to end.
@@ -72,13 +74,15 @@ def check_devices(accelerator: str) -> str:
             f"{error or 'no backend'}); unset JAX_PLATFORMS or set it to a platform this machine has (cpu), or "
             "install JAX with that platform's support"
         ) from None
-    if accelerator.startswith("gpu") and platform != "gpu":
+    if accelerator is None:
+        return platform
+    if accelerator.kind == "gpu" and platform != "gpu":
         raise ConfigError(
-            f"accelerator {accelerator!r}: JAX found no GPU here, only {platform} devices; install JAX with "
+            f"accelerator '{accelerator}': JAX found no GPU here, only {platform} devices; install JAX with "
             "CUDA support (pip install 'jax[cuda12]') on the hosts, or train with accelerator 'cpu'"
         )
-    if accelerator.startswith("tpu") and platform != "tpu":
-        print(f"warning: accelerator {accelerator!r} but JAX found only {platform} devices; training on {platform}")
+    if accelerator.kind == "tpu" and platform != "tpu":
+        print(f"warning: accelerator '{accelerator}' but JAX found only {platform} devices; training on {platform}")
     return platform
 
 

@@ -1,8 +1,8 @@
 """What a run will need before it queues: parameters, FLOPs per token, memory, and a measured step time.
 
-The analytic part (`estimate_training(config)`) reads the dataset's manifest for the vocabulary and imports no
-JAX: parameter and FLOP counts come from the model config, memory from `training_memory`, and the memory it is
-compared against is this machine's available RAM. With `probe=True` it also builds the run as `train` does
+The analytic part (`estimate_training(config, placement)`) reads the dataset's manifest for the vocabulary and
+imports no JAX: parameter and FLOP counts come from the model config, memory from `training_memory`, and the
+memory it is compared against is this machine's available RAM. With `probe=True` it also builds the run as `train` does
 (`setup_training`), trains one step so that nothing one-off is timed, times `probe_steps` more in the training
 loop (`run_steps`), and takes the device's memory limit from JAX where the device reports one.
 
@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
+from tradewind.cluster.placement import Placement
 from tradewind.core import atomic_write_json, parse_config
 from tradewind.data import open_token_cache
 from tradewind.trainer.config import TrainConfig
@@ -59,18 +60,19 @@ class TrainEstimate(BaseModel):
 
 
 class EstimateJob(BaseModel):
-    """An estimating process's arguments: the config to probe and where its `TrainEstimate` goes."""
+    """An estimating process's arguments: the config to probe, where, and where its `TrainEstimate` goes."""
 
     model_config = ConfigDict(extra="forbid")
 
     config: TrainConfig
+    placement: Placement = Field(default_factory=Placement)
     output_file: str = Field(description="Where the `TrainEstimate` is written as JSON.")
     probe_steps: int = Field(default=PROBE_STEPS, ge=1, le=100, description="Steps timed after the first.")
 
 
-def estimate_memory(config: TrainConfig, vocab_size: int) -> MemoryBytes:
-    """`training_memory` of one of the run's processes, split into weights, optimizer state and activations."""
-    memory = training_memory(config, vocab_size, processes=config.replicas)
+def estimate_memory(config: TrainConfig, vocab_size: int, processes: int = 1) -> MemoryBytes:
+    """`training_memory` of one of the run's `processes`, split into weights, optimizer state and activations."""
+    memory = training_memory(config, vocab_size, processes)
     params = 2 * 4 * memory.params  # the float32 weight and its gradient; the rest of the state is the optimizer's
     return MemoryBytes(
         params=params,
@@ -80,11 +82,14 @@ def estimate_memory(config: TrainConfig, vocab_size: int) -> MemoryBytes:
     )
 
 
-def estimate_training(config: TrainConfig, probe: bool = False, probe_steps: int = PROBE_STEPS) -> TrainEstimate:
+def estimate_training(
+    config: TrainConfig, placement: Placement | None = None, probe: bool = False, probe_steps: int = PROBE_STEPS
+) -> TrainEstimate:
     """Parameters, FLOPs per token and memory of `config` against the device's; with `probe`, its step time.
 
     Args:
         config: the run (`config.dataset` is a token-cache folder).
+        placement: where it runs: its accelerator, and the replicas that share the batch; None: one CPU process.
         probe: build and compile the run, train one step, then time `probe_steps` more (loads JAX).
         probe_steps: steps timed after the first.
 
@@ -97,17 +102,19 @@ def estimate_training(config: TrainConfig, probe: bool = False, probe_steps: int
     """
     vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
     model = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
-    memory = estimate_memory(config, vocab_size)
+    placement = placement or Placement()
+    memory = estimate_memory(config, vocab_size, placement.replicas)
+    on_cpu = placement.accelerator.kind == "cpu"
     step_time_s = compile_s = None
     if probe:
-        step_time_s, compile_s = _probe(config, probe_steps)
+        step_time_s, compile_s = _probe(config, placement, probe_steps)
         device_memory, source = _device_memory()
-    elif config.accelerator == "cpu":
+    elif on_cpu:
         device_memory, source = psutil.virtual_memory().available, "available RAM"
     else:
         device_memory, source = None, None  # only a process on the device can ask it
     # CPU processes of one run share this machine's memory; each accelerator process has its own device.
-    needed = memory.total * (config.replicas if config.accelerator == "cpu" else 1)
+    needed = memory.total * (placement.replicas if on_cpu else 1)
     return TrainEstimate(
         parameters=model.count_params(),
         flops_per_token=model.flops_per_token(config.seq_len),
@@ -121,7 +128,7 @@ def estimate_training(config: TrainConfig, probe: bool = False, probe_steps: int
     )
 
 
-def _probe(config: TrainConfig, steps: int) -> tuple[float, float]:
+def _probe(config: TrainConfig, placement: Placement, steps: int) -> tuple[float, float]:
     """The mean time of `steps` training steps after the first, and the compile time, of a run built as `train`
     builds it."""
     import jax
@@ -130,7 +137,7 @@ def _probe(config: TrainConfig, steps: int) -> tuple[float, float]:
     from tradewind.trainer.loop import run_steps
     from tradewind.trainer.setup import setup_training
 
-    check_devices(config.accelerator)
+    check_devices(placement.accelerator)
     setup = setup_training(config)
     # The first execution pays one-off costs (allocation, autotuning); it is left out of the timing.
     state = run_steps(setup, setup.state, hooks=[], last_step=1)
@@ -155,7 +162,7 @@ def estimate_job(**job: Any) -> None:
     """The entry of an estimating job: validates its keyword arguments as an `EstimateJob`, probes the config
     and writes the `TrainEstimate` to `output_file`."""
     request = parse_config(EstimateJob, job, source="estimate job")
-    estimate = estimate_training(request.config, probe=True, probe_steps=request.probe_steps)
+    estimate = estimate_training(request.config, request.placement, probe=True, probe_steps=request.probe_steps)
     atomic_write_json(Path(request.output_file), estimate.model_dump())
     print(
         f"{estimate.parameters:,} parameters; compile {estimate.compile_s:.1f}s; "

@@ -17,6 +17,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tradewind.cluster.placement import Placement
 from tradewind.core.text import MULTILINE
 from tradewind.trainer.config import TrainConfig
 
@@ -27,12 +28,13 @@ PROFILE_CALLABLE = "tradewind.trainer.profile:profile_job"
 
 
 class TrainJob(BaseModel):
-    """A training process's arguments: its run folder and the config to train."""
+    """A training process's arguments: its run folder, the config to train and where its launch placed it."""
 
     model_config = ConfigDict(extra="forbid")
 
     run_dir: str = Field(description="The run folder (holding config.json and run.json).")
     config: TrainConfig
+    placement: Placement = Field(default_factory=Placement)
 
 
 class SampleOptions(BaseModel):

@@ -34,6 +34,7 @@ import jax
 import numpy as np
 
 from tradewind.cluster.jobs import JobStatus, distributed_env
+from tradewind.cluster.placement import Placement
 from tradewind.core import (
     ConfigError,
     InvalidInputError,
@@ -66,7 +67,9 @@ from tradewind.trainer.state import TrainState
 from tradewind.trainer.validation import ValScore, fixed_val_tokens, score_val_tokens
 
 
-def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = None) -> TrainSummary:
+def train(
+    config: TrainConfig, run_dir: Path, progress: TrainProgress | None = None, placement: Placement | None = None
+) -> TrainSummary:
     """Train a model as `config` says, writing metrics, checkpoints, the run record and the summary into `run_dir`.
 
     Args:
@@ -75,6 +78,8 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
             and if it has no `run.json`, one is made (backend "process"). If it holds checkpoints of an
             unfinished run (and `config.resume`), training resumes from them.
         progress: optional callback, see `TrainProgress`.
+        placement: what the launch asked for (the job's): its accelerator and gang size are checked against
+            the devices and processes JAX finds. None (a Python call): train on whatever JAX has.
 
     Returns:
         The summary, also written to `summary.json`.
@@ -89,8 +94,8 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
     layout = RunLayout(Path(run_dir))
     try:
         initialize_distributed(config.distributed)
-        platform = check_devices(config.accelerator)
-        _check_gang(config)
+        platform = check_devices(placement and placement.accelerator)
+        _check_gang(placement)
     except TradewindError as error:
         gang = distributed_env()
         if layout.record.exists() and (gang is None or gang.process_id == 0):
@@ -98,9 +103,7 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
         raise
     _claim_run_dir(layout, config)
     if is_main_process():
-        record_start(
-            layout.record, layout.root.name, config.accelerator, jax.process_count(), platform, jax.device_count()
-        )
+        record_start(layout.record, layout.root.name, jax.process_count(), platform, jax.device_count())
     try:
         summary = _train(config, layout, progress, start)
     except BaseException as error:
@@ -117,7 +120,7 @@ def train(config: TrainConfig, run_dir: Path, progress: TrainProgress | None = N
 def train_job(**job: Any) -> None:
     """The entry of a training job: validates its keyword arguments as a `TrainJob` and trains."""
     request = parse_config(TrainJob, job, source="train job")
-    train(request.config, Path(request.run_dir))
+    train(request.config, Path(request.run_dir), placement=request.placement)
 
 
 def run_steps(
@@ -273,11 +276,11 @@ def _initial_state(
     return state, rows
 
 
-def _check_gang(config: TrainConfig) -> None:
+def _check_gang(placement: Placement | None) -> None:
     """Refuse a cpu or gpu run of `replicas` processes that finds itself alone (trained without a launcher)."""
-    if config.replicas > 1 and jax.process_count() != config.replicas:
+    if placement is not None and placement.replicas > 1 and jax.process_count() != placement.replicas:
         raise ConfigError(
-            f"replicas: the run asks for {config.replicas} processes but {jax.process_count()} joined; start it "
+            f"replicas: the run asks for {placement.replicas} processes but {jax.process_count()} joined; start it "
             "with launch_training or `tradewind train`, whose backend starts the gang, or set replicas to 1"
         )
 

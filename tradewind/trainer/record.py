@@ -23,33 +23,37 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from tradewind.cluster.jobs import Callback, JobRecord, JobStatus, utc_now
+from tradewind.cluster.placement import BackendName, Placement
 from tradewind.cluster.process import process_start_time
 from tradewind.core import NotFoundError, atomic_write_json, read_json_config
 from tradewind.core.files import Opener, open_plain
 
-RunBackend = Literal["local", "ray", "process"]
+RunBackend = Literal[BackendName, "process"]
 RECORD_JOB_END_CALLABLE = "tradewind.trainer.record:record_job_end"
 
 
-class RunRecord(BaseModel):
+class LedgerEntry(BaseModel):
+    """What a launch tells the experiment ledger about a run: the change it makes to which run, and why."""
+
+    parent_run: str | None = Field(default=None, description="The run this one changes (the ledger shows the diff).")
+    note: str | None = Field(default=None, max_length=300, description="One line for the ledger.")
+    sweep_id: str | None = Field(default=None, description="The sweep that launched it.")
+    baseline: bool = Field(default=False, description="A rerun of parent_run, to compare under the same load.")
+
+
+class RunRecord(LedgerEntry):
     """Which run this is, what runs it, and how it stands as far as its own processes know."""
 
     run_id: str
     backend: RunBackend = Field(description="'local' or 'ray' (a job runs it), or 'process' (a Python call).")
     job_id: str | None = Field(default=None, description="The backend job that runs it; null for 'process'.")
     address: str | None = Field(default=None, description="The Ray cluster the job was submitted to.")
-    accelerator: str = "cpu"
+    placement: Placement = Field(default_factory=Placement, description="Where the launch placed its processes.")
     processes: int = Field(default=1, description="Processes (hosts) training it together.")
     platform: str | None = Field(default=None, description="JAX platform it trains on: cpu, gpu or tpu.")
     devices: int | None = Field(default=None, description="JAX devices over all its processes.")
     parent: str | None = Field(default=None, description="The run this one continues (resume_from).")
     parent_step: int | None = Field(default=None, description="The parent's checkpoint step it started from.")
-    parent_run: str | None = Field(
-        default=None, description="The run this experiment changes (launch_training's parent_run), for the ledger."
-    )
-    note: str | None = Field(default=None, description="The one-line note the run was launched with.")
-    sweep_id: str | None = Field(default=None, description="The sweep that launched it.")
-    baseline: bool = Field(default=False, description="A rerun of parent_run, to compare under the same load.")
     decision: Literal["kept", "discarded"] | None = Field(
         default=None, description="What became of the experiment (set_experiment_status, or a sweep)."
     )
@@ -108,10 +112,10 @@ def machine_load() -> float:
     return os.getloadavg()[0] / (os.cpu_count() or 1)
 
 
-def record_start(path: Path, run_id: str, accelerator: str, processes: int, platform: str, devices: int) -> RunRecord:
+def record_start(path: Path, run_id: str, processes: int, platform: str, devices: int) -> RunRecord:
     """Mark the run RUNNING in this process (process 0), creating the record for a run with no launcher."""
     if not path.exists():
-        write_record(path, RunRecord(run_id=run_id, backend="process", accelerator=accelerator))
+        write_record(path, RunRecord(run_id=run_id, backend="process"))
     pid = os.getpid()
     return update_record(
         path,

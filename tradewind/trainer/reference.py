@@ -10,17 +10,20 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from tradewind.cluster.placement import Placement
 from tradewind.trainer.config import CheckpointConfig, DistributedConfig, MeshConfig, OptimizerConfig, TrainConfig
 from tradewind.trainer.models.base import PRESETS
 from tradewind.trainer.models.configs import GPT2Config, LlamaConfig, model_config
 
-SECTIONS: list[tuple[str, tuple[type[BaseModel], ...]]] = [
-    ("", (TrainConfig,)),
-    ("model.", (LlamaConfig, GPT2Config)),  # one table of all architectures' fields, each once
-    ("optimizer.", (OptimizerConfig,)),
-    ("checkpoints.", (CheckpointConfig,)),
-    ("mesh.", (MeshConfig,)),
-    ("distributed.", (DistributedConfig,)),
+# (heading, field prefix, models): a config file's top level holds the launch's placement beside the TrainConfig.
+SECTIONS: list[tuple[str, str, tuple[type[BaseModel], ...]]] = [
+    ("top level", "", (TrainConfig,)),
+    ("top level: the placement (launches only)", "", (Placement,)),
+    ("model.", "model.", (LlamaConfig, GPT2Config)),  # one table of all architectures' fields, each once
+    ("optimizer.", "optimizer.", (OptimizerConfig,)),
+    ("checkpoints.", "checkpoints.", (CheckpointConfig,)),
+    ("mesh.", "mesh.", (MeshConfig,)),
+    ("distributed.", "distributed.", (DistributedConfig,)),
 ]
 NESTED = {"model", "optimizer", "checkpoints", "mesh", "distributed"}
 
@@ -36,8 +39,8 @@ def _default(field) -> str:
 def config_reference() -> str:
     """Markdown tables of every config field: name, default and description."""
     lines = []
-    for prefix, models in SECTIONS:
-        lines += [f"#### `{prefix or 'top level'}`", "", "| field | default | description |", "|---|---|---|"]
+    for heading, prefix, models in SECTIONS:
+        lines += [f"#### `{heading}`", "", "| field | default | description |", "|---|---|---|"]
         listed = set()
         for model in models:
             for name, field in model.model_fields.items():

@@ -34,6 +34,7 @@ from tradewind.trainer.flops import peak_flops
 from tradewind.trainer.models import build_model, count_params
 from tradewind.trainer.models.base import Attention, AttentionChoice
 from tradewind.trainer.models.configs import ModelConfig
+from tradewind.trainer.models.layers import SPLASH_BLOCKS
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.plan import StepPlan
 from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings, place
@@ -51,12 +52,29 @@ def compute_dtype(choice: str, platform: str | None = None) -> Any:
     return jnp.dtype(choice)
 
 
-def attention_kernel(choice: AttentionChoice, dtype: Any, platform: str | None = None) -> Attention:
+def attention_kernel(choice: AttentionChoice, dtype: Any, seq_len: int, platform: str | None = None) -> Attention:
     """The attention kernel of the run's training steps: 'auto' is `dot_product` where it is cuDNN's flash
-    attention (a GPU, 16-bit compute `dtype`) and the reference elsewhere. `platform` as in `compute_dtype`."""
+    attention (a GPU, 16-bit compute `dtype`), splash on a TPU where `seq_len` is whole 128-token blocks, and
+    the reference elsewhere. Splash off a TPU is Pallas's interpreter. `platform` as in `compute_dtype`.
+
+    Raises:
+        ConfigError: splash where the sequence is not whole 128-token blocks, or on a GPU (a TPU kernel).
+    """
+    platform = platform or jax.default_backend()
+    whole_blocks = seq_len % SPLASH_BLOCKS[-1] == 0
     if choice == "auto":
-        flash = (platform or jax.default_backend()) == "gpu" and jnp.dtype(dtype).itemsize == 2
-        return "dot_product" if flash else "reference"
+        if platform == "gpu" and jnp.dtype(dtype).itemsize == 2:
+            return "dot_product"
+        return "splash" if platform == "tpu" and whole_blocks else "reference"
+    if choice == "splash" and not whole_blocks:
+        raise ConfigError(
+            f"attention: splash attention tiles the sequence in blocks of {SPLASH_BLOCKS[-1]} tokens, and seq_len "
+            f"{seq_len} is not a multiple of {SPLASH_BLOCKS[-1]}; change seq_len or use attention 'reference'"
+        )
+    if choice == "splash" and platform == "gpu":
+        raise ConfigError("attention: splash is a TPU kernel; on a GPU use 'dot_product' (cuDNN's) or 'auto'")
+    if choice == "splash" and platform != "tpu":
+        return "splash_interpret"
     return choice
 
 
@@ -68,7 +86,7 @@ def build_run_model(config: TrainConfig, model_config: ModelConfig, platform: st
         model_config,
         rngs=nnx.Rngs(config.seed),
         dtype=dtype,
-        attention=attention_kernel(config.attention, dtype, platform),
+        attention=attention_kernel(config.attention, dtype, config.seq_len, platform),
         scan_layers=config.scan_layers,
     )
 

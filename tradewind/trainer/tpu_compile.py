@@ -40,7 +40,7 @@ from tradewind.trainer.compile import Collective, StepEstimate, TpuCompileReport
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
-from tradewind.trainer.setup import build_run_model, compile_steps, compute_dtype
+from tradewind.trainer.setup import attention_kernel, build_run_model, compile_steps, compute_dtype
 from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -100,6 +100,7 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
         "device_kind": devices[0].device_kind,
         "mesh": dict(mesh.shape),
         "compute_dtype": jnp.dtype(dtype).name,
+        "attention": attention_kernel(config.attention, dtype, config.seq_len, platform="tpu"),
     }
     start = time.perf_counter()
     try:

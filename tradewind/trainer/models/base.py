@@ -48,12 +48,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 # everything; nothing but its input (recompute it all); or its matmuls' outputs (recompute the rest).
 Remat = Literal["none", "full", "save_matmuls"]
 # How a training step computes causal attention (`tradewind.trainer.models.layers.attend`): the reference einsums
-# (half the masked scores skipped), or `jax.nn.dot_product_attention` (cuDNN's fused flash kernel on a GPU in
-# bfloat16, XLA's otherwise). Sampling with a key/value cache always uses the reference.
-Attention = Literal["reference", "dot_product"]
-# A run's choice: 'auto' is dot_product on a GPU in 16-bit (cuDNN's kernel, measured 1.8x faster on an H200) and
-# the reference elsewhere (XLA's dot_product computes every score: slower; TPU awaits splash attention).
-AttentionChoice = Literal["auto", "reference", "dot_product"]
+# (half the masked scores skipped); `jax.nn.dot_product_attention` (cuDNN's fused flash kernel on a GPU in
+# bfloat16, XLA's otherwise); or Pallas's splash kernel for TPUs (blocks of scores in VMEM, never stored, those
+# above the diagonal skipped), compiled, or run by Pallas's interpreter on other platforms (how CPU tests check
+# it). Sampling with a key/value cache always uses the reference.
+Attention = Literal["reference", "dot_product", "splash", "splash_interpret"]
+# A run's choice: 'auto' is dot_product on a GPU in 16-bit (cuDNN's kernel, measured 1.8x faster on an H200),
+# splash on a TPU (sequences in whole 128-token blocks), the reference elsewhere (XLA's dot_product computes every
+# score: slower). 'splash' off a TPU runs the interpreter: correct, and slow.
+AttentionChoice = Literal["auto", "reference", "dot_product", "splash"]
 TYPE_DESCRIPTION = "'llama' (RMSNorm, rotary, SwiGLU, GQA) or 'gpt2' (LayerNorm, learned positions, GELU)."
 
 

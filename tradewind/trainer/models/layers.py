@@ -156,6 +156,41 @@ def fused_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Arra
     return out.reshape(batch, seq, heads * head_dim)
 
 
+SPLASH_BLOCKS = (512, 256, 128)  # block sizes splash attention tiles a sequence into, largest that divides it
+
+
+def splash_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool = False) -> jax.Array:
+    """`causal_attention` of queries and keys at the same positions by Pallas's splash kernel for TPUs: scores
+    are made block by block in the chip's VMEM and never stored, and blocks above the diagonal are skipped.
+    It takes grouped key/value heads as they are. XLA cannot split a Pallas kernel over devices, so under a mesh
+    it runs per device (`jax.shard_map`: rows over the batch axes, heads over `tensor`). `interpret` runs it
+    in Pallas's interpreter (any platform). The sequence length must be a multiple of 128."""
+    batch, seq, heads, head_dim = q.shape
+
+    def per_device(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        from jax.experimental.pallas.ops.tpu import splash_attention as splash  # Pallas loads only when used
+
+        block = next(size for size in SPLASH_BLOCKS if seq % size == 0)
+        sizes = dict.fromkeys(("block_q", "block_kv", "block_kv_compute", "block_q_dkv", "block_kv_dkv"), block)
+        sizes |= dict.fromkeys(("block_kv_dkv_compute", "block_q_dq", "block_kv_dq"), block)
+        mask = splash.MultiHeadMask([splash.CausalMask((seq, seq))] * q.shape[2])
+        kernel = splash.make_splash_mha(
+            mask, block_sizes=splash.BlockSizes(**sizes), head_shards=1, q_seq_shards=1, interpret=interpret
+        )
+        out = jax.vmap(kernel)(_swap_seq_heads(q * head_dim**-0.5), _swap_seq_heads(k), _swap_seq_heads(v))
+        return _swap_seq_heads(out)
+
+    if not jax.sharding.get_abstract_mesh().empty:
+        spec = P(BATCH_AXES, None, "tensor", None)
+        per_device = jax.shard_map(per_device, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+    return per_device(q, k, v).reshape(batch, seq, heads * head_dim)
+
+
+def _swap_seq_heads(x: jax.Array) -> jax.Array:
+    """[batch, seq, heads, d] <-> [batch, heads, seq, d] (the splash kernel's layout)."""
+    return x.transpose(0, 2, 1, 3)
+
+
 def attend(
     q: jax.Array,
     k: jax.Array,
@@ -170,6 +205,8 @@ def attend(
     if layer_cache is None:
         if implementation == "dot_product":
             return fused_causal_attention(q, k, v), None
+        if implementation in ("splash", "splash_interpret"):
+            return splash_causal_attention(q, k, v, interpret=implementation == "splash_interpret"), None
         return causal_attention(q, k, v, positions, positions), None
     layer_cache = update_cache(layer_cache, k, v, positions[0])
     k, v = layer_cache

@@ -1,0 +1,162 @@
+"""Where a run's processes go: the backend, the accelerator of each host, and how many hosts and retries.
+
+A launch names its placement in a few strings and numbers (`backend: ray`, `accelerator: tpu-v5e-16`,
+`slices: 2`). `Placement` reads them once, where the launch is received, into typed parts: the accelerator
+becomes an `Accelerator` that knows its TPU generation, chips, hosts, topology, HBM and peak FLOP/s, and
+everything below the tools asks it rather than the string. The trainer's config (`TrainConfig`) holds none of
+this: a step is the same program wherever it runs.
+
+Example:
+    placement = Placement(backend="ray", accelerator="tpu-v5e-16", slices=2)
+    placement.accelerator.chips, placement.accelerator.topology, placement.processes  # 16, "4x4", 8
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
+
+from tradewind.cluster.jobs import Resources
+from tradewind.cluster.tpus import TpuSlice, canonical_tpu_type, tpu_slice
+
+BackendName = Literal["local", "ray"]
+
+
+class Accelerator(BaseModel):
+    """What an accelerator string names: `cpu`, `gpu` / `gpu:N` (N per host) or `tpu-<type>` (one slice).
+
+    `str(accelerator)` is its canonical name (`tpu-v5e-8` reads as `tpu-v5litepod-8`); the TPU figures are
+    those of `tradewind.cluster.tpus`, and None for a CPU or a GPU, whose model the string does not name.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["cpu", "gpu", "tpu"]
+    gpus: int = Field(default=0, description="GPUs per host.")
+    tpu_type: str | None = Field(default=None, description="TPU slice type, e.g. 'v5litepod-8'.")
+
+    def __str__(self) -> str:
+        if self.kind == "tpu":
+            return f"tpu-{self.tpu_type}"
+        return "gpu" if self.kind == "gpu" and self.gpus == 1 else f"gpu:{self.gpus}" if self.kind == "gpu" else "cpu"
+
+    @property
+    def tpu(self) -> TpuSlice | None:
+        """The TPU slice, with its chip's figures; None for a CPU or GPU."""
+        return tpu_slice(self.tpu_type) if self.tpu_type else None
+
+    @property
+    def hosts(self) -> int:
+        """Hosts of one slice: a TPU type's, else 1."""
+        return self.tpu.hosts if self.tpu else 1
+
+    @property
+    def chips(self) -> int:
+        """Accelerator chips of one slice (TPU) or host (GPU); 0 for a CPU."""
+        return self.tpu.chips if self.tpu else self.gpus
+
+    @property
+    def generation(self) -> str | None:
+        return self.tpu.chip.generation if self.tpu else None
+
+    @property
+    def topology(self) -> str | None:
+        return self.tpu.topology if self.tpu else None
+
+    @property
+    def hbm_bytes_per_chip(self) -> int | None:
+        return self.tpu.chip.hbm_bytes if self.tpu else None
+
+    @property
+    def peak_bf16_flops(self) -> float | None:
+        """Dense bfloat16 FLOP/s of one chip."""
+        return self.tpu.chip.peak_bf16_flops if self.tpu else None
+
+
+def parse_accelerator(text: str) -> Accelerator:
+    """Read an accelerator string: `cpu`, `gpu`, `gpu:N`, or `tpu-<type>` with a type from `TPU_TYPES`
+    (e.g. `tpu-v5litepod-8`, `tpu-v4-32`, `tpu-v5p-128`; `tpu-v5e-8` is read as `tpu-v5litepod-8`).
+
+    Raises:
+        ValueError: anything else; the message lists the accepted forms (and the known TPU types).
+    """
+    name = text.strip().lower()
+    if name == "cpu":
+        return Accelerator(kind="cpu")
+    if match := re.fullmatch(r"gpu(?::(\d+))?", name):
+        gpus = int(match.group(1) or 1)
+        if gpus < 1:
+            raise ValueError(f"accelerator {text!r} asks for no GPU; use 'cpu', 'gpu' or 'gpu:N' with N >= 1")
+        return Accelerator(kind="gpu", gpus=gpus)
+    if name.startswith("tpu-"):
+        return Accelerator(kind="tpu", tpu_type=canonical_tpu_type(name.removeprefix("tpu-")))
+    raise ValueError(
+        f"unknown accelerator {text!r}; use 'cpu', 'gpu', 'gpu:N' (N GPUs per host) or 'tpu-<type>' "
+        "such as 'tpu-v5litepod-8', 'tpu-v4-32', 'tpu-v5p-128'"
+    )
+
+
+def _read_accelerator(value: Any) -> Any:
+    return parse_accelerator(value) if isinstance(value, str) else value
+
+
+# An `Accelerator` that requests, configs and records write as its string.
+AcceleratorName = Annotated[
+    Accelerator,
+    BeforeValidator(_read_accelerator),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string"}),
+]
+
+
+class Placement(BaseModel):
+    """Where a run's processes go and how many: the backend, each host's accelerator, slices or replicas,
+    and how long and how often the backend may wait for and restart them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: BackendName | None = Field(None, description="null: settings.yaml's, else ray if RAY_ADDRESS, else local.")
+    accelerator: AcceleratorName = Field(
+        "cpu",
+        validate_default=True,
+        description="Per host: cpu, gpu, gpu:N; or a TPU slice tpu-<type>, e.g. tpu-v5e-8 (Ray only).",
+    )
+    slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
+    replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run (TPU: one per host).")
+    max_retries: int = Field(1, ge=0, le=100, description="Restarts after a kill or preemption.")
+    pending_timeout_s: float | None = Field(
+        None, gt=0, le=604800, description="Fail if not started by then; null: 1800 s on Ray."
+    )
+
+    @model_validator(mode="after")
+    def _gang_fits_accelerator(self) -> Placement:
+        if self.accelerator.kind != "tpu" and self.slices != 1:
+            raise ValueError(f"slices={self.slices} needs a TPU accelerator, not {str(self.accelerator)!r}")
+        if self.accelerator.kind == "tpu" and self.replicas != 1:
+            raise ValueError(
+                f"replicas: a TPU run gets one process per host of each slice; leave replicas at 1 "
+                f"(got {self.replicas} for {self.accelerator})"
+            )
+        return self
+
+    @property
+    def processes(self) -> int:
+        """Processes of the gang: one per host of each TPU slice, else `replicas`."""
+        return self.accelerator.hosts * self.slices * self.replicas
+
+    @property
+    def chips(self) -> int:
+        """TPU chips of all slices (the mesh's devices), GPUs of all replicas, or 0 on CPUs."""
+        return self.accelerator.chips * self.slices * self.replicas
+
+    def resources(self, cpus: float = 1.0, memory_gb: float = 0.0) -> Resources:
+        """What one process of the gang asks its backend for."""
+        return Resources(
+            cpus=cpus,
+            memory_gb=memory_gb,
+            gpus=self.accelerator.gpus,
+            tpu_type=self.accelerator.tpu_type,
+            tpu_slices=self.slices,
+        )
