@@ -39,10 +39,10 @@ def _backend(args: argparse.Namespace, job_id: str):
 
 
 def _status(args: argparse.Namespace) -> int:
-    from tradewind.cluster import get_backend
+    from tradewind.cluster.backends import BACKENDS, get_backend
 
     jobs_dir = _jobs_dir(args)
-    names = ["local", "ray"] if os.environ.get("RAY_ADDRESS") else ["local"]
+    names = BACKENDS if os.environ.get("RAY_ADDRESS") else ["local"]
     statuses = [get_backend(name, jobs_dir).cluster_status() for name in names]
     if args.json:
         for status in statuses:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import (
     PIPELINE_CALLABLE,
+    BackendName,
     BackendStatus,
     JobRecord,
     JobSpec,
@@ -30,7 +31,7 @@ _BACKEND_CHARS = 3_000
 class ClusterStatusRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["all", "local", "ray"] = Field(
+    backend: Literal["all", BackendName] = Field(
         default="all", description="'all' adds Ray when RAY_ADDRESS is set."
     )
     limit: int = Field(
