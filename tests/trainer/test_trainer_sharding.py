@@ -91,7 +91,7 @@ def test_on_one_device_nothing_is_split():
         build_mesh(MeshConfig(data=2), devices=jax.devices()[:1])
 
 
-def specs_of(architecture: str, mesh) -> dict[str, P]:
+def specs_of(architecture: str, mesh, scan_layers: bool = False) -> dict[str, P]:
     """Each weight's partition spec, by its path in the model (block 0 standing for every block)."""
     from flax import nnx
 
@@ -99,7 +99,7 @@ def specs_of(architecture: str, mesh) -> dict[str, P]:
     from tradewind.trainer.models import build_model
 
     config = model_config(type=architecture, vocab_size=64, d_model=32, n_layers=1, n_heads=4, max_seq_len=16)
-    _, params = nnx.split(nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0))))
+    _, params = nnx.split(nnx.eval_shape(lambda: build_model(config, rngs=nnx.Rngs(0), scan_layers=scan_layers)))
     return {
         jax.tree_util.keystr(path).removesuffix(".value"): sharding.spec
         for path, sharding in jax.tree_util.tree_flatten_with_path(param_shardings(mesh, params))[0]
@@ -122,6 +122,10 @@ def test_weights_split_megatrons_way_columns_then_rows_and_the_vocabulary_over_t
     assert gpt2["['blocks'][0]['attn']['qkv']['bias']"] == P("tensor")
     assert gpt2["['blocks'][0]['fc_out']['kernel']"] == P("tensor", "fsdp")
     assert gpt2["['wpe']['embedding']"] == P(None, "fsdp")
+    # A scanned model's stacked weights keep the layer axis whole and split the rest as one layer's.
+    stacked = specs_of("llama", mesh, scan_layers=True)
+    assert stacked["['blocks']['layer']['attn']['o_proj']['kernel']"] == P(None, "tensor", "fsdp")
+    assert stacked["['blocks']['layer']['attn_norm']['scale']"] == P(None)
 
 
 def test_an_optimizer_moment_lands_where_its_parameter_does_and_a_factored_one_stays_whole():

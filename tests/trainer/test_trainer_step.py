@@ -9,6 +9,7 @@ from flax import nnx
 from tradewind.core import ConfigError
 from tradewind.trainer import OptimizerConfig, model_config
 from tradewind.trainer.models import build_model
+from tradewind.trainer.models.layers import per_layer_params, stacked_params
 from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, decay_mask
 from tradewind.trainer.setup import attention_kernel, compute_dtype
 from tradewind.trainer.step import loss_and_grads, make_train_step, next_token_loss
@@ -214,11 +215,23 @@ def test_scanning_the_blocks_changes_no_loss_and_no_gradient(architecture, remat
     results = []
     for scan_layers in (False, True):
         graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), scan_layers=scan_layers))
-        results.append(jax.jit(lambda p, b, g=graphdef: loss_and_grads(g, p, b, 2, 1e-3, remat))(params, tokens))
+        loss, grads = jax.jit(lambda p, b, g=graphdef: loss_and_grads(g, p, b, 2, 1e-3, remat))(params, tokens)
+        results.append((loss, per_layer_params(nnx.to_pure_dict(grads))))  # the scanned model's are stacked
     (unrolled_loss, unrolled_grads), (loss, grads) = results
     assert abs(float(loss) - float(unrolled_loss)) <= 1e-6
+    assert jax.tree.structure(grads) == jax.tree.structure(unrolled_grads)
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(unrolled_grads), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_a_scanned_model_holds_each_weight_once_stacked_over_its_layers_and_reads_back_per_layer():
+    config = model_config(vocab_size=64, d_model=32, n_layers=3, n_heads=4, max_seq_len=32)
+    unrolled = nnx.to_pure_dict(nnx.state(build_model(config, rngs=nnx.Rngs(0))))
+    scanned = nnx.to_pure_dict(nnx.state(build_model(config, rngs=nnx.Rngs(0), scan_layers=True)))
+    assert scanned["blocks"].keys() == {"layer"}
+    assert scanned["blocks"]["layer"]["attn"]["q_proj"]["kernel"].shape == (3, 32, 32)
+    assert jax.tree.all(jax.tree.map(np.array_equal, per_layer_params(scanned), unrolled))  # the same initial weights
+    assert jax.tree.all(jax.tree.map(np.array_equal, stacked_params(unrolled), scanned))
 
 
 def compiled_dots(n_layers, scan_layers):

@@ -31,9 +31,7 @@ _BACKEND_CHARS = 3_000
 class ClusterStatusRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["all", BackendName] = Field(
-        default="all", description="'all' adds Ray when RAY_ADDRESS is set."
-    )
+    backend: Literal["all", BackendName] = Field(default="all", description="'all' adds Ray when RAY_ADDRESS is set.")
     limit: int = Field(
         default=50,
         ge=1,

@@ -201,7 +201,10 @@ def _describe(name: str, values: tuple[Any, Any], directory: Path) -> str:
 
 
 def to_hf_tensors(params: dict[str, Any], config: ModelConfig) -> dict[str, np.ndarray]:
-    """HF-named tensors from a pure parameter dict (`nnx.to_pure_dict`)."""
+    """HF-named tensors from a pure parameter dict (`nnx.to_pure_dict`; stacked blocks are split per layer)."""
+    from tradewind.trainer.models.layers import per_layer_params  # JAX loads only here: the server imports this module
+
+    params = per_layer_params(params)
     tensors = {}
     for weight in config.hf_weights():
         array = np.asarray(_at(params, weight.path))

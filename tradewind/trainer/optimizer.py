@@ -69,9 +69,18 @@ def build_schedule(config: OptimizerConfig, total_steps: int) -> Callable[[int],
     return lambda step: learning_rate(config, int(step), total_steps)
 
 
+UNDECAYED = ("scale", "bias")  # the vectors: norms' gains and shifts, projections' biases
+
+
 def decay_mask(params: Any) -> Any:
-    """True for the parameters weight decay applies to: those with two or more dimensions."""
-    return jax.tree.map(lambda p: p.ndim >= 2, params)
+    """True for the parameters weight decay applies to: the matrices (kernels and embeddings), not the norms'
+    and biases' vectors. By name, since a stacked block's vector has a layer axis in front."""
+
+    def is_matrix(path: tuple, _: Any) -> bool:
+        name = next(str(key.key) for key in reversed(path) if hasattr(key, "key"))  # past a Variable's `value`
+        return name not in UNDECAYED
+
+    return jax.tree_util.tree_map_with_path(is_matrix, params)
 
 
 @register_optimizer("adamw")

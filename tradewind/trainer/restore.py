@@ -49,7 +49,9 @@ def load_run_model(run_dir: Path, step: int | None = None) -> LoadedRun:
     config = read_train_config(layout.config)
     manifest = open_token_cache(Path(config.dataset)).manifest
     model_config = resolve_model_config(config.model, manifest)
-    graphdef, abstract_params = nnx.split(nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(config.seed))))
+    scanned = config.scan_layers  # its checkpoints hold the blocks stacked
+    model = nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(config.seed), scan_layers=scanned))
+    graphdef, abstract_params = nnx.split(model)
     abstract_opt = jax.eval_shape(build_optimizer(config.optimizer).init, abstract_params)
     state = read_checkpoint(layout.checkpoints, TrainState.start(abstract_params, abstract_opt, config.seed), step)
     return LoadedRun(config, model_config, manifest, graphdef, state.params, state.step)

@@ -34,7 +34,7 @@ from tradewind.trainer.flops import peak_flops
 from tradewind.trainer.models import build_model, count_params
 from tradewind.trainer.models.base import Attention, AttentionChoice
 from tradewind.trainer.models.configs import ModelConfig
-from tradewind.trainer.models.layers import SPLASH_BLOCKS
+from tradewind.trainer.models.layers import SPLASH_BLOCKS, stacked_params
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.plan import StepPlan
 from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings, place
@@ -115,6 +115,8 @@ def replace_params(params: Params, pure: dict[str, Any]) -> Params:
         ConfigError: `pure` lacks a parameter or has one of another shape (the model config differs).
     """
     expected = nnx.to_pure_dict(params)
+    if expected["blocks"].keys() == {"layer"}:  # a scanned model holds its blocks stacked
+        pure = stacked_params(pure)
     flat_expected = dict(jax.tree_util.tree_flatten_with_path(expected)[0])
     flat_new = dict(jax.tree_util.tree_flatten_with_path(pure)[0])
     for path, value in flat_expected.items():

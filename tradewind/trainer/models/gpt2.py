@@ -19,6 +19,7 @@ from tradewind.trainer.models.configs import GPT2Config
 from tradewind.trainer.models.layers import (
     Decoder,
     attend,
+    block_stack,
     head_weight,
     output_head,
     over_token_rows,
@@ -76,13 +77,12 @@ class GPT2(Decoder):
         scan_layers: bool = False,
     ):
         vocab = require_vocab(config)
-        self.max_seq_len, self.dtype, self.scan_layers = config.max_seq_len, dtype, scan_layers
+        self.max_seq_len, self.dtype = config.max_seq_len, dtype
         init = nnx.initializers.normal(config.init_std)
         self.wte = nnx.Embed(vocab, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
         self.wpe = nnx.Embed(config.max_seq_len, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
-        self.blocks = nnx.List(
-            [GPT2Block(config, dtype=dtype, attention=attention, rngs=rngs) for _ in range(config.n_layers)]
-        )
+        blocks = [GPT2Block(config, dtype=dtype, attention=attention, rngs=rngs) for _ in range(config.n_layers)]
+        self.blocks = block_stack(blocks, scan_layers)
         self.ln_f = nnx.LayerNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 

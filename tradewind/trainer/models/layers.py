@@ -9,7 +9,7 @@ float32 unless a module is given a compute dtype; attention scores and softmax a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -238,17 +238,57 @@ def batch_sharded(x: jax.Array) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, P(BATCH_AXES, *([None] * (x.ndim - 1))))
 
 
-def scan_blocks(blocks: Sequence[nnx.Module], x: jax.Array, positions: jax.Array, remat: Remat) -> jax.Array:
-    """`x` [batch, seq, d_model] through `blocks` in order, as one `jax.lax.scan` over their stacked weights.
+class StackedBlocks(nnx.Module):
+    """A scanned model's blocks as one block whose every weight has a leading layer axis [n_layers, ...].
 
-    XLA compiles the block once rather than once per layer: a 48-layer step compiled for a TPU slice 3.3 times
-    faster than unrolled. The weights stay one module per block, so checkpoints, exports and sampling see no
-    difference; but the stack is a copy made inside the step, and XLA gathers each weight's fsdp shards once,
-    before the loop: without remat the step needs more HBM than unrolled, with full remat less
-    (docs/reports/benchmarks.md). Weights kept stacked in the train state would avoid both.
+    `scan_blocks` runs it as one loop, and the train state, the optimizer and the checkpoints hold one array per
+    weight rather than one per layer, so that neither the compiled program nor the optimizer's update grows with
+    depth. It is built from the per-layer blocks (the unrolled model's initial weights); `blocks[i]` is layer
+    `i`'s block again, for decoding with a cache. `per_layer_params` and `stacked_params` convert pure
+    parameter dicts between the two layouts (Hugging Face files and init_from are per layer).
     """
-    graphdef, _ = nnx.split(blocks[0])
-    stacked = jax.tree.map(lambda *layers: jnp.stack(layers), *(nnx.state(block) for block in blocks))
+
+    def __init__(self, blocks: Sequence[nnx.Module]):
+        graphdef, _ = nnx.split(blocks[0])
+        self.layer = nnx.merge(graphdef, jax.tree.map(lambda *layers: jnp.stack(layers), *map(nnx.state, blocks)))
+        self.count = len(blocks)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> nnx.Module:
+        graphdef, stacked = nnx.split(self.layer)
+        return nnx.merge(graphdef, jax.tree.map(lambda x: x[index], stacked))
+
+    def __iter__(self) -> Iterator[nnx.Module]:
+        return (self[index] for index in range(self.count))
+
+
+def block_stack(blocks: list[nnx.Module], scan_layers: bool) -> nnx.List | StackedBlocks:
+    """A model's blocks: stacked for a scanned model (`StackedBlocks`), else a list of modules."""
+    return StackedBlocks(blocks) if scan_layers else nnx.List(blocks)
+
+
+def per_layer_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A pure parameter dict with `StackedBlocks`' blocks (`{"blocks": {"layer": ...}}`) split into one entry per
+    layer (`{"blocks": {0: ..., 1: ...}}`), as an unrolled model holds them; any other dict as it is."""
+    if "layer" not in params.get("blocks", {}):
+        return params
+    stacked = params["blocks"]["layer"]
+    layers = len(jax.tree.leaves(stacked)[0])
+    return {**params, "blocks": {i: jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(layers)}}
+
+
+def stacked_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `per_layer_params`: per-layer blocks stacked as `StackedBlocks` holds them."""
+    layers = [params["blocks"][i] for i in sorted(params["blocks"])]
+    return {**params, "blocks": {"layer": jax.tree.map(lambda *xs: jnp.stack(xs), *layers)}}
+
+
+def scan_blocks(blocks: StackedBlocks, x: jax.Array, positions: jax.Array, remat: Remat) -> jax.Array:
+    """`x` [batch, seq, d_model] through the stacked blocks in order, as one `jax.lax.scan` over their weights:
+    XLA compiles the block once, whatever the depth."""
+    graphdef, stacked = nnx.split(blocks.layer)
 
     def body(x: jax.Array, state: Any) -> tuple[jax.Array, None]:
         return batch_sharded(nnx.merge(graphdef, state)(x, positions)[0]), None
@@ -264,17 +304,16 @@ def decode(
     *,
     max_seq_len: int,
     embed: Callable[[jax.Array, jax.Array], jax.Array],
-    blocks: Sequence[BlockFn],
+    blocks: Sequence[BlockFn] | StackedBlocks,
     norm: Callable[[jax.Array], jax.Array],
     remat: Remat = "none",
-    scan: bool = False,
 ) -> tuple[jax.Array, KVCache | None]:
     """The body of a decoder: tokens [batch, seq] (int) -> final normalised hidden states [batch, seq, d_model].
 
     `embed(tokens, positions)` gives the residual stream, each block updates it, `norm` closes it. With a
     `cache` (from `init_cache`), `tokens` continue the cached sequence at `cache["index"]`; the second
     result is the cache updated (None without one). Without a cache, `remat` says what each block keeps for
-    the backward pass (`REMAT_POLICIES`) and `scan` runs the blocks as one loop (`scan_blocks`); the values
+    the backward pass (`REMAT_POLICIES`), and `StackedBlocks` run as one loop (`scan_blocks`); the values
     computed are the same.
     """
     seq = tokens.shape[1]
@@ -283,7 +322,7 @@ def decode(
     start = 0 if cache is None else cache["index"]
     positions = start + jnp.arange(seq)  # [seq]
     x = batch_sharded(embed(tokens, positions))  # [batch, seq, d_model]
-    if cache is None and scan:
+    if cache is None and isinstance(blocks, StackedBlocks):
         return norm(scan_blocks(blocks, x, positions, remat)), None
     if cache is None and remat != "none":
         keep = nnx.remat(lambda block, x: block(x, positions)[0], policy=REMAT_POLICIES[remat])
@@ -308,8 +347,7 @@ class Decoder(nnx.Module):
 
     dtype: Any  # compute dtype of the matmuls
     max_seq_len: int
-    blocks: Sequence[BlockFn]
-    scan_layers: bool  # training steps run the blocks as one loop (`scan_blocks`)
+    blocks: Sequence[BlockFn] | StackedBlocks  # stacked: training steps run them as one loop (`scan_blocks`)
 
     def embed_tokens(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
         """The residual stream [batch, seq, d_model] that tokens [batch, seq] at `positions` [seq] start."""
@@ -331,7 +369,6 @@ class Decoder(nnx.Module):
             blocks=self.blocks,
             norm=self.final_norm,
             remat=remat,
-            scan=self.scan_layers,
         )
 
     def head_weight(self) -> jax.Array:

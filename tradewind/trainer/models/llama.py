@@ -22,6 +22,7 @@ from tradewind.trainer.models.layers import (
     RMSNorm,
     apply_rotary,
     attend,
+    block_stack,
     head_weight,
     output_head,
     over_token_rows,
@@ -98,7 +99,7 @@ class Llama(Decoder):
         rngs: random streams for the weight initialisation.
         dtype: compute dtype of the matmuls (parameters stay float32).
         attention: the attention kernel of training steps (`Attention`).
-        scan_layers: run the blocks of training steps as one loop (`layers.scan_blocks`).
+        scan_layers: hold the blocks stacked (`layers.StackedBlocks`), which training steps run as one loop.
 
     Raises:
         ConfigError: `config.vocab_size` is None.
@@ -114,12 +115,11 @@ class Llama(Decoder):
         scan_layers: bool = False,
     ):
         vocab = require_vocab(config)
-        self.max_seq_len, self.dtype, self.scan_layers = config.max_seq_len, dtype, scan_layers
+        self.max_seq_len, self.dtype = config.max_seq_len, dtype
         init = nnx.initializers.normal(config.init_std)
         self.embed = nnx.Embed(vocab, config.d_model, embedding_init=init, dtype=dtype, rngs=rngs)
-        self.blocks = nnx.List(
-            [Block(config, dtype=dtype, attention=attention, rngs=rngs) for _ in range(config.n_layers)]
-        )
+        blocks = [Block(config, dtype=dtype, attention=attention, rngs=rngs) for _ in range(config.n_layers)]
+        self.blocks = block_stack(blocks, scan_layers)
         self.norm = RMSNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 
