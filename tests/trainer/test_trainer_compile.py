@@ -195,6 +195,21 @@ def test_auto_attention_compiles_splash_for_a_tpu_split_over_chips_by_tensor_in_
     assert gathered(splash) <= gathered(reference)  # nothing is gathered for the kernel: it runs on each chip's part
 
 
+@needs_libtpu
+def test_a_1b_model_without_fsdp_on_a_v5litepod_8_is_refused_with_the_compilers_numbers():
+    from tradewind.trainer.tpu_compile import compile_for_tpu
+
+    # Every chip would hold all 1.1B float32 weights and their AdamW moments (11.6 GiB) and the gradients.
+    model = {"preset": "llama-1b", "vocab_size": 32768, "max_seq_len": 512}
+    config = TrainConfig(dataset="unused", model=model, seq_len=512, batch_size=8, scan_layers=True)
+    report = compile_for_tpu(config, vocab_size=32768, tpu_type="v5litepod-8")
+    assert not report.fits and report.mesh == {"data": 8, "fsdp": 1, "tensor": 1}
+    params = config.model.count_params()
+    assert report.arguments_bytes >= 12 * params  # weights and two moments, float32, whole on each chip
+    assert report.hbm_bytes > report.hbm_available_bytes == 16 * 2**30
+    assert "RESOURCE_EXHAUSTED" in report.compiler_message and report.step is None
+
+
 SHIPPED = sorted((Path(__file__).parents[2] / "experiments").glob("*.yaml"))
 TARGETS = [("v4-8", 1), ("v5litepod-8", 1), ("v5litepod-16", 1), ("v5p-8", 1), ("v6e-8", 1), ("v5litepod-8", 2)]
 

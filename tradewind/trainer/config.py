@@ -113,7 +113,7 @@ class TrainConfig(BaseModel):
         "auto",
         description="auto: cuDNN on GPU, splash on TPU, else reference.",
     )
-    scan_layers: bool = Field(False, description="Scan the blocks: quicker compiles, more memory.")
+    scan_layers: bool = Field(False, description="Stack and scan the blocks: compiles flat in depth.")
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Matmul dtype; auto: bfloat16 on GPU/TPU, else float32."
     )
