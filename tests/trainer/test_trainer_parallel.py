@@ -4,6 +4,7 @@ Both tests run the trainer as separate processes: the device count is fixed when
 8-device mesh needs `XLA_FLAGS=--xla_force_host_platform_device_count=8` set before JAX is imported.
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -66,6 +67,48 @@ def test_a_data_fsdp_tensor_mesh_of_eight_cpu_devices_matches_one_device_for_twe
     assert "'data': 2, 'fsdp': 2, 'tensor': 2" in finish(trainer(sharded.root, devices=8))
     assert len(single_device_losses) == 20
     np.testing.assert_allclose(losses(sharded), single_device_losses, rtol=1e-5)
+
+
+SPLASH_ON_EIGHT_DEVICES = """
+import json
+import jax, numpy as np
+from flax import nnx
+from tradewind.trainer import model_config
+from tradewind.trainer.config import MeshConfig
+from tradewind.trainer.models import build_model
+from tradewind.trainer.sharding import batch_sharding, build_mesh, param_shardings, place
+from tradewind.trainer.step import loss_and_grads
+
+config = model_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=128)
+tokens = np.asarray(jax.random.randint(jax.random.key(1), (4, 129), 0, 64), np.int32)
+mesh = build_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
+results = {}
+for attention in ("reference", "splash_interpret"):
+    graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), attention=attention, scan_layers=True))
+    params = place(params, param_shardings(mesh, params))
+    with jax.set_mesh(mesh):  # as the trainer compiles its steps: splash then runs per device (shard_map)
+        step = jax.jit(lambda p, b: loss_and_grads(graphdef, p, b, 1, 0.0, "full"))
+        loss, grads = step(params, jax.device_put(tokens, batch_sharding(mesh)))
+    results[attention] = (float(loss), [np.asarray(g) for g in jax.tree.leaves(grads)])
+(reference, reference_grads), (splash, splash_grads) = results["reference"], results["splash_interpret"]
+print(json.dumps({
+    "loss_gap": abs(splash - reference),
+    "grad_gap": max(float(np.abs(a - b).max()) for a, b in zip(splash_grads, reference_grads)),
+}))
+"""
+
+
+@pytest.mark.slow
+def test_splash_attention_on_a_data_fsdp_tensor_mesh_of_eight_cpu_devices_matches_the_reference():
+    """Splash runs per device under `jax.shard_map` (rows over data x fsdp, heads over tensor): the kernel's own
+    code, in Pallas's interpreter, scanned and rematerialised, against the reference on the same mesh."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", SPLASH_ON_EIGHT_DEVICES], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    gaps = json.loads(done.stdout.strip().splitlines()[-1])
+    assert gaps["loss_gap"] <= 1e-6 and gaps["grad_gap"] <= 1e-6, gaps
 
 
 def free_port() -> int:
