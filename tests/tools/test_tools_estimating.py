@@ -9,7 +9,7 @@ from tpu_helpers import needs_libtpu
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer
-from tradewind.tools import ToolContext
+from tradewind.tools import ToolContext, tpu_fit
 from tradewind.tools.context import Cancelled
 from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
 from tradewind.trainer import RunLayout, TrainConfig, read_summary
@@ -163,6 +163,23 @@ def test_a_tpu_run_is_compiled_for_its_slice_in_a_job_and_gets_fits_hbm_and_an_e
     assert job.spec.callable == COMPILE_CALLABLE and job.status is JobStatus.SUCCEEDED
     assert job.spec.resources.tpu_type is None  # compiled here, on the CPU
     assert estimate_jobs(cache_ctx) == [] and list(cache_ctx.workspace.runs_dir.iterdir()) == []
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_tpu_compile_is_reused_until_the_trainers_code_changes(cache_ctx, monkeypatch):
+    config = {"dataset": "tiny", **TINY, "batch_size": 16, "accelerator": "tpu-v5litepod-4", "mesh": {"fsdp": 4}}
+
+    def compiles() -> int:
+        return sum(job.spec.callable == COMPILE_CALLABLE for job in cache_ctx.backend.list())
+
+    first = estimate_run(cache_ctx, EstimateRunRequest(config=config))
+    again = estimate_run(cache_ctx, EstimateRunRequest(config=config))
+    assert compiles() == 1 and again.hbm_per_chip_bytes == first.hbm_per_chip_bytes  # from cache/tpu/
+    # Another Tradewind (its model, step or sharding code changed) compiles afresh: the old figures may be wrong.
+    monkeypatch.setattr(tpu_fit, "trainer_source_hash", lambda: "another trainer")
+    estimate_run(cache_ctx, EstimateRunRequest(config=config))
+    assert compiles() == 2
 
 
 @pytest.mark.slow

@@ -2,10 +2,10 @@
 
 `compile_for_slice` runs `tradewind.trainer.compile` as a job on the local backend (libtpu's compile-only client
 needs its environment set before JAX starts, and JAX stays out of the server) and keeps each report in
-`<workspace>/cache/tpu/`, named by a hash of everything the compiled program depends on, so that `estimate_run`
-and then `launch_training` compile a run once. `check_fits_slice` is launch_training's check: a run whose train
-step does not fit a chip's HBM is refused before anything queues, with the bytes and one change that fits,
-itself checked by compiling it.
+`<workspace>/cache/tpu/`, named by a hash of everything the compiled program depends on (the trainer's own
+source included), so that `estimate_run` and then `launch_training` compile a run once. `check_fits_slice` is
+launch_training's check: a run whose train step does not fit a chip's HBM is refused before anything queues,
+with the bytes and one change that fits, itself checked by compiling it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -171,13 +172,25 @@ def _change_that_fits(
     return f"{tried} does not fit either: take a larger slice, or a smaller model, batch_size or seq_len"
 
 
+def trainer_source_hash() -> str:
+    """A hash of the trainer's source, which builds the compiled program (model, step, sharding): a report
+    cached before Tradewind itself changed is not reused."""
+    package = Path(importlib.util.find_spec("tradewind.trainer").origin).parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def _program_key(job: CompileJob) -> str:
-    """A hash of what the compiled program depends on: the step's fields, the target, and the compiler."""
+    """A hash of what the compiled program depends on: the step's fields, the target, the compiler, and the
+    trainer's own code."""
     versions = {name: importlib.metadata.version(name) for name in ("jax", "jaxlib", "libtpu")}
     what = {
         "config": job.config.model_dump(mode="json", include=STEP_FIELDS),
         "vocab_size": job.vocab_size,
         "target": [job.tpu_type, job.slices],
         "versions": versions,
+        "trainer": trainer_source_hash(),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
