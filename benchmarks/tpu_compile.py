@@ -3,6 +3,7 @@
 Command:
     .venv/bin/python benchmarks/tpu_compile.py                      # every shape (hours on 2 cores)
     .venv/bin/python benchmarks/tpu_compile.py --only 125m          # one shape
+    .venv/bin/python benchmarks/tpu_compile.py --only 70b --scan --remat full --per-chip-batch 1  # 70B, no weight made
     .venv/bin/python benchmarks/tpu_compile.py --only 125m --max-batch   # also the largest batch per chip that fits
     .venv/bin/python benchmarks/tpu_compile.py --only 125m --remat full  # blocks recomputed in the backward pass
     .venv/bin/python benchmarks/tpu_compile.py --only 125m --scan        # the blocks as one loop (scan_layers)
@@ -41,6 +42,13 @@ SHAPES = {
     "1b": ({"preset": "llama-1b", "vocab_size": VOCAB_128K}, 2048, ["v5p-8", "v6e-8"]),
     "8b": ({"preset": "llama-8b", "vocab_size": VOCAB_128K}, 2048, ["v5p-64", "v6e-64"]),
     "8b-4k": ({"preset": "llama-8b", "vocab_size": VOCAB_128K}, 4096, ["v5p-64", "v6e-64"]),
+    # Llama 3 70B's shape: no weight is made on this machine, only its shapes (issue 24, item 2).
+    "70b": (
+        {"d_model": 8192, "n_layers": 80, "n_heads": 64, "n_kv_heads": 8, "d_ff": 28672, "vocab_size": VOCAB_128K}
+        | {"tie_embeddings": False, "rope_theta": 500000.0},
+        2048,
+        ["v5p-128"],
+    ),
 }
 
 
