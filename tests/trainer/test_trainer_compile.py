@@ -159,12 +159,14 @@ def test_another_process_compiles_while_this_one_holds_libtpu(tmp_path):
 def test_rematerialising_blocks_cuts_the_temporaries_a_chip_holds():
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
-    # Long sequences, where activations (attention scores above all) outweigh the weights many times over.
-    # (save_matmuls lies between the two: benchmarks/tpu_compile.py --remat.)
+    # Long sequences, where activations (the reference attention's scores above all; splash, auto's pick on a
+    # TPU, keeps none) outweigh the weights many times over. (save_matmuls lies between the two:
+    # benchmarks/tpu_compile.py --remat.)
     deep = {**SMALL, "n_layers": 3, "max_seq_len": 512}
+    shape = {"dataset": "unused", "model": deep, "batch_size": 32, "seq_len": 512, "mesh": {"fsdp": 4}}
     temporaries = {
         remat: compile_for_tpu(
-            TrainConfig(dataset="unused", model=deep, batch_size=32, seq_len=512, mesh={"fsdp": 4}, remat=remat),
+            TrainConfig(**shape, remat=remat, attention="reference"),
             vocab_size=512,
             tpu_type="v5litepod-4",
         ).temporaries_bytes

@@ -159,16 +159,21 @@ def test_rematerialising_blocks_changes_no_loss_and_no_gradient(remat, architect
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
+GPT2_CONFIG = model_config(type="gpt2", vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=32)
+# Splash's code runs in Pallas's interpreter on the CPU; it takes whole 128-token blocks (two here) and groups heads.
+SPLASH_CONFIG = model_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=256)
+
+
 @pytest.mark.parametrize(
-    "config",
-    [CONFIG, model_config(type="gpt2", vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=32)],
-    ids=["llama-gqa", "gpt2"],
+    ("config", "seq", "attention"),
+    [(CONFIG, 16, "dot_product"), (GPT2_CONFIG, 16, "dot_product"), (SPLASH_CONFIG, 256, "splash_interpret")],
+    ids=["llama-gqa-dot-product", "gpt2-dot-product", "llama-gqa-splash"],
 )
-def test_dot_product_attention_gives_the_reference_loss_and_gradients(config):
-    tokens = batch()
+def test_each_attention_kernel_gives_the_reference_loss_and_gradients(config, seq, attention):
+    tokens = batch(rows=2, seq=seq)
     results = []
-    for attention in ("reference", "dot_product"):
-        graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), attention=attention))
+    for implementation in ("reference", attention):
+        graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), attention=implementation))
         results.append(jax.jit(lambda p, b, g=graphdef: loss_and_grads(g, p, b, 1, 1e-3))(params, tokens))
     (reference_loss, reference_grads), (loss, grads) = results
     assert abs(float(loss) - float(reference_loss)) <= 1e-6
@@ -192,20 +197,6 @@ def test_auto_attention_is_cudnn_on_a_gpu_in_16_bit_splash_on_a_tpu_and_the_refe
         attention_kernel("splash", bf16, 100, "tpu")
     with pytest.raises(ConfigError, match="splash is a TPU kernel"):
         attention_kernel("splash", bf16, 128, "gpu")
-
-
-def test_splash_attention_in_pallas_interpreter_gives_the_reference_loss_and_gradients():
-    """The TPU kernel's own code, run by Pallas's interpreter on the CPU (grouped heads; two 128-token blocks)."""
-    config = model_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=256)
-    tokens = batch(rows=2, seq=256)
-    results = []
-    for attention in ("reference", "splash_interpret"):
-        graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), attention=attention))
-        results.append(jax.jit(lambda p, b, g=graphdef: loss_and_grads(g, p, b, 1, 1e-3))(params, tokens))
-    (reference_loss, reference_grads), (loss, grads) = results
-    assert abs(float(loss) - float(reference_loss)) <= 1e-6
-    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(reference_grads), strict=True):
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize(("architecture", "remat"), [("llama", "full"), ("gpt2", "none")])

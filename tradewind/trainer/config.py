@@ -111,9 +111,9 @@ class TrainConfig(BaseModel):
     remat: Remat = Field("none", description="Recompute activations in backward (less memory).")
     attention: AttentionChoice = Field(
         "auto",
-        description="auto: cuDNN on GPU, splash on TPU, else reference.",
+        description="auto: cuDNN on GPU, splash on TPU.",
     )
-    scan_layers: bool = Field(False, description="Stack and scan the blocks: compiles flat in depth.")
+    scan_layers: bool = Field(False, description="One compiled block for all layers.")
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Matmul dtype; auto: bfloat16 on GPU/TPU, else float32."
     )
