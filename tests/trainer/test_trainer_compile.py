@@ -195,6 +195,11 @@ def test_auto_attention_compiles_splash_for_a_tpu_split_over_chips_by_tensor_in_
         return sum(c.bytes for c in report.collectives if c.kind == "all-gather")
 
     assert gathered(splash) <= gathered(reference)  # nothing is gathered for the kernel: it runs on each chip's part
+    # Four chips of tensor and 4 key/value heads for 8 query heads split; 2 would not, and each chip takes all.
+    for kv_heads in (4, 2):
+        grouped = {**shape, "model": {**model, "n_kv_heads": kv_heads}, "mesh": {"fsdp": 1, "tensor": 4}}
+        report = compile_for_tpu(TrainConfig(**grouped), vocab_size=512, tpu_type="v5litepod-4")
+        assert report.attention == "splash" and report.fits, kv_heads
 
 
 @needs_libtpu

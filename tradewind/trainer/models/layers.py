@@ -180,8 +180,13 @@ def splash_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, interpr
         out = jax.vmap(kernel)(_swap_seq_heads(q * head_dim**-0.5), _swap_seq_heads(k), _swap_seq_heads(v))
         return _swap_seq_heads(out)
 
-    if not jax.sharding.get_abstract_mesh().empty:
-        spec = P(BATCH_AXES, None, "tensor", None)
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty:
+        # Each chip's query heads must find their key/value heads on the same chip: split heads over `tensor`
+        # only where it divides both counts, else every chip takes them all.
+        tensor = mesh.shape["tensor"]
+        split = "tensor" if heads % tensor == 0 and k.shape[2] % tensor == 0 else None
+        spec = P(BATCH_AXES, None, split, None)
         per_device = jax.shard_map(per_device, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
     return per_device(q, k, v).reshape(batch, seq, heads * head_dim)
 
