@@ -10,6 +10,7 @@ with the bytes and one change that fits, itself checked by compiling it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -172,6 +173,7 @@ def _change_that_fits(
     return f"{tried} does not fit either: take a larger slice, or a smaller model, batch_size or seq_len"
 
 
+@functools.cache  # read once per process: every compile of a launch (and each candidate change) asks for it
 def trainer_source_hash() -> str:
     """A hash of the trainer's source, which builds the compiled program (model, step, sharding): a report
     cached before Tradewind itself changed is not reused."""
