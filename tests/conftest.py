@@ -11,6 +11,8 @@ import pytest
 
 from tradewind.cluster.tpus import TPU_COMPILE_ENV
 
+pytest_plugins = ["bucket_servers"]  # the gs:// and s3:// servers the storage tests start
+
 # The suite compiles the same tiny models in many tests: they share one persistent XLA cache (set before JAX is
 # first imported; training jobs use their workspace's own, see `launching.training_env`).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="tradewind-test-xla-"))

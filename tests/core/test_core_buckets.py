@@ -1,0 +1,64 @@
+"""Folders copied to and from buckets: complete or absent, against real servers on loopback (see bucket_servers)."""
+
+import pytest
+
+from tradewind.core import ConfigError, NotFoundError
+from tradewind.core.buckets import MARKER, check_access, download_folder, is_complete, remote_fs, upload_folder
+
+
+def make_folder(root, files):
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    return root
+
+
+FILES = {"manifest.json": b'{"a": 1}', "train/shard-00000.bin": bytes(range(256)) * 40, "val/x.npy": b"\x00" * 7}
+
+
+def test_a_folder_copied_up_and_down_comes_back_byte_for_byte(bucket, tmp_path):
+    source = make_folder(tmp_path / "source", FILES)
+    seen = []
+    upload_folder(source, f"{bucket}/cache", progress=lambda done, total: seen.append((done, total)))
+    assert is_complete(f"{bucket}/cache")
+    assert seen[-1] == (sum(map(len, FILES.values())),) * 2
+
+    copy = download_folder(f"{bucket}/cache", tmp_path / "copy")
+    assert {p.relative_to(copy).as_posix(): p.read_bytes() for p in copy.rglob("*") if p.is_file()} == FILES
+
+
+def test_an_upload_cut_off_part_way_is_never_read_and_the_next_one_finishes_it(bucket, tmp_path):
+    source = make_folder(tmp_path / "source", FILES)
+
+    def cut_off(done, total):
+        raise KeyboardInterrupt("killed after the first file")
+
+    with pytest.raises(KeyboardInterrupt):
+        upload_folder(source, f"{bucket}/cache", progress=cut_off)
+    fs, path = remote_fs(f"{bucket}/cache")
+    assert fs.find(path), "the first file was sent"
+    assert not is_complete(f"{bucket}/cache")
+    with pytest.raises(NotFoundError, match=rf"holds no complete copy \({MARKER} missing"):
+        download_folder(f"{bucket}/cache", tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
+
+    upload_folder(source, f"{bucket}/cache")
+    assert download_folder(f"{bucket}/cache", tmp_path / "copy").joinpath("val/x.npy").read_bytes() == b"\x00" * 7
+
+
+def test_a_file_changed_after_its_copy_was_marked_is_refused_on_download(bucket, tmp_path):
+    upload_folder(make_folder(tmp_path / "source", FILES), f"{bucket}/cache")
+    fs, path = remote_fs(f"{bucket}/cache")
+    fs.pipe_file(f"{path}/val/x.npy", b"longer than it was")
+    with pytest.raises(ConfigError, match=r"val/x\.npy: 18 bytes, its copy's marker says 7"):
+        download_folder(f"{bucket}/cache", tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
+
+
+def test_a_bucket_that_does_not_exist_fails_the_access_check_naming_it_and_how_to_log_in(bucket):
+    scheme = bucket.split("://")[0]
+    missing = f"{scheme}://tw-no-such-bucket-{abs(hash(bucket)) % 10**6}/x"
+    how = "application-default" if scheme == "gs" else "AWS credential chain"
+    with pytest.raises(ConfigError, match=rf"argument 'storage': cannot use {missing}: .*{how}"):
+        check_access(missing, argument="storage")
+    check_access(bucket, argument="storage")
