@@ -21,6 +21,10 @@ from pathlib import Path
 
 import pytest
 
+# gcsfs asks Cloud Storage's control API (gRPC) whether a bucket is hierarchical, which no emulator answers:
+# it would warn on every call. Set before gcsfs is first imported, here and in the processes tests start.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
 BUCKET = "tw-test"
 BIN = Path(sys.executable).parent
 # Credentials for moto, which accepts any: planted so that a test can grep a run's files for them.
@@ -66,7 +70,8 @@ def stop(process: subprocess.Popen) -> None:
 def gcs_emulator():
     """A gs:// prefix on a `gcp-storage-emulator` server (a bucket `tw-test`, kept in memory)."""
     port = free_port()
-    command = [str(BIN / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(port)]
+    emulator = Path(__file__).with_name("gcs_emulator.py")  # with the download headers real GCS sends
+    command = [sys.executable, str(emulator), "start", "--host", "127.0.0.1", "--port", str(port)]
     process = start([*command, "--in-memory", "--default-bucket", BUCKET], port, "gcp-storage-emulator")
     endpoint = f"http://127.0.0.1:{port}"
     os.environ.update(STORAGE_EMULATOR_HOST=endpoint, TENSORSTORE_GCS_HTTP_URL=endpoint)

@@ -11,8 +11,6 @@ import pytest
 
 from tradewind.cluster.tpus import TPU_COMPILE_ENV
 
-pytest_plugins = ["bucket_servers"]  # the gs:// and s3:// servers the storage tests start
-
 # The suite compiles the same tiny models in many tests: they share one persistent XLA cache (set before JAX is
 # first imported; training jobs use their workspace's own, see `launching.training_env`).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="tradewind-test-xla-"))
@@ -31,6 +29,8 @@ from tradewind.tools import (
     tokenize_dataset,
     wait_for_run,
 )
+
+pytest_plugins = ["bucket_servers"]  # the gs:// and s3:// servers the storage tests start
 
 # Sampling workers a test starts (one per workspace) end a minute after their last request, not ten: the
 # suite makes many workspaces, and each warm worker holds a JAX process.

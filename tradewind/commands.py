@@ -11,12 +11,13 @@ import argparse
 import sys
 
 
-def context(args: argparse.Namespace):
+def context(args: argparse.Namespace, allow: tuple[str, ...] = ()):
+    """The tools' context for a command: its workspace, with the paths and buckets it allows (and `allow`)."""
     from tradewind.tools import ToolContext
 
     return ToolContext.open(
         args.workspace,
-        tuple(args.allow_path),
+        (*args.allow_path, *allow),
         tuple(getattr(args, "allow_code", ())),
         read_only=getattr(args, "read_only", False),
     )
@@ -126,8 +127,9 @@ def train(args: argparse.Namespace) -> int:
     from tradewind.core import load_config
     from tradewind.tools import LaunchTrainingRequest, launch_training
 
-    ctx = context(args)
     request = load_config(LaunchTrainingRequest, args.config, overrides=args.set)
+    # A bucket the person names on the command line is theirs to write to; an agent's needs --allow-path.
+    ctx = context(args, allow=(request.storage,) if request.storage else ())
     run = with_progress("preparing the dataset", lambda progress: launch_training(ctx, request, progress))
     print(f"run {run.run_id} ({run.status.value} on {run.backend}, {run.accelerator}); folder {run.run_dir}")
     if args.detach:

@@ -25,6 +25,8 @@ PROCESS_ID_ENV = "TRADEWIND_PROCESS_ID"
 PROCESS_COUNT_ENV = "TRADEWIND_PROCESS_COUNT"
 JOB_ID_ENV = "TRADEWIND_JOB_ID"
 ATTEMPT_ENV = "TRADEWIND_ATTEMPT"
+# A folder of this process's own, on its host's disk: where a run that lives in a bucket keeps its local copy.
+LOCAL_DIR_ENV = "TRADEWIND_LOCAL_DIR"
 
 
 class JobStatus(StrEnum):

@@ -1,4 +1,5 @@
-"""Where a run's processes go: the backend, the accelerator of each host, and how many hosts and retries.
+"""Where a run's processes go: the backend, the accelerator of each host, how many hosts and retries, and the
+bucket its files live in when its hosts share no disk (`storage`, see `tradewind.trainer.remote`).
 
 A launch names its placement in a few strings and numbers (`backend: ray`, `accelerator: tpu-v5e-16`,
 `slices: 2`). `Placement` reads them once, where the launch is received, into typed parts: the accelerator
@@ -16,10 +17,20 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    model_validator,
+)
 
 from tradewind.cluster.jobs import Resources
 from tradewind.cluster.tpus import TpuSlice, canonical_tpu_type, tpu_slice
+from tradewind.core.buckets import bucket_url
 
 BackendName = Literal["local", "ray"]
 
@@ -111,6 +122,9 @@ AcceleratorName = Annotated[
 ]
 
 
+BucketURL = Annotated[str, AfterValidator(bucket_url)]
+
+
 class Placement(BaseModel):
     """Where a run's processes go and how many: the backend, each host's accelerator, slices or replicas,
     and how long and how often the backend may wait for and restart them."""
@@ -128,6 +142,9 @@ class Placement(BaseModel):
     max_retries: int = Field(1, ge=0, le=100, description="Restarts after a kill or preemption.")
     pending_timeout_s: float | None = Field(
         None, gt=0, le=604800, description="Fail if not started by then; null: 1800 s on Ray."
+    )
+    storage: BucketURL | None = Field(
+        None, description="gs:// or s3:// prefix for data, checkpoints, outputs: no shared disk. null: settings.yaml's"
     )
 
     @model_validator(mode="after")

@@ -39,6 +39,7 @@ from tradewind.cluster.jobs import (
     ATTEMPT_ENV,
     COORDINATOR_ENV,
     JOB_ID_ENV,
+    LOCAL_DIR_ENV,
     PROCESS_COUNT_ENV,
     PROCESS_ID_ENV,
     JobRecord,
@@ -205,7 +206,8 @@ class Attempt:
         for replica in range(spec.replicas):
             log_path = replica_log(self.store.path.parent, record, replica)
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            env = {**base, **gang, PROCESS_ID_ENV: str(replica)} if gang else base
+            env = {**base, **gang, PROCESS_ID_ENV: str(replica)} if gang else dict(base)
+            env[LOCAL_DIR_ENV] = str(self.store.path.parent / record.id / f"replica-{replica}")
             with open(log_path, "ab") as log:
                 try:
                     process = subprocess.Popen(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Callable
@@ -71,6 +72,26 @@ def scheme_of(location: str | os.PathLike[str]) -> str | None:
 def is_remote(location: str | os.PathLike[str]) -> bool:
     """Whether `location` is a bucket URL (`gs://...`, `s3://...`)."""
     return scheme_of(location) is not None
+
+
+def bucket_url(value: str) -> str:
+    """`value` checked as a bucket URL (`gs://bucket/prefix`, `s3://...`), without a trailing slash.
+
+    Raises:
+        ValueError: another scheme, or no valid bucket name (3 to 63 lowercase letters, digits, `.`, `-`, `_`).
+    """
+    if not is_remote(value):
+        raise ValueError(f"{value!r} is not a bucket URL: give gs://BUCKET/PREFIX or s3://BUCKET/PREFIX")
+    bucket = value.split("://", 1)[1].split("/", 1)[0]
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", bucket):
+        raise ValueError(f"{value!r}: {bucket!r} is not a bucket name (3-63 lowercase letters, digits, '.', '-', '_')")
+    return value.rstrip("/")
+
+
+def under(url: str, prefix: str) -> bool:
+    """Whether bucket URL `url` is `prefix` or lies beneath it (`gs://b/x/y` is under `gs://b/x`, `gs://b/xy` not)."""
+    url, prefix = url.rstrip("/"), prefix.rstrip("/")
+    return url == prefix or url.startswith(prefix + "/")
 
 
 def join_url(url: str, *parts: str) -> str:
@@ -191,6 +212,21 @@ def download_folder(url: str, local: str | os.PathLike[str], progress: CopyProgr
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(partial)
     return target
+
+
+def read_objects(url: str, names: tuple[str, ...]) -> dict[str, bytes]:
+    """The objects `names` under prefix `url` that exist, by name (each whole, as it was last written)."""
+    fs, path = remote_fs(url)
+    fs.invalidate_cache(path)
+    return {name: fs.cat_file(f"{path}/{name}") for name in names if fs.exists(f"{path}/{name}")}
+
+
+def upload_files(local: str | os.PathLike[str], url: str, names: tuple[str, ...]) -> None:
+    """Copy the files `names` of folder `local` that exist to prefix `url`, each replacing its object whole."""
+    fs, path = remote_fs(url)
+    for name in names:
+        if (Path(local) / name).is_file():
+            fs.put_file(str(Path(local) / name), f"{path}/{name}")
 
 
 def _sizes(fs: Any, path: str) -> dict[str, int]:

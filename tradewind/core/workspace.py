@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from tradewind.core.buckets import bucket_url, is_remote, under
 from tradewind.core.errors import InvalidInputError, NotFoundError, PathEscapeError
 from tradewind.core.files import Opener, check_tree, make_confined_dir, open_confined, write_confined
 
@@ -92,7 +93,8 @@ class Workspace:
 
     Args:
         root: the workspace folder; created on first use.
-        allowed_paths: further folders whose files tools may read (never write, never run).
+        allowed_paths: further folders whose files tools may read (never write, never run); a bucket prefix
+            (`gs://bucket/x`, `s3://...`) lets runs read and write under it (`check_bucket`).
         code_paths: the folders whose Python files `run_pipeline` may import and run (`--allow-code`).
         create: make the workspace's folders now; False for one that is only read (a read-only server),
             which must then exist already.
@@ -109,7 +111,8 @@ class Workspace:
         create: bool = True,
     ):
         self.root = Path(root).expanduser().resolve()
-        self.allowed_roots = tuple(Path(p).expanduser().resolve() for p in allowed_paths)
+        self.allowed_roots = tuple(Path(p).expanduser().resolve() for p in allowed_paths if not is_remote(p))
+        self.allowed_buckets = tuple(bucket_url(str(p)) for p in allowed_paths if is_remote(p))
         self.code_roots = tuple(Path(p).expanduser().resolve() for p in code_paths)
         for folder in (self.datasets_dir, self.runs_dir, self.reports_dir, self.jobs_dir):
             if create:
@@ -321,6 +324,27 @@ class Workspace:
         if must_exist and not resolved.exists():
             raise NotFoundError(f"argument {argument!r}: no file or folder at {str(path)!r} ({resolved})")
         return resolved
+
+    def check_bucket(self, url: str, argument: str, also: tuple[str, ...] = ()) -> str:
+        """`url` checked to lie under a bucket prefix given with `--allow-path` (or one of `also`); every other
+        bucket is refused.
+
+        Raises:
+            InvalidInputError: not a bucket URL.
+            PathEscapeError: under none of the allowed prefixes; the message names `argument`.
+        """
+        try:
+            url = bucket_url(url)
+        except ValueError as error:
+            raise InvalidInputError(f"argument {argument!r}: {error}") from None
+        allowed = (*self.allowed_buckets, *also)
+        if not any(under(url, prefix) for prefix in allowed):
+            shown = ", ".join(allowed) or "none"
+            raise PathEscapeError(
+                f"argument {argument!r}: {url} is refused because it is under none of the allowed bucket prefixes "
+                f"({shown}); allow it with --allow-path {url}, or name it as storage in settings.yaml"
+            )
+        return url
 
     def resolve_input(self, path: str | os.PathLike[str], argument: str) -> Path:
         """`resolve_path` for a file or folder a tool reads as its input, refusing workspace internals

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import Backend, BackendName, JobSpec, JobStatus, get_backend
+from tradewind.cluster.placement import BucketURL
 from tradewind.core import TradewindError, Workspace, load_config, tail_lines
 from tradewind.core.workspace import SETTINGS_FILE
 
@@ -41,6 +42,10 @@ class WorkspaceSettings(BaseModel):
         default=None, description="Backend of runs that name none; null: 'ray' when RAY_ADDRESS is set, else 'local'."
     )
     limits: LaunchLimits = Field(default_factory=LaunchLimits)
+    storage: BucketURL | None = Field(
+        default=None,
+        description="Bucket prefix (gs://, s3://) of runs that name none: their data copy, checkpoints and outputs.",
+    )
 
 
 Progress = Callable[[float, float | None, str | None], None]

@@ -31,6 +31,7 @@ from tradewind.core import (
     make_id,
     parse_config,
 )
+from tradewind.tools.buckets import stage_in_bucket
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.limits import active_runs, check_launch_limits
@@ -148,10 +149,17 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         concurrent_runs=len(active),
     )
     ctx.workspace.write_atomic(layout.record, record.model_dump_json(indent=2), argument="run_id")
+    run_dir, job_config = str(layout.root), config
+    try:
+        if placement.storage is not None:
+            run_dir, job_config = stage_in_bucket(ctx, placement.storage, layout, config, progress)
+    except BaseException:
+        shutil.rmtree(layout.root)
+        raise
     spec = JobSpec(
         name=f"train {run_id}",
         callable=TRAIN_CALLABLE,
-        kwargs=TrainJob(run_dir=str(layout.root), config=config, placement=placement).model_dump(mode="json"),
+        kwargs=TrainJob(run_dir=run_dir, config=job_config, placement=placement).model_dump(mode="json"),
         log_path=str(layout.log),
         resources=placement.resources(),
         replicas=placement.processes,
@@ -173,9 +181,10 @@ def training_env(ctx: ToolContext, placement: Placement, backend: Backend) -> di
 
     A CPU run stays on the CPU even where JAX would find an accelerator (or is told JAX_PLATFORMS=cuda). A job
     on this machine reuses the workspace's compiled programs (JAX's persistent cache: a shape trained before
-    compiles in about a quarter of the time); only this machine reads that folder, so a Ray job does not."""
+    compiles in about a quarter of the time); only this machine reads that folder, so a Ray job does not, nor a
+    run whose processes share no disk (`storage`)."""
     env = {"JAX_PLATFORMS": "cpu"} if placement.accelerator.kind == "cpu" else {}
-    if backend.on_this_machine:
+    if backend.on_this_machine and placement.storage is None:  # a run in a bucket shares no folder
         env["JAX_COMPILATION_CACHE_DIR"] = str(ctx.workspace.compile_cache_dir)
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the eval step too, though it compiles in < 1 s
     return env
@@ -197,9 +206,18 @@ def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: P
         launch = _continued_launch(ctx, request, ledger, progress)
     else:
         launch = _new_launch(ctx, request, ledger, progress)
-    if launch.placement.backend is None:
-        return replace(launch, placement=launch.placement.model_copy(update={"backend": ctx.default_backend()}))
-    return launch
+    settings = ctx.settings()
+    storage = launch.placement.storage or settings.storage
+    if storage is not None:
+        if launch.config.init_from is not None or launch.parent is not None:
+            argument = "init_from" if launch.config.init_from is not None else "resume_from"
+            raise InvalidInputError(
+                f"argument {argument!r}: a run with storage reads only from its bucket, and this Tradewind does not "
+                "copy a Hugging Face folder or a parent run there yet; launch it without storage"
+            )
+        ctx.workspace.check_bucket(storage, "storage", also=(settings.storage,) if settings.storage else ())
+    backend = launch.placement.backend or ctx.default_backend()
+    return replace(launch, placement=launch.placement.model_copy(update={"backend": backend, "storage": storage}))
 
 
 def _new_launch(ctx: ToolContext, request: LaunchTrainingRequest, ledger: LedgerEntry, progress: Progress) -> Launch:

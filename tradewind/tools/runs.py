@@ -23,6 +23,7 @@ from tradewind.core import (
     tail_lines,
 )
 from tradewind.tools.bounds import LINE_CHARS, PAGE_CHARS, PageRequest, cut, fitting
+from tradewind.tools.buckets import pull_run_outputs
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.trainer import RunLayout, RunRecord, TrainSummary, read_record, read_summary, read_train_config
 from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, load_metrics, planned_steps
@@ -126,6 +127,9 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     read = ctx.workspace.reader("run_id")
     record = run_record(ctx, request.run_id)
+    if record.placement.storage is not None and not record.status.finished:
+        pull_run_outputs(ctx, layout, record.placement.storage)
+        record = run_record(ctx, request.run_id)
     config = read_train_config(layout.config, read)
     job, reason = _job(ctx, record)
     if job is not None and job.status.finished and _trained_again_after(record, job):

@@ -31,6 +31,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from tradewind.core import NotFoundError
+from tradewind.core.buckets import is_remote, remote_fs
 from tradewind.trainer.config import CheckpointConfig
 from tradewind.trainer.state import TrainState
 
@@ -42,8 +43,13 @@ class Checkpointer:
     touching its folder: no creating, no cleaning up of the temporary folders of a save in progress.
     """
 
-    def __init__(self, directory: Path, policy: CheckpointConfig | None = None, *, read_only: bool = False):
-        self.directory = Path(directory).absolute()
+    def __init__(self, directory: str | Path, policy: CheckpointConfig | None = None, *, read_only: bool = False):
+        if is_remote(directory):
+            self.directory: str | Path = str(directory)
+            fs, path = remote_fs(self.directory)
+            fs.invalidate_cache(path)  # orbax lists through fsspec: see the bucket as it is now, not as listed before
+        else:
+            self.directory = Path(directory).absolute()
         self.policy = policy or CheckpointConfig()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=self.policy.keep_last,

@@ -16,6 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# What a run's process 0 sends to its bucket and the launcher copies back, for a run that lives in a bucket.
+MIRRORED = ("run.json", "metrics.jsonl", "summary.json")
+
 
 @dataclass(frozen=True)
 class RunLayout:

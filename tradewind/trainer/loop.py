@@ -43,6 +43,7 @@ from tradewind.core import (
     atomic_write_text,
     parse_config,
 )
+from tradewind.core.buckets import is_remote
 from tradewind.data import open_token_cache
 from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
 from tradewind.trainer.config import TrainConfig
@@ -62,13 +63,17 @@ from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import MetricRow, TrainSummary, logged_updates, read_metrics, train_seconds
 from tradewind.trainer.plan import TimeBudget
 from tradewind.trainer.record import read_record, record_end, record_start
+from tradewind.trainer.remote import PushHook, RemoteRun
 from tradewind.trainer.setup import TrainSetup, evaluate, setup_training
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.validation import ValScore, fixed_val_tokens, score_val_tokens
 
 
 def train(
-    config: TrainConfig, run_dir: Path, progress: TrainProgress | None = None, placement: Placement | None = None
+    config: TrainConfig,
+    run_dir: str | Path,
+    progress: TrainProgress | None = None,
+    placement: Placement | None = None,
 ) -> TrainSummary:
     """Train a model as `config` says, writing metrics, checkpoints, the run record and the summary into `run_dir`.
 
@@ -76,7 +81,8 @@ def train(
         config: the run's settings (`config.dataset` and `config.resume_from` are folders by now).
         run_dir: the run folder; created if missing. If it has no `config.json`, `config` is written there,
             and if it has no `run.json`, one is made (backend "process"). If it holds checkpoints of an
-            unfinished run (and `config.resume`), training resumes from them.
+            unfinished run (and `config.resume`), training resumes from them. A bucket URL (`gs://`, `s3://`):
+            the run lives there, and this process trains in a private copy (see `tradewind.trainer.remote`).
         progress: optional callback, see `TrainProgress`.
         placement: what the launch asked for (the job's): its accelerator and gang size are checked against
             the devices and processes JAX finds. None (a Python call): train on whatever JAX has.
@@ -91,7 +97,8 @@ def train(
         NotFoundError, ConfigError: as `setup_training`.
     """
     start = time.perf_counter()
-    layout = RunLayout(Path(run_dir))
+    remote = RemoteRun.open(str(run_dir)) if is_remote(run_dir) else None
+    layout = remote.layout if remote else RunLayout(Path(run_dir))
     try:
         initialize_distributed(config.distributed)
         platform = check_devices(placement and placement.accelerator)
@@ -100,27 +107,35 @@ def train(
         gang = distributed_env()
         if layout.record.exists() and (gang is None or gang.process_id == 0):
             record_end(layout.record, JobStatus.FAILED, str(error))  # the launcher's record says why
+            if remote is not None:
+                remote.push()
         raise
     _claim_run_dir(layout, config)
     if is_main_process():
         record_start(layout.record, layout.root.name, jax.process_count(), platform, jax.device_count())
     try:
-        summary = _train(config, layout, progress, start)
+        if remote is not None:
+            config = config.model_copy(update={"dataset": str(remote.fetch_dataset(config.dataset))})
+        summary = _train(config, layout, progress, start, remote)
     except BaseException as error:
         if is_main_process():
             reason = str(error) if isinstance(error, TradewindError) else f"{type(error).__name__}: {error}"
             record_end(layout.record, JobStatus.FAILED, reason)
+            if remote is not None:
+                remote.push()
         raise
     if is_main_process():
         atomic_write_json(layout.summary, summary.model_dump())
         record_end(layout.record, JobStatus.SUCCEEDED)
+        if remote is not None:
+            remote.push()
     return summary
 
 
 def train_job(**job: Any) -> None:
     """The entry of a training job: validates its keyword arguments as a `TrainJob` and trains."""
     request = parse_config(TrainJob, job, source="train job")
-    train(request.config, Path(request.run_dir), placement=request.placement)
+    train(request.config, request.run_dir, placement=request.placement)
 
 
 def run_steps(
@@ -174,7 +189,9 @@ def run_steps(
     return state
 
 
-def _train(config: TrainConfig, layout: RunLayout, progress: TrainProgress | None, start: float) -> TrainSummary:
+def _train(
+    config: TrainConfig, layout: RunLayout, progress: TrainProgress | None, start: float, remote: RemoteRun | None
+) -> TrainSummary:
     initial = None
     if config.init_from:
         from tradewind.trainer.hf import check_matches_hf, load_hf_params
@@ -190,14 +207,18 @@ def _train(config: TrainConfig, layout: RunLayout, progress: TrainProgress | Non
         flush=True,
     )
 
-    checkpointer = Checkpointer(layout.checkpoints, config.checkpoints) if config.checkpoint else None
+    checkpoints = remote.checkpoints if remote else layout.checkpoints
+    checkpointer = Checkpointer(checkpoints, config.checkpoints) if config.checkpoint else None
     state, rows = _initial_state(setup, checkpointer, layout)
     first_step = state.step
     writers = RunWriters(layout, config, setup.plan, progress, rows)
     metrics = MetricsHook(setup, writers, start)
+    saves = CheckpointHook(checkpointer, setup.plan) if checkpointer is not None else None
     hooks: list[Hook] = [metrics]
-    if checkpointer is not None:
-        hooks.append(CheckpointHook(checkpointer, setup.plan))
+    if remote is not None:
+        hooks.append(PushHook(remote, saves))  # before the save: the bucket holds the rows up to each checkpoint
+    if saves is not None:
+        hooks.append(saves)
     evaluation = time.perf_counter()
     if first_step == 0:
         metrics.evaluate(state)

@@ -25,8 +25,10 @@ from pydantic import BaseModel, Field
 from tradewind.cluster.jobs import Callback, JobRecord, JobStatus, utc_now
 from tradewind.cluster.placement import BackendName, Placement
 from tradewind.cluster.process import process_start_time
-from tradewind.core import NotFoundError, atomic_write_json, read_json_config
+from tradewind.core import NotFoundError, atomic_write_bytes, atomic_write_json, read_json_config
+from tradewind.core.buckets import join_url, read_objects
 from tradewind.core.files import Opener, open_plain
+from tradewind.trainer.layout import MIRRORED
 
 RunBackend = Literal[BackendName, "process"]
 RECORD_JOB_END_CALLABLE = "tradewind.trainer.record:record_job_end"
@@ -141,9 +143,15 @@ def record_end(path: Path, status: JobStatus, reason: str | None = None) -> None
 def record_job_end(path: str, job: JobRecord) -> None:
     """A training job's `on_end`: a record still PENDING or RUNNING when its job ended (the trainer was killed,
     or never started) takes the job's status, end time and reason; one the trainer finished stays as it is
-    (its own words beat an exit code). The end time is the job's, so readers see the two agree."""
+    (its own words beat an exit code). The end time is the job's, so readers see the two agree. A run that
+    lives in a bucket (`storage`) first gets its record, metrics and summary back from there."""
     with _locked(Path(path)):
         record = read_record(path)
+        if record.placement.storage is not None:  # the trainer wrote its record and outputs to the bucket
+            run_url = join_url(record.placement.storage, "runs", record.run_id)
+            for name, data in read_objects(run_url, MIRRORED).items():
+                atomic_write_bytes(Path(path).parent / name, data)
+            record = read_record(path)
         if not record.status.finished:
             ended = {"status": job.status, "ended_at": job.ended_at, "reason": job.reason}
             write_record(path, record.model_copy(update=ended))

@@ -1,0 +1,104 @@
+"""Runs that live in a bucket (`storage`): two processes that share no folder train from the bucket's copy of the
+token cache, checkpoint to the bucket, and resume after a kill to the same losses, bit for bit, as a run that was
+never stopped. The buckets are real servers on loopback (`gcp-storage-emulator`, `moto`; see bucket_servers.py),
+or real buckets when TRADEWIND_TEST_GCS_BUCKET / TRADEWIND_TEST_S3_BUCKET are set."""
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+from bucket_servers import S3_SECRET
+from polling import wait_until
+from runs_helpers import finish, losses
+
+from tradewind.cluster import JobStatus
+from tradewind.core import PathEscapeError
+from tradewind.core.buckets import is_complete, join_url, remote_fs
+from tradewind.tools import LaunchTrainingRequest, ToolContext, launch_training
+
+AUDIT = Path(__file__).parent / "open_audit"
+CONSTANT = {"optimizer": {"learning_rate": 1e-2, "warmup_steps": 0, "schedule": "constant"}}
+
+
+@pytest.fixture(scope="module")
+def two_process_reference(ctx, dataset_id, tiny_run_settings):
+    """An uninterrupted 2-process run of the workspace (no bucket), checkpointing every 5 steps."""
+    settings = {**tiny_run_settings, **CONSTANT, "checkpoints": {"every_steps": 5, "keep_last": 2}, "replicas": 2}
+    run = launch_training(ctx, LaunchTrainingRequest(dataset=dataset_id, steps=20, **settings))
+    done = finish(ctx, run.run_id)
+    assert done.status is JobStatus.SUCCEEDED, done.log_tail
+    return done, settings
+
+
+def replica_pid(run_id: str, replica: int) -> int | None:
+    """The pid of the training process `replica` of run `run_id`'s job, if it is running."""
+    for process in psutil.process_iter(["pid"]):
+        try:
+            env = process.environ()
+        except (psutil.Error, OSError):
+            continue
+        if env.get("TRADEWIND_JOB_ID") == run_id and env.get("TRADEWIND_PROCESS_ID") == str(replica):
+            return process.info["pid"]
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bucket", ["gcs-emulator", "s3-moto"], indirect=True)
+def test_two_processes_sharing_no_folder_train_from_a_bucket_and_resume_bitwise_after_a_kill(
+    bucket, ctx, dataset_id, two_process_reference, tmp_path, monkeypatch
+):
+    reference, settings = two_process_reference
+    own = ToolContext.open(tmp_path / "ws", allowed_paths=(bucket,))
+    (own.workspace.root / "settings.yaml").write_text("backend: local\n")
+    shutil.copytree(ctx.workspace.dataset_dir(dataset_id), own.workspace.dataset_dir(dataset_id, must_exist=False))
+    opens = tmp_path / "opens"
+    opens.mkdir()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(AUDIT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("TW_TEST_OPEN_LOG", str(opens))
+
+    run = launch_training(own, LaunchTrainingRequest(dataset=dataset_id, steps=20, storage=bucket, **settings))
+    run_url = join_url(bucket, "runs", run.run_id)
+    assert is_complete(join_url(bucket, "datasets", dataset_id))
+    fs, path = remote_fs(run_url)
+    committed = f"{path}/checkpoints/10/commit_success.txt"  # orbax's marker of a finished save in a bucket
+    wait_until(lambda: fs.invalidate_cache(path) or fs.exists(committed), 240, "checkpoint 10")
+    killed = 1 if bucket.startswith("gs://") else 0  # any process: the one that is not the writer, and the writer
+    pid = replica_pid(run.run_id, killed)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+
+    done = finish(own, run.run_id)
+    assert done.status is JobStatus.SUCCEEDED, done.log_tail
+    assert done.attempts == 2 and done.summary.resumed_from_step >= 10
+    assert losses(own, run.run_id) == losses(ctx, reference.run_id)
+    assert done.summary.final_eval_loss == reference.summary.final_eval_loss
+
+    # Each process opened files only in its own folder: never the other's, nor the workspace's run or dataset.
+    private = {i: own.workspace.jobs_dir / run.run_id / f"replica-{i}" for i in (0, 1)}
+    shared = [own.workspace.runs_dir, own.workspace.datasets_dir]
+    logs = list(opens.glob("replica-*.txt"))
+    assert {log.name.split("-")[1] for log in logs} == {"0", "1"}
+    for log in logs:
+        replica = int(log.name.split("-")[1])
+        opened = {Path(line) for line in log.read_text().splitlines()}
+        assert any(p.is_relative_to(private[replica]) for p in opened), "it trained from its own copy"
+        for forbidden in [private[1 - replica], *shared]:
+            assert not [p for p in opened if p.is_relative_to(forbidden)], f"replica {replica} read {forbidden}"
+
+    # Credentials never enter what the run writes, in the workspace or in the bucket.
+    if bucket.startswith("s3://"):
+        written = [p.read_bytes() for p in own.workspace.root.rglob("*") if p.is_file()]
+        written += [fs.cat_file(name) for name in fs.find(path)]
+        assert written and not [data for data in written if S3_SECRET.encode() in data]
+
+
+@pytest.mark.parametrize("bucket", ["gcs-emulator", "s3-moto"], indirect=True)
+def test_a_bucket_not_allowed_is_refused_before_anything_is_written(bucket, ctx, dataset_id):
+    runs_before = set(ctx.workspace.runs_dir.iterdir())
+    with pytest.raises(PathEscapeError, match=rf"argument 'storage': {bucket} is refused .* --allow-path {bucket}"):
+        launch_training(ctx, LaunchTrainingRequest(dataset=dataset_id, steps=2, storage=bucket))
+    fs, path = remote_fs(bucket)
+    assert set(ctx.workspace.runs_dir.iterdir()) == runs_before and not fs.find(path)

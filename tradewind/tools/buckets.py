@@ -1,0 +1,52 @@
+"""Runs whose files live in a bucket (`storage`): what the launcher puts there, and what it reads back.
+
+A run launched with `storage: gs://bucket/prefix` keeps its token cache at `<storage>/datasets/<dataset id>/`
+(copied once, complete or absent) and its run folder at `<storage>/runs/<run id>/`: the config its processes
+train (its dataset the bucket copy), the record, the metrics, the summary and the checkpoints. The run's
+processes need no disk in common with each other or with this workspace (see `tradewind.trainer.remote`).
+
+The workspace keeps its own folder of the run, as for any run, with the config as launched (its dataset the
+local cache). `get_run` (and so `wait_for_run` and the CLI) copies the record, metrics and summary back from
+the bucket while the run is not finished, and the job's end copies them once more, so every tool reads the run
+as it reads any other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tradewind.core.buckets import check_access, is_complete, join_url, read_objects, remote_fs, upload_folder
+from tradewind.tools.context import Progress, ToolContext
+from tradewind.trainer.config import TrainConfig
+from tradewind.trainer.layout import MIRRORED, RunLayout
+
+
+def stage_in_bucket(
+    ctx: ToolContext, storage: str, layout: RunLayout, config: TrainConfig, progress: Progress
+) -> tuple[str, TrainConfig]:
+    """Put what the run's processes read into `storage`: the token cache (unless a complete copy is there), the
+    config they train and the record. Returns the run's URL and that config.
+
+    Raises:
+        ConfigError: the bucket cannot be used (`check_access`'s message: the URL and how to authenticate).
+    """
+    check_access(storage, argument="storage")
+    dataset_url = join_url(storage, "datasets", Path(config.dataset).name)
+    if not is_complete(dataset_url):
+        upload_folder(
+            config.dataset,
+            dataset_url,
+            progress=lambda done, total: progress(done, total, f"copying the dataset to {dataset_url} (bytes)"),
+        )
+    job_config = config.model_copy(update={"dataset": dataset_url})
+    run_url = join_url(storage, "runs", layout.root.name)
+    fs, path = remote_fs(run_url)
+    fs.pipe_file(f"{path}/config.json", job_config.model_dump_json(indent=2).encode())
+    fs.put_file(str(layout.record), f"{path}/run.json")
+    return run_url, job_config
+
+
+def pull_run_outputs(ctx: ToolContext, layout: RunLayout, storage: str) -> None:
+    """Copy the run's record, metrics and summary from its bucket into its workspace folder."""
+    for name, data in read_objects(join_url(storage, "runs", layout.root.name), MIRRORED).items():
+        ctx.workspace.write_atomic(layout.root / name, data, argument="run_id")
