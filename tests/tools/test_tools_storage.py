@@ -15,7 +15,7 @@ from polling import wait_until
 from runs_helpers import finish, losses
 
 from tradewind.cluster import JobStatus
-from tradewind.core import PathEscapeError
+from tradewind.core import InvalidInputError, PathEscapeError
 from tradewind.core.buckets import is_complete, join_url, remote_fs
 from tradewind.tools import LaunchTrainingRequest, ToolContext, launch_training
 
@@ -45,40 +45,23 @@ def replica_pid(run_id: str, replica: int) -> int | None:
     return None
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("bucket", ["gcs-emulator", "s3-moto"], indirect=True)
-def test_two_processes_sharing_no_folder_train_from_a_bucket_and_resume_bitwise_after_a_kill(
-    bucket, ctx, dataset_id, two_process_reference, tmp_path, monkeypatch
-):
-    reference, settings = two_process_reference
+@pytest.fixture
+def unshared(bucket, ctx, dataset_id, tmp_path, monkeypatch) -> ToolContext:
+    """A workspace allowed to write under `bucket`, holding the session's dataset, whose training processes each
+    record the files they open (see open_audit/sitecustomize.py) in `<tmp_path>/opens`."""
     own = ToolContext.open(tmp_path / "ws", allowed_paths=(bucket,))
     (own.workspace.root / "settings.yaml").write_text("backend: local\n")
     shutil.copytree(ctx.workspace.dataset_dir(dataset_id), own.workspace.dataset_dir(dataset_id, must_exist=False))
-    opens = tmp_path / "opens"
-    opens.mkdir()
+    (tmp_path / "opens").mkdir()
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(AUDIT), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("TW_TEST_OPEN_LOG", str(opens))
+    monkeypatch.setenv("TW_TEST_OPEN_LOG", str(tmp_path / "opens"))
+    return own
 
-    run = launch_training(own, LaunchTrainingRequest(dataset=dataset_id, steps=20, storage=bucket, **settings))
-    run_url = join_url(bucket, "runs", run.run_id)
-    assert is_complete(join_url(bucket, "datasets", dataset_id))
-    fs, path = remote_fs(run_url)
-    committed = f"{path}/checkpoints/10/commit_success.txt"  # orbax's marker of a finished save in a bucket
-    wait_until(lambda: fs.invalidate_cache(path) or fs.exists(committed), 240, "checkpoint 10")
-    killed = 1 if bucket.startswith("gs://") else 0  # any process: the one that is not the writer, and the writer
-    pid = replica_pid(run.run_id, killed)
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
 
-    done = finish(own, run.run_id)
-    assert done.status is JobStatus.SUCCEEDED, done.log_tail
-    assert done.attempts == 2 and done.summary.resumed_from_step >= 10
-    assert losses(own, run.run_id) == losses(ctx, reference.run_id)
-    assert done.summary.final_eval_loss == reference.summary.final_eval_loss
-
-    # Each process opened files only in its own folder: never the other's, nor the workspace's run or dataset.
-    private = {i: own.workspace.jobs_dir / run.run_id / f"replica-{i}" for i in (0, 1)}
-    shared = [own.workspace.runs_dir, own.workspace.datasets_dir]
+def assert_each_process_kept_to_its_own_folder(ctx: ToolContext, run_id: str, opens: Path) -> None:
+    """Each process opened files in its own folder, and never in the other's nor the workspace's runs or datasets."""
+    private = {i: ctx.workspace.jobs_dir / run_id / f"replica-{i}" for i in (0, 1)}
+    shared = [ctx.workspace.runs_dir, ctx.workspace.datasets_dir]
     logs = list(opens.glob("replica-*.txt"))
     assert {log.name.split("-")[1] for log in logs} == {"0", "1"}
     for log in logs:
@@ -88,11 +71,55 @@ def test_two_processes_sharing_no_folder_train_from_a_bucket_and_resume_bitwise_
         for forbidden in [private[1 - replica], *shared]:
             assert not [p for p in opened if p.is_relative_to(forbidden)], f"replica {replica} read {forbidden}"
 
-    # Credentials never enter what the run writes, in the workspace or in the bucket.
-    if bucket.startswith("s3://"):
-        written = [p.read_bytes() for p in own.workspace.root.rglob("*") if p.is_file()]
-        written += [fs.cat_file(name) for name in fs.find(path)]
-        assert written and not [data for data in written if S3_SECRET.encode() in data]
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bucket", ["gcs-emulator", "gcs-real"], indirect=True)
+def test_two_processes_sharing_no_folder_train_from_a_bucket_and_resume_bitwise_after_a_kill(
+    bucket, unshared, dataset_id, ctx, two_process_reference, tmp_path
+):
+    reference, settings = two_process_reference
+    run = launch_training(unshared, LaunchTrainingRequest(dataset=dataset_id, steps=20, storage=bucket, **settings))
+    assert is_complete(join_url(bucket, "datasets", dataset_id))
+    fs, path = remote_fs(join_url(bucket, "runs", run.run_id))
+    committed = f"{path}/checkpoints/10/commit_success.txt"  # orbax's marker of a finished save in a bucket
+    wait_until(lambda: fs.invalidate_cache(path) or fs.exists(committed), 240, "checkpoint 10")
+    pid = replica_pid(run.run_id, 1)  # not the process that writes the outputs: it has only its checkpoint shards
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+
+    done = finish(unshared, run.run_id)
+    assert done.status is JobStatus.SUCCEEDED, done.log_tail
+    assert done.attempts == 2 and done.summary.resumed_from_step >= 10
+    assert losses(unshared, run.run_id) == losses(ctx, reference.run_id)
+    assert done.summary.final_eval_loss == reference.summary.final_eval_loss
+    assert_each_process_kept_to_its_own_folder(unshared, run.run_id, tmp_path / "opens")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bucket", ["s3-moto", "s3-real"], indirect=True)
+def test_two_processes_sharing_no_folder_train_from_an_s3_bucket_and_write_no_credential(
+    bucket, unshared, dataset_id, ctx, two_process_reference, tmp_path
+):
+    reference, settings = two_process_reference
+    request = LaunchTrainingRequest(dataset=dataset_id, steps=20, storage=bucket, **settings, checkpoint=False)
+    run = launch_training(unshared, request)
+    done = finish(unshared, run.run_id)
+    assert done.status is JobStatus.SUCCEEDED, done.log_tail
+    assert losses(unshared, run.run_id) == losses(ctx, reference.run_id)
+    assert_each_process_kept_to_its_own_folder(unshared, run.run_id, tmp_path / "opens")
+
+    # The secret key moto was given (the AWS chain, from the environment) is in no file of the run, here or there.
+    fs, path = remote_fs(bucket)
+    written = [p.read_bytes() for p in unshared.workspace.root.rglob("*") if p.is_file()]
+    written += [fs.cat_file(name) for name in fs.find(path)]
+    assert len(written) > 10 and not [data for data in written if S3_SECRET.encode() in data]
+
+
+@pytest.mark.parametrize("bucket", ["s3-moto"], indirect=True)
+def test_checkpoints_to_s3_are_refused_before_anything_queues_naming_what_works(bucket, unshared, dataset_id):
+    with pytest.raises(InvalidInputError, match=r"argument 'storage': orbax .* writes checkpoints to gs:// .*"):
+        launch_training(unshared, LaunchTrainingRequest(dataset=dataset_id, steps=2, storage=bucket))
+    assert not list(unshared.workspace.runs_dir.iterdir())
 
 
 @pytest.mark.parametrize("bucket", ["gcs-emulator", "s3-moto"], indirect=True)

@@ -7,8 +7,8 @@ processes need no disk in common with each other or with this workspace (see `tr
 
 The workspace keeps its own folder of the run, as for any run, with the config as launched (its dataset the
 local cache). `get_run` (and so `wait_for_run` and the CLI) copies the record, metrics and summary back from
-the bucket while the run is not finished, and the job's end copies them once more, so every tool reads the run
-as it reads any other.
+the bucket until the summary is here, and the job's end copies them once more, so every tool reads the run as
+it reads any other.
 """
 
 from __future__ import annotations
@@ -48,5 +48,5 @@ def stage_in_bucket(
 
 def pull_run_outputs(ctx: ToolContext, layout: RunLayout, storage: str) -> None:
     """Copy the run's record, metrics and summary from its bucket into its workspace folder."""
-    for name, data in read_objects(join_url(storage, "runs", layout.root.name), MIRRORED).items():
+    for name, data in read_objects(join_url(storage, "runs", layout.root.name), MIRRORED[::-1]).items():
         ctx.workspace.write_atomic(layout.root / name, data, argument="run_id")

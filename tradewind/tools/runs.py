@@ -127,7 +127,8 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     read = ctx.workspace.reader("run_id")
     record = run_record(ctx, request.run_id)
-    if record.placement.storage is not None and not record.status.finished:
+    # A run in a bucket: copy its outputs back until the trainer's summary is here (a failed attempt may be retried).
+    if record.placement.storage is not None and not (record.status.finished and layout.summary.is_file()):
         pull_run_outputs(ctx, layout, record.placement.storage)
         record = run_record(ctx, request.run_id)
     config = read_train_config(layout.config, read)

@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-# What a run's process 0 sends to its bucket and the launcher copies back, for a run that lives in a bucket.
-MIRRORED = ("run.json", "metrics.jsonl", "summary.json")
+# What a run's process 0 sends to its bucket, in this order, and the launcher copies back, in the reverse order:
+# a reader that finds the record finished then finds the summary the trainer sent before it.
+MIRRORED = ("metrics.jsonl", "summary.json", "run.json")
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ def record_job_end(path: str, job: JobRecord) -> None:
         record = read_record(path)
         if record.placement.storage is not None:  # the trainer wrote its record and outputs to the bucket
             run_url = join_url(record.placement.storage, "runs", record.run_id)
-            for name, data in read_objects(run_url, MIRRORED).items():
+            for name, data in read_objects(run_url, MIRRORED[::-1]).items():
                 atomic_write_bytes(Path(path).parent / name, data)
             record = read_record(path)
         if not record.status.finished:
