@@ -135,16 +135,16 @@ class Placement(BaseModel):
     accelerator: AcceleratorName = Field(
         "cpu",
         validate_default=True,
-        description="Per host: cpu, gpu, gpu:N; or a TPU slice tpu-<type>, e.g. tpu-v5e-8 (Ray only).",
+        description="Per host: cpu, gpu, gpu:N; or TPU slice tpu-<type>, e.g. tpu-v5e-8 (Ray).",
     )
     slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
-    replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run (TPU: one per host).")
+    replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run.")
     max_retries: int = Field(1, ge=0, le=100, description="Restarts after a kill or preemption.")
     pending_timeout_s: float | None = Field(
         None, gt=0, le=604800, description="Fail if not started by then; null: 1800 s on Ray."
     )
     storage: BucketURL | None = Field(
-        None, description="gs:// or s3:// prefix for data, checkpoints, outputs: no shared disk. null: settings.yaml's"
+        None, description="gs:// or s3:// prefix for data, checkpoints, outputs; null: settings.yaml's"
     )
 
     @model_validator(mode="after")

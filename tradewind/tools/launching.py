@@ -61,7 +61,7 @@ class LaunchTrainingRequest(LedgerEntry, Placement, TrainConfig):  # fields: Tra
     distributed: SkipJsonSchema[DistributedConfig] = Field(default_factory=DistributedConfig, exclude=True)
     dataset: str | None = Field(
         default=None,
-        description="Dataset id, cache folder or builtin:tinyshakespeare; needed unless resume_from.",
+        description="Dataset id, cache folder or builtin:tinyshakespeare.",
     )
     # Set by the sweep that launches a run (Python), not by an agent.
     sweep_id: SkipJsonSchema[str | None] = None

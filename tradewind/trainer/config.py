@@ -101,24 +101,24 @@ class TrainConfig(BaseModel):
         None,
         gt=0,
         le=604800,
-        description="Seconds to train instead of steps (compile excluded); LR schedule fits them.",
+        description="Seconds to train instead of steps (compile excluded).",
     )
     batch_size: int = Field(16, gt=0, le=2**20, description="Global sequences per update.")
     grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch; divides batch_size.")
     seq_len: int = Field(128, gt=0, le=2**20, description="Tokens per sequence; at most model.max_seq_len.")
     seed: int = Field(0, ge=0, lt=2**32, description="Seeds weights and batch order.")
-    z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp^2); 1e-4 is common.")
-    remat: Remat = Field("none", description="Recompute activations in backward (less memory).")
+    z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp^2), e.g. 1e-4.")
+    remat: Remat = Field("none", description="Recompute activations (less memory).")
     attention: AttentionChoice = Field(
         "auto",
         description="auto: cuDNN on GPU, splash on TPU.",
     )
     scan_layers: bool = Field(False, description="One compiled block for all layers.")
     compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="Matmul dtype; auto: bfloat16 on GPU/TPU, else float32."
+        "auto", description="auto: bfloat16 on GPU/TPU, else float32."
     )
     on_nonfinite: Literal["stop", "skip"] = Field("stop", description="On NaN/inf loss: fail, or drop the update.")
-    eval_every: int = Field(50, gt=0, le=10**9, description="Steps between evals (and first, last).")
+    eval_every: int = Field(50, gt=0, le=10**9, description="Steps between evals.")
     eval_batches: int = Field(4, gt=0, le=10**4, description="Val batches per eval.")
     log_every: int = Field(10, gt=0, le=10**9, description="Steps per metrics row.")
     checkpoint: bool = Field(True, description="Save at the end and per `checkpoints`.")
@@ -130,7 +130,7 @@ class TrainConfig(BaseModel):
         default_factory=DistributedConfig, description="For a gang started by hand (SLURM, a TPU pod's own launcher)."
     )
     tensorboard: bool = Field(True, description="Also write TensorBoard events.")
-    wandb_project: str | None = Field(None, description="Also log to this W&B project (wandb extra).")
+    wandb_project: str | None = Field(None, description="Also log to this W&B project.")
     peak_flops: float | None = Field(None, gt=0, le=1e18, description="Per device, for MFU; null: looked up.")
     resume_from: str | None = Field(
         None,
