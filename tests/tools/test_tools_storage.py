@@ -16,8 +16,15 @@ from runs_helpers import finish, losses
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, PathEscapeError
-from tradewind.core.buckets import is_complete, join_url, remote_fs
-from tradewind.tools import LaunchTrainingRequest, ToolContext, launch_training
+from tradewind.core.buckets import is_complete, join_url, object_version, remote_fs
+from tradewind.data import open_token_cache
+from tradewind.tools import (
+    LaunchTrainingRequest,
+    TokenizeDatasetRequest,
+    ToolContext,
+    launch_training,
+    tokenize_dataset,
+)
 
 AUDIT = Path(__file__).parent / "open_audit"
 CONSTANT = {"optimizer": {"learning_rate": 1e-2, "warmup_steps": 0, "schedule": "constant"}}
@@ -129,3 +136,25 @@ def test_a_bucket_not_allowed_is_refused_before_anything_is_written(bucket, ctx,
         launch_training(ctx, LaunchTrainingRequest(dataset=dataset_id, steps=2, storage=bucket))
     fs, path = remote_fs(bucket)
     assert set(ctx.workspace.runs_dir.iterdir()) == runs_before and not fs.find(path)
+
+
+@pytest.mark.parametrize("bucket", ["gcs-emulator", "s3-moto"], indirect=True)
+def test_a_bucket_input_tokenizes_and_a_rewritten_object_gets_a_new_cache_even_with_the_same_bytes(
+    bucket, small_corpus, tmp_path
+):
+    own = ToolContext.open(tmp_path / "ws", allowed_paths=(f"{bucket}/corpus",))
+    fs, path = remote_fs(f"{bucket}/corpus/text.txt")
+    text = small_corpus.read_bytes()[:20_000]
+    fs.pipe_file(path, text)
+    first = tokenize_dataset(own, TokenizeDatasetRequest(input=f"{bucket}/corpus"))
+    assert first.documents["train"] > 0
+    fs.pipe_file(path, text)  # the same bytes, but a new object version (generation / ETag-bearing write)
+    fs.invalidate_cache()
+    version = object_version(fs.info(path))
+    second = tokenize_dataset(own, TokenizeDatasetRequest(input=f"{bucket}/corpus"))
+    manifest = open_token_cache(own.workspace.dataset_dir(second.dataset_id)).manifest
+    assert [source.version for source in manifest.sources] == [version]
+    if bucket.startswith("gs://"):  # a GCS generation is new on every write; an S3 ETag is the bytes' MD5
+        assert second.dataset_id != first.dataset_id
+    with pytest.raises(PathEscapeError, match=r"argument 'input': .* is refused"):
+        tokenize_dataset(own, TokenizeDatasetRequest(input=f"{bucket}/elsewhere"))

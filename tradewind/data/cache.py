@@ -61,8 +61,9 @@ DEFAULT_SHARD_BYTES = 64 * 2**20
 def cache_id(sources: Sequence[SourceFile], tokenizer: Tokenizer, config: TokenizeConfig) -> str:
     """The dataset id of the cache that `sources`, `tokenizer` and `config` make: `ds-` and 16 hex digits.
 
-    It changes whenever an input file (path, size, modification time), the tokenizer's fingerprint, an
-    option of `config` or `FORMAT_VERSION` does; not with how the build runs (workers, shard size).
+    It changes whenever an input file (path, size, modification time, a bucket object's version), the
+    tokenizer's fingerprint, an option of `config` or `FORMAT_VERSION` does; not with how the build runs
+    (workers, shard size).
 
     Args:
         sources: the inputs, as `source_files` gives them.
@@ -71,7 +72,7 @@ def cache_id(sources: Sequence[SourceFile], tokenizer: Tokenizer, config: Tokeni
     """
     key = {
         "format_version": FORMAT_VERSION,
-        "sources": [source.model_dump() for source in sources],
+        "sources": [source.model_dump(exclude_none=True) for source in sources],  # a local file has no version
         "tokenizer": tokenizer.fingerprint,
         "options": config.model_dump(include=set(TokenizeConfig.model_fields)),
     }

@@ -25,6 +25,7 @@ import fsspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.core import InvalidInputError
+from tradewind.core.buckets import object_version
 from tradewind.data.readers import Format, list_input_files
 
 VAL_TOKENS = 32_768  # the fixed val token set's default size: the demo model scores it in about a second
@@ -54,11 +55,13 @@ class TokenizeConfig(BaseModel):
 
 
 class SourceFile(BaseModel):
-    """An input file as it was when the cache was built."""
+    """An input file as it was when the cache was built; an object in a bucket also has the version the bucket
+    gives it (GCS generation, S3 ETag), which changes whenever the object does."""
 
     path: str
     size: int
     mtime: float
+    version: str | None = None
 
 
 def source_files(inputs: Sequence[str | Path | SourceFile]) -> list[SourceFile]:
@@ -84,5 +87,6 @@ def source_files(inputs: Sequence[str | Path | SourceFile]) -> list[SourceFile]:
             mtime = info.get("mtime") or info.get("updated") or info.get("LastModified") or 0.0
             if not isinstance(mtime, int | float):
                 mtime = datetime.fromisoformat(str(mtime)).timestamp() if isinstance(mtime, str) else mtime.timestamp()
-            sources.append(SourceFile(path=url, size=int(info.get("size") or 0), mtime=float(mtime)))
+            size = int(info.get("size") or 0)
+            sources.append(SourceFile(path=url, size=size, mtime=float(mtime), version=object_version(info)))
     return sources

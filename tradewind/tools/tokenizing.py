@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import get_task_runner
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
+from tradewind.core.buckets import is_remote
 from tradewind.core.workspace import check_path_text
 from tradewind.data import (
     BUILTIN_CORPORA,
@@ -112,6 +113,8 @@ def _resolve_input(ctx: ToolContext, value: str) -> str:
     check_path_text(value, "input")
     if value.startswith(BUILTIN_PREFIX):
         return str(builtin_corpus_file(value, "input"))
+    if is_remote(value):
+        return ctx.workspace.check_bucket(value, argument="input")  # a bucket prefix given with --allow-path
     if not any(char in value for char in GLOB_CHARS):
         return str(ctx.workspace.resolve_path(value, argument="input"))
     # A glob: the folder before its first wildcard must be allowed; the pattern may not climb out of it.
@@ -127,7 +130,7 @@ def _input_sources(ctx: ToolContext, value: str) -> list[SourceFile]:
     of and what is read. Refuses a folder or glob that reaches a file through an escaping symlink, or that would
     read workspace internals (the job database and logs in `jobs/`, token-cache files in `datasets/`)."""
     sources = source_files([_resolve_input(ctx, value)])
-    if not value.startswith(BUILTIN_PREFIX):
+    if not value.startswith(BUILTIN_PREFIX) and not is_remote(value):
         for source in sources:
             ctx.workspace.resolve_input(source.path, argument="input")
     return sources
