@@ -1,5 +1,9 @@
 """Folders copied to and from buckets: complete or absent, against real servers on loopback (see bucket_servers)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from tradewind.core import ConfigError, NotFoundError
@@ -62,3 +66,15 @@ def test_a_bucket_that_does_not_exist_fails_the_access_check_naming_it_and_how_t
     with pytest.raises(ConfigError, match=rf"argument 'storage': cannot use {missing}: .*{how}"):
         check_access(missing, argument="storage")
     check_access(bucket, argument="storage")
+
+
+def test_missing_s3_credentials_fail_the_access_check_naming_the_url_and_the_aws_chain(s3_server, tmp_path):
+    # A fresh process, so that no client made earlier holds the credentials this one lacks.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") or k == "AWS_ENDPOINT_URL"}
+    env.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"))
+    env["AWS_EC2_METADATA_DISABLED"] = "true"  # nothing beyond loopback: no instance-role lookup
+    code = f"from tradewind.core.buckets import check_access; check_access('{s3_server}/x', argument='storage')"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"ConfigError: argument 'storage': cannot use {s3_server}/x: " in done.stderr
+    assert "AWS credential chain: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in done.stderr
