@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -27,6 +29,15 @@ JOB_ID_ENV = "TRADEWIND_JOB_ID"
 ATTEMPT_ENV = "TRADEWIND_ATTEMPT"
 # A folder of this process's own, on its host's disk: where a run that lives in a bucket keeps its local copy.
 LOCAL_DIR_ENV = "TRADEWIND_LOCAL_DIR"
+
+
+def local_dir() -> Path:
+    """This process's own folder (`$TRADEWIND_LOCAL_DIR`, which a backend sets per process), else one under the
+    system's temporary folder named after its job and process."""
+    if os.environ.get(LOCAL_DIR_ENV):
+        return Path(os.environ[LOCAL_DIR_ENV])
+    job = os.environ.get(JOB_ID_ENV, f"pid{os.getpid()}")
+    return Path(tempfile.gettempdir()) / f"tradewind-local-{job}-{os.environ.get(PROCESS_ID_ENV, '0')}"
 
 
 class JobStatus(StrEnum):

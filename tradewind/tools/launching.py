@@ -216,11 +216,6 @@ def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: P
                 "copy a Hugging Face folder or a parent run there yet; launch it without storage"
             )
         ctx.workspace.check_bucket(storage, "storage", also=(settings.storage,) if settings.storage else ())
-        if storage.startswith("s3://") and launch.config.checkpoint:
-            raise InvalidInputError(
-                "argument 'storage': orbax (0.12.8) writes checkpoints to gs:// and local folders, not to s3://; use "
-                "a gs:// bucket, or set checkpoint: false to train from s3:// and write the outputs there"
-            )
     backend = launch.placement.backend or ctx.default_backend()
     return replace(launch, placement=launch.placement.model_copy(update={"backend": backend, "storage": storage}))
 

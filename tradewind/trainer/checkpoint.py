@@ -26,6 +26,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
@@ -51,7 +52,12 @@ class Checkpointer:
         else:
             self.directory = Path(directory).absolute()
         self.policy = policy or CheckpointConfig()
-        options = ocp.CheckpointManagerOptions(
+        self.manager = ocp.CheckpointManager(self.directory, options=self._options(read_only))
+        self.last_save_time = time.monotonic()
+        self.warnings: list[str] = []
+
+    def _options(self, read_only: bool) -> ocp.CheckpointManagerOptions:
+        return ocp.CheckpointManagerOptions(
             max_to_keep=self.policy.keep_last,
             keep_period=self.policy.keep_every,
             enable_async_checkpointing=self.policy.async_save and not read_only,
@@ -59,9 +65,6 @@ class Checkpointer:
             cleanup_tmp_directories=not read_only,
             read_only=read_only,
         )
-        self.manager = ocp.CheckpointManager(self.directory, options=options)
-        self.last_save_time = time.monotonic()
-        self.warnings: list[str] = []
 
     def should_save(self, step: int, *, final: bool = False) -> bool:
         """Whether the policy saves after `step` updates (always on the final step)."""
@@ -95,11 +98,9 @@ class Checkpointer:
             raise NotFoundError(f"no checkpoints in {self.directory}")
         if step is not None and step not in steps:
             raise NotFoundError(f"no checkpoint for step {step} in {self.directory}; saved steps: {steps}")
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like.to_checkpoint())
         for candidate in [step] if step is not None else reversed(steps):
             try:
-                saved = self.manager.restore(candidate, args=ocp.args.StandardRestore(abstract))
-                return TrainState.from_checkpoint(saved)
+                return TrainState.from_checkpoint(self._restore_step(candidate, like.to_checkpoint()))
             except Exception as error:  # orbax raises many kinds for damaged files
                 if step is not None:
                     raise
@@ -111,6 +112,11 @@ class Checkpointer:
                 print(message, file=sys.stderr, flush=True)
                 print(message, flush=True)
         raise NotFoundError(f"none of the checkpoints {steps} in {self.directory} could be read")
+
+    def _restore_step(self, step: int, like: dict[str, Any]) -> dict[str, Any]:
+        """Checkpoint `step`'s pytree, its arrays placed as those of `like` (a `TrainState.to_checkpoint()`)."""
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        return self.manager.restore(step, args=ocp.args.StandardRestore(abstract))
 
     def wait(self) -> None:
         """Block until pending writes are on disk."""

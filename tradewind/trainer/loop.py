@@ -207,8 +207,10 @@ def _train(
         flush=True,
     )
 
-    checkpoints = remote.checkpoints if remote else layout.checkpoints
-    checkpointer = Checkpointer(checkpoints, config.checkpoints) if config.checkpoint else None
+    checkpointer = None
+    if config.checkpoint:
+        policy = config.checkpoints
+        checkpointer = remote.checkpointer(policy) if remote else Checkpointer(layout.checkpoints, policy)
     state, rows = _initial_state(setup, checkpointer, layout)
     first_step = state.step
     writers = RunWriters(layout, config, setup.plan, progress, rows)

@@ -3,10 +3,12 @@
 The hosts of a multi-host run share no disk. A run launched with `storage` therefore lives at the prefix
 `<storage>/runs/<id>/` (its job's `run_dir`), and its dataset at `<storage>/datasets/<id>/`. Every process:
 
-1. makes its own local folder (`local_root`: `$TRADEWIND_LOCAL_DIR`, which a backend sets per process, else a
-   fresh folder under the system's temporary folder) and copies into it the run's `config.json`, `run.json`
-   and `metrics.jsonl` from the bucket, and the token cache whole (complete or refused, see `core.buckets`);
-2. trains there, with its checkpoints written straight to the bucket by orbax (`checkpoints`);
+1. makes its own local folder (`cluster.jobs.local_dir`: `$TRADEWIND_LOCAL_DIR`, which a backend sets per
+   process, else a fresh folder under the system's temporary folder) and copies into it the run's
+   `config.json`, `run.json` and `metrics.jsonl` from the bucket, and the token cache whole (complete or
+   refused, see `core.buckets`);
+2. trains there, with its checkpoints in the bucket (`checkpointer`): orbax writes them to `gs://` itself, shard
+   by shard; to `s3://`, which orbax cannot write, they are saved locally and copied up (`bucket_checkpoint`);
 3. (process 0) sends `run.json`, `metrics.jsonl` and `summary.json` back: before each checkpoint, so that the
    bucket holds every row up to the checkpoint's step, at most every `PUSH_EVERY_S` seconds in between, and at
    the end. A process restarted on another host finds everything it needs in the bucket.
@@ -18,15 +20,15 @@ Example:
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 
-from tradewind.cluster.jobs import JOB_ID_ENV, LOCAL_DIR_ENV, PROCESS_ID_ENV
+from tradewind.cluster.jobs import local_dir
 from tradewind.core import atomic_write_bytes
 from tradewind.core.buckets import download_folder, join_url, read_objects, upload_files
 from tradewind.data.token_cache import MANIFEST
+from tradewind.trainer.checkpoint import Checkpointer
+from tradewind.trainer.config import CheckpointConfig
 from tradewind.trainer.distributed import is_main_process
 from tradewind.trainer.hooks import CheckpointHook, Interval
 from tradewind.trainer.layout import MIRRORED, RunLayout
@@ -34,14 +36,6 @@ from tradewind.trainer.state import TrainState
 
 PULLED = ("config.json", "run.json", "metrics.jsonl")
 PUSH_EVERY_S = 10.0
-
-
-def local_root() -> Path:
-    """This process's private folder: `$TRADEWIND_LOCAL_DIR`, else one named after its job and process."""
-    if os.environ.get(LOCAL_DIR_ENV):
-        return Path(os.environ[LOCAL_DIR_ENV])
-    job = os.environ.get(JOB_ID_ENV, f"pid{os.getpid()}")
-    return Path(tempfile.gettempdir()) / f"tradewind-local-{job}-{os.environ.get(PROCESS_ID_ENV, '0')}"
 
 
 class RemoteRun:
@@ -56,7 +50,7 @@ class RemoteRun:
     @classmethod
     def open(cls, url: str) -> RemoteRun:
         """Copy the run's files this process needs from `url` into its private folder."""
-        remote = cls(url, local_root() / "runs" / url.rstrip("/").rsplit("/", 1)[-1])
+        remote = cls(url, local_dir() / "runs" / url.rstrip("/").rsplit("/", 1)[-1])
         remote.layout.root.mkdir(parents=True, exist_ok=True)
         for name, data in read_objects(remote.url, PULLED).items():
             atomic_write_bytes(remote.layout.root / name, data)
@@ -64,12 +58,20 @@ class RemoteRun:
 
     def fetch_dataset(self, url: str) -> Path:
         """The token cache at bucket prefix `url`, copied whole into this process's folder (once per process)."""
-        local = local_root() / "datasets" / url.rstrip("/").rsplit("/", 1)[-1]
+        local = local_dir() / "datasets" / url.rstrip("/").rsplit("/", 1)[-1]
         if not (local / MANIFEST).is_file():
             started = time.monotonic()
             download_folder(url, local, progress=_Report(f"dataset {url}"))
             print(f"copied dataset {url} to {local} in {time.monotonic() - started:.1f}s", flush=True)
         return local
+
+    def checkpointer(self, policy: CheckpointConfig) -> Checkpointer:
+        """The run's checkpoints, as orbax writes them to this bucket (`gs://`) or copied up (`s3://`)."""
+        if self.checkpoints.startswith("gs://"):
+            return Checkpointer(self.checkpoints, policy)
+        from tradewind.trainer.bucket_checkpoint import BucketCopyCheckpointer
+
+        return BucketCopyCheckpointer(self.checkpoints, policy)
 
     def push(self) -> None:
         """Send the run's outputs to the bucket (process 0; the others write none)."""
