@@ -14,6 +14,13 @@ back through the page cache) is written once. Then, on the same file:
 Prints readable lines (also a 4-shard `ShardedTokens` stream, a two-source `MixtureLoader`, and
 `iter_batches` with background prefetch), then one JSON line: value = our tokens/s, baseline = the bare
 memmap tokens/s, ratio = value / baseline (higher is better; target >= 0.8 and >= 10 M tokens/s).
+
+With `--remote`: training from a bucket's copy of the cache against training from the local cache. The same
+small run (Tiny Shakespeare, `REMOTE_RUN`) is launched through `launch_training` on the local backend,
+alternately with its cache in the workspace and with `storage` on a `gcp-storage-emulator` on loopback (the
+process copies the cache to its own folder, then reads it there), `--repeats` times each. Prints one JSON
+line: value = the bucket runs' median training tokens/s, baseline = the local runs', ratio = value / baseline
+(target >= 0.9); also the medians of the whole runs' wall seconds, copy included.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,10 +57,15 @@ def rate(read_batch) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=lambda v: int(v.replace("_", "")), default=200_000_000)
+    parser.add_argument("--remote", action="store_true", help="train from a bucket's copy against a local cache")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tradewind-bench-loader-"))
     try:
-        run(work, args.tokens)
+        if args.remote:
+            remote(work, args.repeats)
+        else:
+            run(work, args.tokens)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -99,6 +113,55 @@ def run(work: Path, count: int) -> None:
                 "baseline": round(baseline),
                 "ratio": round(ours / baseline, 3),
                 "unit": "tokens/s",
+            }
+        )
+    )
+
+
+REMOTE_RUN = {
+    "model": {"d_model": 96, "n_layers": 2, "n_heads": 4, "max_seq_len": 128},
+    "steps": 120,
+    "batch_size": 16,
+    "seq_len": 128,
+    "eval_every": 120,
+    "log_every": 10,
+    "checkpoint": False,
+}
+
+
+def remote(work: Path, repeats: int) -> None:
+    """Train `REMOTE_RUN` from the local cache and from a bucket's copy, alternately; print the JSON line."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+    from bucket_servers import start_gcs_emulator, stop
+
+    from tradewind.tools import LaunchTrainingRequest, ToolContext, WaitForRunRequest, launch_training, wait_for_run
+
+    server, bucket = start_gcs_emulator()
+    try:
+        ctx = ToolContext.open(work / "workspace", allowed_paths=(bucket,))
+        (ctx.workspace.root / "settings.yaml").write_text("backend: local\n")
+        runs: dict[str, list] = {"local": [], "bucket": []}
+        for i in range(repeats):
+            for kind, storage in (("local", None), ("bucket", f"{bucket}/bench-{i}")):
+                request = LaunchTrainingRequest(dataset="builtin:tinyshakespeare", storage=storage, **REMOTE_RUN)
+                run_id = launch_training(ctx, request).run_id
+                done = wait_for_run(ctx, WaitForRunRequest(run_id=run_id, timeout_s=900))
+                assert done.status == "SUCCEEDED", done.log_tail
+                runs[kind].append(done.summary)
+                print(f"{kind:6} {done.summary.mean_tokens_per_s:,.0f} tok/s, {done.summary.wall_s:.1f} s", flush=True)
+    finally:
+        stop(server)
+    speed = {kind: statistics.median(s.mean_tokens_per_s for s in summaries) for kind, summaries in runs.items()}
+    wall = {kind: statistics.median(s.wall_s for s in summaries) for kind, summaries in runs.items()}
+    print(
+        json.dumps(
+            {
+                "benchmark": "train_from_bucket_tokens_per_s",
+                "value": round(speed["bucket"]),
+                "baseline": round(speed["local"]),
+                "ratio": round(speed["bucket"] / speed["local"], 3),
+                "unit": "tokens/s",
+                "wall_s": {kind: round(seconds, 1) for kind, seconds in wall.items()},
             }
         )
     )

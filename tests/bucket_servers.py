@@ -66,22 +66,21 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-@pytest.fixture(scope="session")
-def gcs_emulator():
-    """A gs:// prefix on a `gcp-storage-emulator` server (a bucket `tw-test`, kept in memory)."""
+def start_gcs_emulator() -> tuple[subprocess.Popen, str]:
+    """A `gcp-storage-emulator` (bucket `tw-test`, in memory) and the gs:// URL of its bucket; the endpoint is set
+    in this process's environment."""
     port = free_port()
     emulator = Path(__file__).with_name("gcs_emulator.py")  # with the download headers real GCS sends
     command = [sys.executable, str(emulator), "start", "--host", "127.0.0.1", "--port", str(port)]
     process = start([*command, "--in-memory", "--default-bucket", BUCKET], port, "gcp-storage-emulator")
     endpoint = f"http://127.0.0.1:{port}"
     os.environ.update(STORAGE_EMULATOR_HOST=endpoint, TENSORSTORE_GCS_HTTP_URL=endpoint)
-    yield f"gs://{BUCKET}"
-    stop(process)
+    return process, f"gs://{BUCKET}"
 
 
-@pytest.fixture(scope="session")
-def s3_server():
-    """An s3:// prefix on a `moto` server (a bucket `tw-test`), with planted credentials."""
+def start_s3_server() -> tuple[subprocess.Popen, str]:
+    """A `moto` server with a bucket `tw-test` and the s3:// URL of it; the endpoint and planted credentials are
+    set in this process's environment."""
     port = free_port()
     process = start([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], port, "moto_server")
     os.environ.update(
@@ -93,7 +92,22 @@ def s3_server():
     import fsspec
 
     fsspec.filesystem("s3").mkdir(BUCKET)
-    yield f"s3://{BUCKET}"
+    return process, f"s3://{BUCKET}"
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator():
+    """A gs:// prefix on a `gcp-storage-emulator` server, for the session."""
+    process, url = start_gcs_emulator()
+    yield url
+    stop(process)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """An s3:// prefix on a `moto` server, with planted credentials, for the session."""
+    process, url = start_s3_server()
+    yield url
     stop(process)
 
 

@@ -25,6 +25,8 @@ from tradewind.tools import (
     launch_training,
     tokenize_dataset,
 )
+from tradewind.tools.report_data import load_run
+from tradewind.tools.reports import render_run
 
 AUDIT = Path(__file__).parent / "open_audit"
 CONSTANT = {"optimizer": {"learning_rate": 1e-2, "warmup_steps": 0, "schedule": "constant"}}
@@ -106,6 +108,8 @@ def test_two_processes_sharing_no_folder_train_from_a_bucket_and_resume_bitwise_
     assert losses(unshared, run.run_id) == losses(ctx, reference.run_id)
     assert done.summary.final_eval_loss == reference.summary.final_eval_loss
     assert_each_process_kept_to_its_own_folder(unshared, run.run_id, tmp_path / "opens")
+    report = "\n".join(render_run(load_run(unshared, run.run_id, sample=False), "plot.png"))
+    assert f"| storage | `{bucket}/runs/{run.run_id}` (checkpoints, metrics, summary) |" in report
 
     # Credentials never enter what the run wrote, here or in the bucket (moto's secret key was planted for this).
     written = [p.read_bytes() for p in unshared.workspace.root.rglob("*") if p.is_file()]

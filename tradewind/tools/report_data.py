@@ -68,6 +68,7 @@ class RunData:
     rows: list[MetricRow]
     figures: RunFigures
     profile: ProfileSummary | None
+    storage: str | None = None  # the bucket prefix a run with `storage` lives in
 
     def tokens(self, step: int) -> int:
         return step * self.config.tokens_per_step
@@ -115,7 +116,8 @@ def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True, progress: Pr
         anomalies=anomalies,
         skipped_rows=[cut(problem) for problem in metrics.skipped_rows()],
     )
-    return RunData(info=info, config=config, rows=rows, figures=figures, profile=profile)
+    storage = run_record(ctx, run_id).placement.storage
+    return RunData(info=info, config=config, rows=rows, figures=figures, profile=profile, storage=storage)
 
 
 def failure_cause(layout: RunLayout, reason: str | None, opener: Opener) -> tuple[str | None, Anomaly | None]:

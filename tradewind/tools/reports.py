@@ -78,6 +78,11 @@ def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
         "| setting | value |",
         "|---|---|",
         f"| dataset | `{config.dataset}` |",
+        *(
+            [f"| storage | `{data.storage}/runs/{info.run_id}` (checkpoints, metrics, summary) |"]
+            if data.storage
+            else []
+        ),
         f"| model | {model.type}, d_model {model.d_model}, {model.n_layers} layers, {model.n_heads} heads |",
         f"| parameters | {summary.parameters:,} |" if summary else "| parameters | n/a |",
         f"| time budget | {config.time_budget_s:g} s |" if config.time_budget_s else f"| steps | {config.steps} |",

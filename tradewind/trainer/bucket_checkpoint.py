@@ -3,17 +3,18 @@
 orbax-checkpoint (0.12.8) builds tensorstore specs for `gs://` and local paths only, and a multi-process save
 assumes one folder every process sees. For any other bucket, a checkpoint is therefore made in two moves:
 
-1. every process gathers the state into host memory (a collective: each ends up with all of it), and process 0
-   saves that with orbax into its own folder, as a checkpoint of one process;
-2. once orbax has committed it, a thread of process 0 copies the step's folder to `<url>/<step>/`, marker last
-   (`core.buckets.upload_folder`), then deletes from the bucket the steps orbax no longer keeps. Training goes
-   on meanwhile; the next save and `close` wait for the copy.
+1. process 0 copies the state on its device (an array spread over processes is first gathered to every host, a
+   collective), so that the next update, which may donate the arrays, cannot change it;
+2. a thread of process 0 saves that copy with orbax into its own folder, as a checkpoint of one process, then
+   copies the step's folder to `<url>/<step>/`, marker last (`core.buckets.upload_folder`), and deletes from the
+   bucket the steps orbax no longer keeps. Training goes on meanwhile; the next save and `close` wait for it.
 
 A step counts once its marker is in the bucket. To restore, each process downloads the step into its own folder,
 reads it there, and places each array as `like` says.
 
-The gather costs each host the whole state in memory: right for the models a CPU or GPU run trains from S3, not
-for a model sharded because it fits no host; that belongs on `gs://`, which orbax writes shard by shard.
+Process 0 holds a second copy of the state meanwhile, and a state spread over processes is gathered to every host:
+right for the models a CPU or GPU run trains from S3, not for a model sharded because it fits no host; that
+belongs on `gs://`, which orbax writes shard by shard.
 
 Example:
     checkpointer = BucketCopyCheckpointer("s3://bucket/runs/r1/checkpoints", config.checkpoints)
@@ -29,6 +30,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
@@ -64,17 +66,21 @@ class BucketCopyCheckpointer(Checkpointer):
     def _options(self, read_only: bool) -> ocp.CheckpointManagerOptions:
         # Each process keeps its own folder, so orbax must neither create it nor wait for the others in it.
         options = super()._options(read_only)
-        return dataclasses.replace(options, create=False, multiprocessing_options=self.alone)
+        # Saved in this class's own thread (see `save`), so orbax need not start another.
+        return dataclasses.replace(
+            options, create=False, multiprocessing_options=self.alone, enable_async_checkpointing=False
+        )
 
     def save(self, state: TrainState) -> None:
         """Gather `state` (every process), save it (process 0), and copy it to the bucket behind training."""
-        host = jax.tree.map(_to_host, state.to_checkpoint())
+        snapshot = jax.tree.map(_snapshot, state.to_checkpoint())
         self.last_save_time = time.monotonic()
         if jax.process_index() != 0:
             return
         self._finish_copy()
-        self.manager.save(state.step, args=ocp.args.StandardSave(host), force=True)
-        self.copying = threading.Thread(target=self._copy_up, args=(state.step,), name="checkpoint copy", daemon=True)
+        self.copying = threading.Thread(
+            target=self._save_and_copy, args=(state.step, snapshot), name="checkpoint save", daemon=True
+        )
         self.copying.start()
 
     def steps(self) -> list[int]:
@@ -104,9 +110,10 @@ class BucketCopyCheckpointer(Checkpointer):
         self._finish_copy()
         super().close()
 
-    def _copy_up(self, step: int) -> None:
+    def _save_and_copy(self, step: int, snapshot: dict[str, Any]) -> None:
         try:
-            self.manager.wait_until_finished()
+            host = jax.tree.map(lambda leaf: np.asarray(leaf) if isinstance(leaf, jax.Array) else leaf, snapshot)
+            self.manager.save(step, args=ocp.args.StandardSave(host), force=True)
             upload_folder(self.directory / str(step), join_url(self.url, str(step)))
             kept = set(self.manager.all_steps())
             fs, path = remote_fs(self.url)
@@ -127,14 +134,15 @@ class BucketCopyCheckpointer(Checkpointer):
             raise error
 
 
-def _to_host(value: Any) -> Any:
-    """A leaf as a host value holding all of it (a collective for an array spread over processes)."""
+def _snapshot(value: Any) -> Any:
+    """A copy of a leaf that the next update cannot change (it may donate the original's buffers): on process 0's
+    device for an array process 0 holds whole, else gathered to every host (a collective)."""
     if not isinstance(value, jax.Array):
         return value
     if value.is_fully_replicated:
-        return np.asarray(value.addressable_data(0))
+        return jnp.copy(value.addressable_data(0))
     if value.is_fully_addressable:
-        return np.asarray(value)
+        return jnp.copy(value)
     return np.asarray(multihost_utils.process_allgather(value, tiled=True))
 
 
