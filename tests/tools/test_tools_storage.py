@@ -8,6 +8,7 @@ import shutil
 import signal
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 from bucket_servers import S3_SECRET
@@ -146,3 +147,21 @@ def test_a_bucket_input_tokenizes_and_a_rewritten_object_gets_a_new_cache_even_w
         assert second.dataset_id != first.dataset_id
     with pytest.raises(PathEscapeError, match=r"argument 'input': .* is refused"):
         tokenize_dataset(own, TokenizeDatasetRequest(input=f"{bucket}/elsewhere"))
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.parametrize("bucket", ["gcs-emulator"], indirect=True)
+def test_a_ray_gang_trains_from_a_bucket_with_each_process_in_its_own_folder(
+    ray_address, bucket, unshared, dataset_id, ctx, two_process_reference, tmp_path
+):
+    # The Ray workers were started before this test: the bucket's endpoint reaches them through the job's env.
+    reference, settings = two_process_reference
+    request = LaunchTrainingRequest(dataset=dataset_id, steps=10, storage=bucket, backend="ray", **settings)
+    done = finish(unshared, launch_training(unshared, request).run_id, timeout_s=600)
+    assert done.status is JobStatus.SUCCEEDED, done.log_tail
+    assert done.processes == 2 and done.summary.steps == 10
+    ours, theirs = losses(unshared, done.run_id), losses(ctx, reference.run_id)[: len(losses(unshared, done.run_id))]
+    np.testing.assert_allclose([loss for _, loss in ours], [loss for _, loss in theirs], rtol=1e-5)
+    fs, path = remote_fs(join_url(bucket, "runs", done.run_id))
+    assert fs.exists(f"{path}/checkpoints/10/commit_success.txt")

@@ -34,6 +34,9 @@ from typing import Any
 from tradewind.core.errors import ConfigError, NotFoundError
 
 MARKER = ".tradewind-complete.json"
+# Where the clients send their requests (an emulator, a private endpoint): a run's processes on other hosts get
+# these from the launcher. Credentials never travel so: each host finds its own.
+ENDPOINT_SETTINGS = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "AWS_ENDPOINT_URL")
 # Called with (bytes copied so far, bytes in all) as a copy goes.
 CopyProgress = Callable[[int, int], None]
 

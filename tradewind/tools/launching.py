@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from tradewind.core import (
     make_id,
     parse_config,
 )
+from tradewind.core.buckets import ENDPOINT_SETTINGS
 from tradewind.tools.buckets import stage_in_bucket
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
@@ -182,8 +184,10 @@ def training_env(ctx: ToolContext, placement: Placement, backend: Backend) -> di
     A CPU run stays on the CPU even where JAX would find an accelerator (or is told JAX_PLATFORMS=cuda). A job
     on this machine reuses the workspace's compiled programs (JAX's persistent cache: a shape trained before
     compiles in about a quarter of the time); only this machine reads that folder, so a Ray job does not, nor a
-    run whose processes share no disk (`storage`)."""
+    run whose processes share no disk (`storage`), which gets the launcher's bucket endpoints instead."""
     env = {"JAX_PLATFORMS": "cpu"} if placement.accelerator.kind == "cpu" else {}
+    if placement.storage is not None:
+        env.update({name: os.environ[name] for name in ENDPOINT_SETTINGS if name in os.environ})
     if backend.on_this_machine and placement.storage is None:  # a run in a bucket shares no folder
         env["JAX_COMPILATION_CACHE_DIR"] = str(ctx.workspace.compile_cache_dir)
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the eval step too, though it compiles in < 1 s
