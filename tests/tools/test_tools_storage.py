@@ -21,13 +21,16 @@ from tradewind.core.buckets import MARKER, is_complete, join_url, object_version
 from tradewind.data import open_token_cache
 from tradewind.tools import (
     LaunchTrainingRequest,
+    SampleTextRequest,
     TokenizeDatasetRequest,
     ToolContext,
     launch_training,
+    sample_text,
     tokenize_dataset,
 )
 from tradewind.tools.report_data import load_run
 from tradewind.tools.reports import render_run
+from tradewind.trainer import RunLayout
 
 AUDIT = Path(__file__).parent / "open_audit"
 CONSTANT = {"optimizer": {"learning_rate": 1e-2, "warmup_steps": 0, "schedule": "constant"}}
@@ -111,6 +114,9 @@ def test_two_processes_sharing_no_folder_train_from_a_bucket_and_resume_bitwise_
     assert_each_process_kept_to_its_own_folder(unshared, run.run_id, tmp_path / "opens")
     report = "\n".join(render_run(load_run(unshared, run.run_id, sample=False), "plot.png"))
     assert f"| storage | `{bucket}/runs/{run.run_id}` (checkpoints, metrics, summary) |" in report
+    sampled = sample_text(unshared, SampleTextRequest(run_id=run.run_id, max_tokens=8, temperature=0))
+    assert sampled.step == 20 and sampled.text  # from the bucket's checkpoint: the workspace holds none
+    assert not RunLayout(unshared.workspace.run_dir(run.run_id)).checkpoints.exists()
 
     # Credentials never enter what the run wrote, here or in the bucket (moto's secret key was planted for this).
     written = [p.read_bytes() for p in unshared.workspace.root.rglob("*") if p.is_file()]

@@ -26,7 +26,7 @@ from tradewind.tools.bounds import LINE_CHARS, cut
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.tools.launching import read_run_config
 from tradewind.tools.limits import check_sampling_memory
-from tradewind.tools.runs import RunRequest
+from tradewind.tools.runs import RunRequest, run_placement
 from tradewind.trainer import RunLayout, SampleJob, SampleOptions
 from tradewind.trainer.jobs import SAMPLE_WORKER_CALLABLE, SampleWorkerJob
 from tradewind.trainer.sample_worker import LOCK_NAME, ask, connect, idle_seconds, socket_path
@@ -60,12 +60,14 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
     options take a few milliseconds per token on CPU.
     """
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
-    if not layout.checkpoints.is_dir():
+    in_bucket = run_placement(ctx, layout.root, "run_id").storage is not None  # the worker reads them there
+    if not in_bucket and not layout.checkpoints.is_dir():
         raise NotFoundError(f"run {request.run_id!r} has no checkpoints yet; wait until it saves one")
     config = read_run_config(ctx, layout.root, argument="run_id")
     check_sampling_memory(ctx, config, open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size)
     # The worker reads the checkpoints whole and writes into samples/: neither may lead out of the workspace.
-    ctx.workspace.check_tree(layout.checkpoints, argument="run_id")
+    if not in_bucket:
+        ctx.workspace.check_tree(layout.checkpoints, argument="run_id")
     ctx.workspace.make_dir(layout.samples, argument="run_id")
     sample_id = make_id("sample")
     out_path = layout.samples / f"{sample_id}.json"

@@ -64,18 +64,19 @@ class BucketCopyCheckpointer(Checkpointer):
         self.manager.reload()
 
     def _options(self, read_only: bool) -> ocp.CheckpointManagerOptions:
-        # Each process keeps its own folder, so orbax must neither create it nor wait for the others in it.
+        # Each process keeps its own folder, so orbax must neither create it nor wait for the others in it; and
+        # `save` runs orbax in a thread of its own, so orbax need not start another.
         options = super()._options(read_only)
-        # Saved in this class's own thread (see `save`), so orbax need not start another.
         return dataclasses.replace(
             options, create=False, multiprocessing_options=self.alone, enable_async_checkpointing=False
         )
 
     def save(self, state: TrainState) -> None:
         """Gather `state` (every process), save it (process 0), and copy it to the bucket behind training."""
-        snapshot = jax.tree.map(_snapshot, state.to_checkpoint())
+        writer = jax.process_index() == 0
+        snapshot = jax.tree.map(lambda leaf: _snapshot(leaf, writer), state.to_checkpoint())
         self.last_save_time = time.monotonic()
-        if jax.process_index() != 0:
+        if not writer:
             return
         self._finish_copy()
         self.copying = threading.Thread(
@@ -134,11 +135,14 @@ class BucketCopyCheckpointer(Checkpointer):
             raise error
 
 
-def _snapshot(value: Any) -> Any:
-    """A copy of a leaf that the next update cannot change (it may donate the original's buffers): on process 0's
-    device for an array process 0 holds whole, else gathered to every host (a collective)."""
+def _snapshot(value: Any, writer: bool) -> Any:
+    """For the `writer`, a copy of a leaf that the next update cannot change (it may donate the original's
+    buffers): on its device for an array it holds whole, else gathered to every host (a collective, which every
+    process joins; the others keep nothing)."""
     if not isinstance(value, jax.Array):
         return value
+    if (value.is_fully_replicated or value.is_fully_addressable) and not writer:
+        return None
     if value.is_fully_replicated:
         return jnp.copy(value.addressable_data(0))
     if value.is_fully_addressable:

@@ -128,17 +128,30 @@ class Checkpointer:
         self.manager.close()
 
 
-def read_checkpoint(directory: Path, like: TrainState, step: int | None = None) -> TrainState:
-    """Read checkpoint `step` (default: the newest that reads back) of the run whose checkpoints are in
-    `directory`, read-only, into the structure of `like`.
+def open_checkpointer(
+    location: str | Path, policy: CheckpointConfig | None = None, *, read_only: bool = False
+) -> Checkpointer:
+    """The checkpoints at `location`: a folder, a bucket orbax writes itself (`gs://`), or one it cannot
+    (`s3://`), whose checkpoints go through this process's own folder (`bucket_checkpoint`)."""
+    if is_remote(location) and not str(location).startswith("gs://"):
+        from tradewind.trainer.bucket_checkpoint import BucketCopyCheckpointer  # it extends this module's class
+
+        return BucketCopyCheckpointer(str(location), policy, read_only=read_only)
+    return Checkpointer(location, policy, read_only=read_only)
+
+
+def read_checkpoint(location: str | Path, like: TrainState, step: int | None = None) -> TrainState:
+    """Read checkpoint `step` (default: the newest that reads back) of the run whose checkpoints are at
+    `location` (a folder or a bucket prefix), read-only, into the structure of `like`.
 
     Raises:
         NotFoundError: the folder does not exist, has no checkpoint, not that step, or none reads back.
     """
-    directory = Path(directory).absolute()
-    if not directory.is_dir():
-        raise NotFoundError(f"no checkpoints in {directory}: the folder does not exist")
-    checkpointer = Checkpointer(directory, read_only=True)
+    if not is_remote(location):
+        location = Path(location).absolute()
+        if not location.is_dir():
+            raise NotFoundError(f"no checkpoints in {location}: the folder does not exist")
+    checkpointer = open_checkpointer(location, read_only=True)
     try:
         return checkpointer.restore(like, step)
     finally:

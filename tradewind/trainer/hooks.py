@@ -167,11 +167,17 @@ class CheckpointHook:
 
     def __init__(self, checkpointer: Checkpointer, plan: StepPlan):
         self.checkpointer, self.plan = checkpointer, plan
+        self.decided: tuple[int, bool] | None = None
 
     def wants(self, step: int) -> bool:
+        # Decided once per step: a hook that acts before each save (a run in a bucket sends its rows) asks too,
+        # and a wall-clock policy could answer the second time otherwise.
+        if self.decided is not None and self.decided[0] == step:
+            return self.decided[1]
         decision = self.checkpointer.should_save(step, final=step == self.plan.total_steps)
         if self.checkpointer.policy.every_minutes:
-            return agree(decision)  # a wall-clock policy could decide differently on each host
+            decision = agree(decision)  # a wall-clock policy could decide differently on each host
+        self.decided = (step, decision)
         return decision
 
     def __call__(self, state: TrainState, interval: Interval) -> None:

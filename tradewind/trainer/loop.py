@@ -45,7 +45,7 @@ from tradewind.core import (
 )
 from tradewind.core.buckets import is_remote
 from tradewind.data import open_token_cache
-from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
+from tradewind.trainer.checkpoint import Checkpointer, open_checkpointer, read_checkpoint
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.distributed import check_devices, initialize_distributed, is_main_process
 from tradewind.trainer.hooks import (
@@ -210,7 +210,7 @@ def _train(
     checkpointer = None
     if config.checkpoint:
         policy = config.checkpoints
-        checkpointer = remote.checkpointer(policy) if remote else Checkpointer(layout.checkpoints, policy)
+        checkpointer = open_checkpointer(remote.checkpoints if remote else layout.checkpoints, policy)
     state, rows = _initial_state(setup, checkpointer, layout)
     first_step = state.step
     writers = RunWriters(layout, config, setup.plan, progress, rows)

@@ -7,11 +7,12 @@ The hosts of a multi-host run share no disk. A run launched with `storage` there
    process, else a fresh folder under the system's temporary folder) and copies into it the run's
    `config.json`, `run.json` and `metrics.jsonl` from the bucket, and the token cache whole (complete or
    refused, see `core.buckets`);
-2. trains there, with its checkpoints in the bucket (`checkpointer`): orbax writes them to `gs://` itself, shard
-   by shard; to `s3://`, which orbax cannot write, they are saved locally and copied up (`bucket_checkpoint`);
-3. (process 0) sends `run.json`, `metrics.jsonl` and `summary.json` back: before each checkpoint, so that the
-   bucket holds every row up to the checkpoint's step, at most every `PUSH_EVERY_S` seconds in between, and at
-   the end. A process restarted on another host finds everything it needs in the bucket.
+2. trains there, with its checkpoints in the bucket (`checkpoint.open_checkpointer`): orbax writes them to
+   `gs://` itself, shard by shard; to `s3://`, which orbax cannot write, they are saved locally and copied up
+   (`bucket_checkpoint`);
+3. (process 0) sends `metrics.jsonl`, `summary.json` and `run.json` back, in that order (`MIRRORED`): before
+   each checkpoint, so that the bucket holds every row up to the checkpoint's step, at most every `PUSH_EVERY_S`
+   seconds in between, and at the end. A process restarted on another host finds everything it needs in the bucket.
 
 Example:
     remote = RemoteRun.open("gs://bucket/prefix/runs/run-1234")
@@ -27,8 +28,6 @@ from tradewind.cluster.jobs import local_dir
 from tradewind.core import atomic_write_bytes
 from tradewind.core.buckets import download_folder, join_url, read_objects, upload_files
 from tradewind.data.token_cache import MANIFEST
-from tradewind.trainer.checkpoint import Checkpointer
-from tradewind.trainer.config import CheckpointConfig
 from tradewind.trainer.distributed import is_main_process
 from tradewind.trainer.hooks import CheckpointHook, Interval
 from tradewind.trainer.layout import MIRRORED, RunLayout
@@ -64,14 +63,6 @@ class RemoteRun:
             download_folder(url, local, progress=_Report(f"dataset {url}"))
             print(f"copied dataset {url} to {local} in {time.monotonic() - started:.1f}s", flush=True)
         return local
-
-    def checkpointer(self, policy: CheckpointConfig) -> Checkpointer:
-        """The run's checkpoints, as orbax writes them to this bucket (`gs://`) or copied up (`s3://`)."""
-        if self.checkpoints.startswith("gs://"):
-            return Checkpointer(self.checkpoints, policy)
-        from tradewind.trainer.bucket_checkpoint import BucketCopyCheckpointer
-
-        return BucketCopyCheckpointer(self.checkpoints, policy)
 
     def push(self) -> None:
         """Send the run's outputs to the bucket (process 0; the others write none)."""

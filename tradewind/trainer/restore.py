@@ -1,6 +1,7 @@
 """Load a finished (or checkpointed) run's model: its config, graph and the newest checkpoint's parameters.
 
-Used by sampling and by the Hugging Face export; training itself restores through `Checkpointer`.
+Used by sampling and by the Hugging Face export; training itself restores through `Checkpointer`. A run that
+lives in a bucket (`storage`) is read from there.
 
 Example:
     loaded = load_run_model(Path("runs/r1"))
@@ -16,6 +17,7 @@ from typing import Any
 import jax
 from flax import nnx
 
+from tradewind.core.buckets import join_url
 from tradewind.data import CacheManifest, open_token_cache
 from tradewind.trainer.checkpoint import read_checkpoint
 from tradewind.trainer.config import TrainConfig, read_train_config
@@ -23,6 +25,7 @@ from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.models import build_model
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
+from tradewind.trainer.record import read_record
 from tradewind.trainer.setup import resolve_model_config
 from tradewind.trainer.state import TrainState
 
@@ -53,5 +56,17 @@ def load_run_model(run_dir: Path, step: int | None = None) -> LoadedRun:
     model = nnx.eval_shape(lambda: build_model(model_config, rngs=nnx.Rngs(config.seed), scan_layers=scanned))
     graphdef, abstract_params = nnx.split(model)
     abstract_opt = jax.eval_shape(build_optimizer(config.optimizer).init, abstract_params)
-    state = read_checkpoint(layout.checkpoints, TrainState.start(abstract_params, abstract_opt, config.seed), step)
+    # Onto this process's first device, whatever mesh saved it (a run of several processes too).
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    abstract_params, abstract_opt = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), (abstract_params, abstract_opt)
+    )
+    like = TrainState.start(abstract_params, abstract_opt, config.seed)
+    state = read_checkpoint(checkpoints_of(layout), like, step)
     return LoadedRun(config, model_config, manifest, graphdef, state.params, state.step)
+
+
+def checkpoints_of(layout: RunLayout) -> str | Path:
+    """Where the run's checkpoints are: its folder's `checkpoints/`, or its bucket's for a run with `storage`."""
+    storage = read_record(layout.record).placement.storage if layout.record.is_file() else None
+    return join_url(storage, "runs", layout.root.name, "checkpoints") if storage else layout.checkpoints
