@@ -17,7 +17,7 @@ from runs_helpers import finish, losses
 
 from tradewind.cluster import JobStatus
 from tradewind.core import PathEscapeError
-from tradewind.core.buckets import MARKER, is_complete, join_url, object_version, remote_fs
+from tradewind.core.buckets import MARKER, download_folder, is_complete, join_url, object_version, remote_fs
 from tradewind.data import open_token_cache
 from tradewind.tools import (
     LaunchTrainingRequest,
@@ -31,6 +31,7 @@ from tradewind.tools import (
 from tradewind.tools.report_data import load_run
 from tradewind.tools.reports import render_run
 from tradewind.trainer import RunLayout
+from tradewind.trainer.hf import export_hf
 
 AUDIT = Path(__file__).parent / "open_audit"
 CONSTANT = {"optimizer": {"learning_rate": 1e-2, "warmup_steps": 0, "schedule": "constant"}}
@@ -171,3 +172,25 @@ def test_a_ray_gang_trains_from_a_bucket_with_each_process_in_its_own_folder(
     np.testing.assert_allclose([loss for _, loss in ours], [loss for _, loss in theirs], rtol=1e-5)
     fs, path = remote_fs(join_url(bucket, "runs", done.run_id))
     assert fs.exists(f"{path}/checkpoints/10/commit_success.txt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bucket", ["gcs-emulator"], indirect=True)
+def test_a_run_exports_to_a_bucket_and_a_run_in_the_bucket_starts_from_that_model(
+    bucket, unshared, dataset_id, ctx, two_process_reference, tmp_path
+):
+    reference, settings = two_process_reference
+    exported = export_hf(ctx.workspace.run_dir(reference.run_id), f"{bucket}/hf")
+    assert is_complete(exported)
+    download_folder(exported, unshared.workspace.root / "hf")
+    first = {**settings, "replicas": 1, "steps": 2, "eval_every": 2}
+    runs = [
+        launch_training(unshared, LaunchTrainingRequest(dataset=dataset_id, init_from="hf", storage=storage, **first))
+        for storage in (None, bucket)
+    ]
+    local, in_bucket = (finish(unshared, run.run_id) for run in runs)
+    assert in_bucket.status is JobStatus.SUCCEEDED, in_bucket.log_tail
+    assert in_bucket.summary.first_eval_loss == local.summary.first_eval_loss
+    assert in_bucket.summary.first_eval_loss < 0.9 * reference.summary.first_eval_loss  # trained weights, not new
+    fs, path = remote_fs(bucket)
+    assert fs.glob(f"{path}/models/hf-*/{MARKER}")

@@ -213,11 +213,10 @@ def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: P
     settings = ctx.settings()
     storage = launch.placement.storage or settings.storage
     if storage is not None:
-        if launch.config.init_from is not None or launch.parent is not None:
-            argument = "init_from" if launch.config.init_from is not None else "resume_from"
+        if launch.parent is not None:
             raise InvalidInputError(
-                f"argument {argument!r}: a run with storage reads only from its bucket, and this Tradewind does not "
-                "copy a Hugging Face folder or a parent run there yet; launch it without storage"
+                "argument 'resume_from': a run with storage reads only from its bucket, and this Tradewind does not "
+                "continue a run there yet; launch a new run, or continue it without storage"
             )
         ctx.workspace.check_bucket(storage, "storage", also=(settings.storage,) if settings.storage else ())
     backend = launch.placement.backend or ctx.default_backend()

@@ -19,10 +19,14 @@ from pathlib import Path
 
 def _export(args: argparse.Namespace) -> int:
     from tradewind.core import Workspace
+    from tradewind.core.buckets import is_remote
     from tradewind.trainer.hf import export_hf
 
     workspace = Workspace.from_env(args.workspace, tuple(getattr(args, "allow_path", ())))
     run_dir = workspace.run_folder(args.run)
+    if is_remote(args.out):  # a bucket the person names on the command line
+        print(f"exported {run_dir} to {export_hf(run_dir, args.out, step=args.step)}")
+        return 0
     out = Path(args.out).expanduser()
     out = export_hf(run_dir, out if out.is_absolute() else workspace.root / out, step=args.step)
     print(f"exported {run_dir} to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
@@ -34,7 +38,9 @@ def add_export_command(commands: argparse._SubParsersAction, common: argparse.Ar
     export = commands.add_parser("export", parents=[common], help="export a run to Hugging Face format")
     export.add_argument("run", help="a run id in the workspace, or a run folder")
     export.add_argument("--format", choices=["hf"], default="hf", help="hf: LlamaForCausalLM or GPT2LMHeadModel")
-    export.add_argument("--out", required=True, help="output folder (a relative one is taken from the workspace root)")
+    export.add_argument(
+        "--out", required=True, help="output folder (a relative one is taken from the workspace root), or gs:// s3://"
+    )
     export.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
     export.set_defaults(handler=_export)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import struct
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from tradewind.core import ConfigError, NotFoundError, atomic_write_json
+from tradewind.core.buckets import is_remote, upload_folder
 from tradewind.data import Tokenizer, TokenizerInfo, load_tokenizer, write_hf_tokenizer_files
 from tradewind.trainer.models.base import PRESETS
 from tradewind.trainer.models.configs import ARCHITECTURES, ModelConfig
@@ -241,8 +243,10 @@ def write_hf_model(
     write_safetensors(out_dir / "model.safetensors", to_hf_tensors(params, config))
 
 
-def export_hf(run_dir: Path, out_dir: Path, step: int | None = None) -> Path:
+def export_hf(run_dir: Path, out_dir: Path | str, step: int | None = None) -> Path | str:
     """Write the run's newest (or `step`'s) checkpoint and its tokenizer to `out_dir` in Hugging Face format.
+
+    A bucket URL (`gs://`, `s3://`) gets the folder copied whole, marker last (`core.buckets.upload_folder`).
 
     Raises:
         ConfigError: the run's tokenizer file changed since the dataset was built.
@@ -252,6 +256,10 @@ def export_hf(run_dir: Path, out_dir: Path, step: int | None = None) -> Path:
 
     from tradewind.trainer.restore import load_run_model
 
+    if is_remote(out_dir):
+        with tempfile.TemporaryDirectory() as staging:
+            upload_folder(export_hf(run_dir, Path(staging), step), str(out_dir))
+        return out_dir
     loaded = load_run_model(run_dir, step)
     tokenizer = _dataset_tokenizer(loaded.manifest.tokenizer)
     out_dir = Path(out_dir)

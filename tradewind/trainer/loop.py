@@ -114,8 +114,11 @@ def train(
     if is_main_process():
         record_start(layout.record, layout.root.name, jax.process_count(), platform, jax.device_count())
     try:
-        if remote is not None:
-            config = config.model_copy(update={"dataset": str(remote.fetch_dataset(config.dataset))})
+        if remote is not None:  # the bucket's copies, copied again to this host
+            fetched = {"dataset": str(remote.fetch(config.dataset, "datasets"))}
+            if config.init_from:
+                fetched["init_from"] = str(remote.fetch(config.init_from, "models"))
+            config = config.model_copy(update=fetched)
         summary = _train(config, layout, progress, start, remote)
     except BaseException as error:
         if is_main_process():

@@ -5,8 +5,8 @@ The hosts of a multi-host run share no disk. A run launched with `storage` there
 
 1. makes its own local folder (`cluster.jobs.local_dir`: `$TRADEWIND_LOCAL_DIR`, which a backend sets per
    process, else a fresh folder under the system's temporary folder) and copies into it the run's
-   `config.json`, `run.json` and `metrics.jsonl` from the bucket, and the token cache whole (complete or
-   refused, see `core.buckets`);
+   `config.json`, `run.json` and `metrics.jsonl` from the bucket, and the token cache (and the `init_from`
+   model) whole, complete or refused (see `core.buckets`);
 2. trains there, with its checkpoints in the bucket (`checkpoint.open_checkpointer`): orbax writes them to
    `gs://` itself, shard by shard; to `s3://`, which orbax cannot write, they are saved locally and copied up
    (`bucket_checkpoint`);
@@ -16,7 +16,7 @@ The hosts of a multi-host run share no disk. A run launched with `storage` there
 
 Example:
     remote = RemoteRun.open("gs://bucket/prefix/runs/run-1234")
-    config = config.model_copy(update={"dataset": str(remote.fetch_dataset(config.dataset))})
+    config = config.model_copy(update={"dataset": str(remote.fetch(config.dataset, "datasets"))})
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from pathlib import Path
 from tradewind.cluster.jobs import local_dir
 from tradewind.core import atomic_write_bytes
 from tradewind.core.buckets import download_folder, join_url, read_objects, upload_files
-from tradewind.data.token_cache import MANIFEST
 from tradewind.trainer.distributed import is_main_process
 from tradewind.trainer.hooks import CheckpointHook, Interval
 from tradewind.trainer.layout import MIRRORED, RunLayout
@@ -55,13 +54,14 @@ class RemoteRun:
             atomic_write_bytes(remote.layout.root / name, data)
         return remote
 
-    def fetch_dataset(self, url: str) -> Path:
-        """The token cache at bucket prefix `url`, copied whole into this process's folder (once per process)."""
-        local = local_dir() / "datasets" / url.rstrip("/").rsplit("/", 1)[-1]
-        if not (local / MANIFEST).is_file():
+    def fetch(self, url: str, kind: str) -> Path:
+        """The folder (a token cache, a model) at bucket prefix `url`, copied whole into this process's folder
+        `<kind>/` once per process: a copy lands whole or not at all (`download_folder`)."""
+        local = local_dir() / kind / url.rstrip("/").rsplit("/", 1)[-1]
+        if not local.is_dir():
             started = time.monotonic()
-            download_folder(url, local, progress=_Report(f"dataset {url}"))
-            print(f"copied dataset {url} to {local} in {time.monotonic() - started:.1f}s", flush=True)
+            download_folder(url, local, progress=_Report(url))
+            print(f"copied {url} to {local} in {time.monotonic() - started:.1f}s", flush=True)
         return local
 
     def push(self) -> None:
