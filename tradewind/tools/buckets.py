@@ -2,9 +2,9 @@
 
 A run launched with `storage: gs://bucket/prefix` keeps its token cache at `<storage>/datasets/<dataset id>/`
 and its `init_from` model at `<storage>/models/<name>-<digest>/` (each copied once, complete or absent), and its
-run folder at `<storage>/runs/<run id>/`: the config its processes
-train (its dataset the bucket copy), the record, the metrics, the summary and the checkpoints. The run's
-processes need no disk in common with each other or with this workspace (see `tradewind.trainer.remote`).
+run folder at `<storage>/runs/<run id>/`: the config its processes train (its dataset the bucket copy), the
+record, the metrics, the summary and the checkpoints. The run's processes need no disk in common with each
+other or with this workspace (see `tradewind.trainer.remote`).
 
 The workspace keeps its own folder of the run, as for any run, with the config as launched (its dataset the
 local cache). `get_run` (and so `wait_for_run` and the CLI) copies the record, metrics and summary back from
