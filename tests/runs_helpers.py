@@ -24,6 +24,7 @@ from tradewind.tools import (
     wait_for_run,
 )
 from tradewind.tools.context import Cancelled
+from tradewind.tools.sweeps import SweepRequest, get_sweep
 from tradewind.trainer import MetricRow, RunLayout, RunRecord, TrainConfig, read_metrics, write_record
 
 
@@ -137,3 +138,13 @@ class CancelAtFirstReport:
     def seconds_since(self) -> float:
         assert self.cancelled_at is not None, "the tool never reported progress, so it was never cancelled"
         return time.monotonic() - self.cancelled_at
+
+
+def finish_sweep(ctx: ToolContext, sweep_id: str, timeout: float = 300):
+    """Wait for the sweep to end (its status no longer running); fail if it has not within `timeout`."""
+    return wait_until(
+        lambda: (info := get_sweep(ctx, SweepRequest(sweep_id=sweep_id))).status != "running" and info,
+        timeout,
+        f"sweep {sweep_id} to end",
+        interval=0.5,
+    )

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from bucket_servers import S3_SECRET
 from polling import wait_until
-from runs_helpers import finish, losses
+from runs_helpers import finish, finish_sweep, losses
 
 from tradewind.cluster import JobStatus
 from tradewind.core import PathEscapeError
@@ -30,8 +30,10 @@ from tradewind.tools import (
 )
 from tradewind.tools.report_data import load_run
 from tradewind.tools.reports import render_run
+from tradewind.tools.sweeps import LaunchSweepRequest, launch_sweep
 from tradewind.trainer import RunLayout
 from tradewind.trainer.hf import export_hf
+from tradewind.trainer.layout import run_url
 
 AUDIT = Path(__file__).parent / "open_audit"
 CONSTANT = {"optimizer": {"learning_rate": 1e-2, "warmup_steps": 0, "schedule": "constant"}}
@@ -194,3 +196,15 @@ def test_a_run_exports_to_a_bucket_and_a_run_in_the_bucket_starts_from_that_mode
     assert in_bucket.summary.first_eval_loss < 0.9 * reference.summary.first_eval_loss  # trained weights, not new
     fs, path = remote_fs(bucket)
     assert fs.glob(f"{path}/models/hf-*/{MARKER}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bucket", ["gcs-emulator"], indirect=True)
+def test_a_sweeps_trials_may_live_in_a_bucket_the_server_allowed(bucket, unshared, dataset_id, tiny_run_settings):
+    # The sweep's controller is a job of its own: it must be given the bucket prefixes this server allows.
+    base = {"dataset": dataset_id, "steps": 4, "storage": bucket, **tiny_run_settings}
+    launched = launch_sweep(unshared, LaunchSweepRequest(base=base, space={"seed": [1]}))
+    done = finish_sweep(unshared, launched.sweep_id)
+    assert (done.status, done.counts) == ("succeeded", {"finished": 1}), done
+    fs, path = remote_fs(run_url(bucket, done.trials[0].run_id))
+    assert fs.exists(f"{path}/summary.json")

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 from polling import wait_until
-from runs_helpers import write_run
+from runs_helpers import finish_sweep, write_run
 
 from tradewind.cluster import JobSpec, JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json
@@ -69,15 +69,6 @@ def write_sweep(ctx: ToolContext, sweep_id: str, trials: list[TrialState], **fie
     ctx.workspace.sweep_dir(sweep_id, must_exist=False).mkdir(parents=True)
     write_state(ctx, state)
     return state
-
-
-def finish_sweep(ctx: ToolContext, sweep_id: str, timeout: float = 300):
-    return wait_until(
-        lambda: (info := get_sweep(ctx, SweepRequest(sweep_id=sweep_id))).status != "running" and info,
-        timeout,
-        f"sweep {sweep_id} to end",
-        interval=0.5,
-    )
 
 
 def run_halving_sweep(ctx: ToolContext, dataset_id: str, backend: str) -> None:

@@ -220,8 +220,11 @@ def download_folder(url: str, local: str | os.PathLike[str], progress: CopyProgr
 def read_objects(url: str, names: tuple[str, ...]) -> dict[str, bytes]:
     """The objects `names` under prefix `url` that exist, by name (each whole, as it was last written)."""
     fs, path = remote_fs(url)
-    fs.invalidate_cache(path)
-    return {name: fs.cat_file(f"{path}/{name}") for name in names if fs.exists(f"{path}/{name}")}
+    found = {}
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            found[name] = fs.cat_file(f"{path}/{name}")
+    return found
 
 
 def upload_files(local: str | os.PathLike[str], url: str, names: tuple[str, ...]) -> None:

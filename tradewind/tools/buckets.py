@@ -18,10 +18,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from tradewind.core.buckets import check_access, is_complete, join_url, read_objects, remote_fs, upload_folder
+from tradewind.core.buckets import check_access, is_complete, join_url, remote_fs, upload_folder
 from tradewind.tools.context import Progress, ToolContext
 from tradewind.trainer.config import TrainConfig
-from tradewind.trainer.layout import MIRRORED, RunLayout
+from tradewind.trainer.layout import RunLayout, bucket_outputs, run_url
 
 
 def stage_in_bucket(
@@ -42,11 +42,11 @@ def stage_in_bucket(
             model, join_url(storage, "models", f"{model.name}-{folder_digest(model)}"), progress
         )
     job_config = config.model_copy(update=copies)
-    run_url = join_url(storage, "runs", layout.root.name)
-    fs, path = remote_fs(run_url)
+    url = run_url(storage, layout.root.name)
+    fs, path = remote_fs(url)
     fs.pipe_file(f"{path}/config.json", job_config.model_dump_json(indent=2).encode())
     fs.put_file(str(layout.record), f"{path}/run.json")
-    return run_url, job_config
+    return url, job_config
 
 
 def copy_once(folder: Path, url: str, progress: Progress) -> str:
@@ -68,5 +68,5 @@ def folder_digest(folder: Path) -> str:
 
 def pull_run_outputs(ctx: ToolContext, layout: RunLayout, storage: str) -> None:
     """Copy the run's record, metrics and summary from its bucket into its workspace folder."""
-    for name, data in read_objects(join_url(storage, "runs", layout.root.name), MIRRORED[::-1]).items():
+    for name, data in bucket_outputs(storage, layout.root.name).items():
         ctx.workspace.write_atomic(layout.root / name, data, argument="run_id")

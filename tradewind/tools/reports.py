@@ -21,6 +21,7 @@ from tradewind.tools.report_html import write_report
 from tradewind.tools.report_plots import plot_overlay, plot_run
 from tradewind.tools.runs import RunRequest
 from tradewind.trainer import ProfileSummary
+from tradewind.trainer.layout import run_url
 
 EVAL_TABLE_ROWS = 20  # eval points listed in a report; the plot shows every one
 
@@ -79,7 +80,7 @@ def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
         "|---|---|",
         f"| dataset | `{config.dataset}` |",
         *(
-            [f"| storage | `{data.storage}/runs/{info.run_id}` (checkpoints, metrics, summary) |"]
+            [f"| storage | `{run_url(data.storage, info.run_id)}` (checkpoints, metrics, summary) |"]
             if data.storage
             else []
         ),

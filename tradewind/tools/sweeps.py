@@ -200,7 +200,7 @@ def launch_sweep(ctx: ToolContext, request: LaunchSweepRequest, progress: Progre
     workspace = ctx.workspace
     job = SweepJob(
         root=str(workspace.root),
-        allowed_paths=[str(p) for p in workspace.allowed_roots],
+        allowed_paths=[*map(str, workspace.allowed_roots), *workspace.allowed_buckets],
         code_paths=[str(p) for p in workspace.code_roots],
         sweep_id=sweep_id,
     )

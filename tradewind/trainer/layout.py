@@ -16,9 +16,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tradewind.core.buckets import join_url, read_objects
+
 # What a run's process 0 sends to its bucket, in this order, and the launcher copies back, in the reverse order:
 # a reader that finds the record finished then finds the summary the trainer sent before it.
 MIRRORED = ("metrics.jsonl", "summary.json", "run.json")
+
+
+def run_url(storage: str, run_id: str) -> str:
+    """Where run `run_id` of a launch with `storage` (a bucket prefix) lives."""
+    return join_url(storage, "runs", run_id)
+
+
+def bucket_outputs(storage: str, run_id: str) -> dict[str, bytes]:
+    """The outputs (`MIRRORED`) process 0 has sent to the run's bucket so far, read in the reverse order."""
+    return read_objects(run_url(storage, run_id), MIRRORED[::-1])
 
 
 @dataclass(frozen=True)

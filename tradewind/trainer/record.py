@@ -26,9 +26,8 @@ from tradewind.cluster.jobs import Callback, JobRecord, JobStatus, utc_now
 from tradewind.cluster.placement import BackendName, Placement
 from tradewind.cluster.process import process_start_time
 from tradewind.core import NotFoundError, atomic_write_bytes, atomic_write_json, read_json_config
-from tradewind.core.buckets import join_url, read_objects
 from tradewind.core.files import Opener, open_plain
-from tradewind.trainer.layout import MIRRORED
+from tradewind.trainer.layout import bucket_outputs
 
 RunBackend = Literal[BackendName, "process"]
 RECORD_JOB_END_CALLABLE = "tradewind.trainer.record:record_job_end"
@@ -148,8 +147,7 @@ def record_job_end(path: str, job: JobRecord) -> None:
     with _locked(Path(path)):
         record = read_record(path)
         if record.placement.storage is not None:  # the trainer wrote its record and outputs to the bucket
-            run_url = join_url(record.placement.storage, "runs", record.run_id)
-            for name, data in read_objects(run_url, MIRRORED[::-1]).items():
+            for name, data in bucket_outputs(record.placement.storage, record.run_id).items():
                 atomic_write_bytes(Path(path).parent / name, data)
             record = read_record(path)
         if not record.status.finished:
