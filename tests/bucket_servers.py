@@ -51,8 +51,8 @@ def wait_for_port(port: int, process: subprocess.Popen, name: str) -> None:
     raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} within 30 s")
 
 
-def start(command: list[str], port: int, name: str) -> subprocess.Popen:
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(command: list[str], port: int, name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     wait_for_port(port, process, name)
     return process
 

@@ -11,13 +11,15 @@ import argparse
 import sys
 
 
-def context(args: argparse.Namespace, allow: tuple[str, ...] = ()):
-    """The tools' context for a command: its workspace, with the paths and buckets it allows (and `allow`)."""
+def context(args: argparse.Namespace, named: tuple[str | None, ...] = ()):
+    """The tools' context for a command: its workspace, with the paths and buckets it allows. A bucket URL among
+    `named` (values the person typed on the command line) is theirs to use; an agent's needs --allow-path."""
+    from tradewind.core.buckets import is_remote
     from tradewind.tools import ToolContext
 
     return ToolContext.open(
         args.workspace,
-        (*args.allow_path, *allow),
+        (*args.allow_path, *(value for value in named if value and is_remote(value))),
         tuple(getattr(args, "allow_code", ())),
         read_only=getattr(args, "read_only", False),
     )
@@ -52,8 +54,8 @@ def tokenize(args: argparse.Namespace) -> int:
     from tradewind.core.cli_options import model_from_args
     from tradewind.tools import TokenizeDatasetRequest, tokenize_dataset
 
-    ctx = context(args)
     request = model_from_args(TokenizeDatasetRequest, args)
+    ctx = context(args, named=(request.input, request.tokenizer))
     info = with_progress("tokenizing", lambda progress: tokenize_dataset(ctx, request, progress))
     print_result(info)
     if info.bad_records.skipped:
@@ -128,8 +130,7 @@ def train(args: argparse.Namespace) -> int:
     from tradewind.tools import LaunchTrainingRequest, launch_training
 
     request = load_config(LaunchTrainingRequest, args.config, overrides=args.set)
-    # A bucket the person names on the command line is theirs to write to; an agent's needs --allow-path.
-    ctx = context(args, allow=(request.storage,) if request.storage else ())
+    ctx = context(args, named=(request.storage, request.dataset, request.init_from))
     run = with_progress("preparing the dataset", lambda progress: launch_training(ctx, request, progress))
     print(f"run {run.run_id} ({run.status.value} on {run.backend}, {run.accelerator}); folder {run.run_dir}")
     if args.detach:

@@ -153,4 +153,4 @@ def test_the_page_draws_the_runs_real_numbers_and_updates_as_rows_arrive(tmp_pat
     last = {name: next(getattr(r, name) for r in reversed(rows) if getattr(r, name) is not None) for name in drawn}
     for name, value in drawn.items():  # read_metrics rounds to 6 significant digits
         assert math.isclose(value, last[name], rel_tol=1e-5), (name, value, last[name])
-    assert "SUCCEEDED" in status_row and "600/600" in status_row
+    assert "SUCCEEDED" in status_row and "600/600" in status_row and "workspace" in status_row

@@ -16,20 +16,27 @@ from polling import wait_until
 from runs_helpers import finish, finish_sweep, losses
 
 from tradewind.cluster import JobStatus
-from tradewind.core import PathEscapeError
-from tradewind.core.buckets import MARKER, download_folder, is_complete, join_url, object_version, remote_fs
-from tradewind.data import open_token_cache
+from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
+from tradewind.core.buckets import MARKER, is_complete, join_url, object_version, remote_fs
+from tradewind.data import ByteTokenizer, open_token_cache
 from tradewind.tools import (
+    InspectDatasetRequest,
     LaunchTrainingRequest,
+    ListDatasetsRequest,
     SampleTextRequest,
     TokenizeDatasetRequest,
     ToolContext,
+    get_run,
+    inspect_dataset,
     launch_training,
+    list_datasets,
     sample_text,
     tokenize_dataset,
 )
+from tradewind.tools.profiling import ProfileRunRequest, profile_run
 from tradewind.tools.report_data import load_run
-from tradewind.tools.reports import render_run
+from tradewind.tools.reports import SummarizeReportRequest, render_run, summarize_report
+from tradewind.tools.runs import RunRequest
 from tradewind.tools.sweeps import LaunchSweepRequest, launch_sweep
 from tradewind.trainer import RunLayout
 from tradewind.trainer.hf import export_hf
@@ -116,7 +123,7 @@ def test_two_processes_sharing_no_folder_train_from_a_bucket_and_resume_bitwise_
     assert done.summary.final_eval_loss == reference.summary.final_eval_loss
     assert_each_process_kept_to_its_own_folder(unshared, run.run_id, tmp_path / "opens")
     report = "\n".join(render_run(load_run(unshared, run.run_id, sample=False), "plot.png"))
-    assert f"| storage | `{bucket}/runs/{run.run_id}` (checkpoints, metrics, summary) |" in report
+    assert f"| storage | `{bucket}/runs/{run.run_id}` (checkpoints, metrics, summary, log, report) |" in report
     sampled = sample_text(unshared, SampleTextRequest(run_id=run.run_id, max_tokens=8, temperature=0))
     assert sampled.step == 20 and sampled.text  # from the bucket's checkpoint: the workspace holds none
     assert not RunLayout(unshared.workspace.run_dir(run.run_id)).checkpoints.exists()
@@ -184,10 +191,11 @@ def test_a_run_exports_to_a_bucket_and_a_run_in_the_bucket_starts_from_that_mode
     reference, settings = two_process_reference
     exported = export_hf(ctx.workspace.run_dir(reference.run_id), f"{bucket}/hf")
     assert is_complete(exported)
-    download_folder(exported, unshared.workspace.root / "hf")
     first = {**settings, "replicas": 1, "steps": 2, "eval_every": 2}
-    runs = [
-        launch_training(unshared, LaunchTrainingRequest(dataset=dataset_id, init_from="hf", storage=storage, **first))
+    runs = [  # a local run downloads the model into the workspace; a run in the bucket copies that to its storage
+        launch_training(
+            unshared, LaunchTrainingRequest(dataset=dataset_id, init_from=exported, storage=storage, **first)
+        )
         for storage in (None, bucket)
     ]
     local, in_bucket = (finish(unshared, run.run_id) for run in runs)
@@ -196,6 +204,9 @@ def test_a_run_exports_to_a_bucket_and_a_run_in_the_bucket_starts_from_that_mode
     assert in_bucket.summary.first_eval_loss < 0.9 * reference.summary.first_eval_loss  # trained weights, not new
     fs, path = remote_fs(bucket)
     assert fs.glob(f"{path}/models/hf-*/{MARKER}")
+    fs.rm_file(f"{path}/hf/{MARKER}")  # a copy cut off, or a folder copied by other means: not taken as a model
+    with pytest.raises(NotFoundError, match=rf"argument 'init_from': {exported} holds no complete copy"):
+        launch_training(unshared, LaunchTrainingRequest(dataset=dataset_id, init_from=exported, **first))
 
 
 @pytest.mark.slow
@@ -208,3 +219,61 @@ def test_a_sweeps_trials_may_live_in_a_bucket_the_server_allowed(bucket, unshare
     assert (done.status, done.counts) == ("succeeded", {"finished": 1}), done
     fs, path = remote_fs(run_url(bucket, done.trials[0].run_id))
     assert fs.exists(f"{path}/summary.json")
+
+
+@pytest.mark.parametrize("bucket", ["gcs-emulator", "s3-moto"], indirect=True)
+def test_a_workspace_with_storage_tokenizes_into_its_bucket_and_another_workspace_reads_that_copy(
+    bucket, small_corpus, tmp_path
+):
+    # The tokenizer is read from the bucket too: the byte tokenizer's own definition, as a tokenizer.json.
+    fs, path = remote_fs(f"{bucket}/tok/tokenizer.json")
+    fs.pipe_file(path, ByteTokenizer().hf_definition().encode())
+    first = ToolContext.open(tmp_path / "first", allowed_paths=(small_corpus.parent, f"{bucket}/tok"))
+    (first.workspace.root / "settings.yaml").write_text(f"storage: {bucket}\n")
+    made = tokenize_dataset(first, TokenizeDatasetRequest(input=str(small_corpus), tokenizer=f"{bucket}/tok"))
+    url = join_url(bucket, "datasets", made.dataset_id)
+    assert made.tokenizer == f"{bucket}/tok" and made.copies == [url] and is_complete(url)
+    assert list_datasets(first, ListDatasetsRequest()).datasets[0].copies == [url]
+
+    with pytest.raises(PathEscapeError, match=rf"argument 'dataset_id': {url} is refused"):
+        inspect_dataset(ToolContext.open(tmp_path / "not-allowed"), InspectDatasetRequest(dataset_id=url))
+    other = ToolContext.open(tmp_path / "other", allowed_paths=(bucket,))
+    report = inspect_dataset(other, InspectDatasetRequest(dataset_id=url, samples=1))
+    assert report.tokens == made.tokens and report.samples[0].text  # decoded by the bucket's tokenizer
+    theirs, ours = (ctx.workspace.dataset_dir(made.dataset_id) for ctx in (first, other))
+    assert {p.relative_to(ours): p.read_bytes() for p in ours.rglob("*") if p.is_file()} == {
+        p.relative_to(theirs): p.read_bytes() for p in theirs.rglob("*") if p.is_file()
+    }
+    assert list_datasets(other, ListDatasetsRequest()).datasets[0].copies == [url]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bucket", ["gcs-emulator"], indirect=True)
+def test_a_run_in_a_bucket_is_continued_there_exactly_as_one_longer_run_and_keeps_its_files_there(
+    bucket, unshared, dataset_id, tiny_run_settings
+):
+    settings = {**tiny_run_settings, **CONSTANT, "checkpoints": {"every_steps": 5}}
+    straight, parent = (
+        finish(unshared, launch_training(unshared, LaunchTrainingRequest(**request, **settings)).run_id)
+        for request in ({"dataset": dataset_id, "steps": 10}, {"dataset": dataset_id, "steps": 5, "storage": bucket})
+    )
+    assert parent.status is JobStatus.SUCCEEDED, parent.log_tail
+    with pytest.raises(InvalidInputError, match=r"argument 'storage': a run that continues .* \(this workspace\)"):
+        launch_training(unshared, LaunchTrainingRequest(resume_from=straight.run_id, steps=20, storage=bucket))
+
+    child = finish(
+        unshared, launch_training(unshared, LaunchTrainingRequest(resume_from=parent.run_id, steps=10)).run_id
+    )
+    assert child.status is JobStatus.SUCCEEDED, child.log_tail
+    assert (child.storage, child.summary.resumed_from_step) == (bucket, 5)
+    assert losses(unshared, child.run_id) == losses(unshared, straight.run_id)
+    assert get_run(unshared, RunRequest(run_id=straight.run_id)).storage is None
+
+    # Its log, its report and a profile's trace go beside its checkpoints in the bucket.
+    summarize_report(unshared, SummarizeReportRequest(run_id=child.run_id, sample=False))
+    profile_run(unshared, ProfileRunRequest(run_id=child.run_id, steps=1))
+    fs, path = remote_fs(run_url(bucket, child.run_id))
+    log = RunLayout(unshared.workspace.run_dir(child.run_id)).log
+    assert fs.cat_file(f"{path}/train.log") == log.read_bytes()
+    assert fs.exists(f"{path}/report/{child.run_id}.md") and fs.exists(f"{path}/report/{child.run_id}.html")
+    assert is_complete(f"{bucket.split('://')[0]}://{path}/profile")

@@ -3,7 +3,7 @@
     tradewind cluster status [--json]                  # backends, capacity and use, queued and running jobs
     tradewind cluster logs JOB_ID [--offset N] [--replica N]
     tradewind cluster cancel JOB_ID
-    tradewind cluster pipeline FILE [--run] [--force]  # plan by default; --run executes in this process
+    tradewind cluster pipeline FILE [--run] [--force] [--storage URL]  # plan by default; --run executes here
 
 The Ray backend is shown when `$RAY_ADDRESS` is set. Handlers import what they need when they run,
 so registering these commands costs `tradewind --help` nothing.
@@ -74,10 +74,19 @@ def _cancel(args: argparse.Namespace) -> int:
 def _pipeline(args: argparse.Namespace) -> int:
     from tradewind.cluster.pipeline import PipelineJob, execute_pipeline
     from tradewind.core import Workspace
+    from tradewind.core.buckets import check_access
 
     workspace = Workspace.from_env(args.workspace, tuple(getattr(args, "allow_path", ())))
     pipeline = workspace.resolve_path(args.file, argument="file")  # relative paths start at the workspace root
-    job = PipelineJob(pipeline=str(pipeline), workspace=str(workspace.root), force=args.force, dry_run=not args.run)
+    job = PipelineJob(
+        pipeline=str(pipeline),
+        workspace=str(workspace.root),
+        force=args.force,
+        dry_run=not args.run,
+        storage=args.storage,
+    )
+    if job.storage is not None:
+        check_access(job.storage, argument="storage")  # the URL and how to log in, rather than a library's trace
     execute_pipeline(job)
     return 0
 
@@ -107,4 +116,10 @@ def add_cluster_commands(commands: argparse._SubParsersAction, common: argparse.
     pipeline.add_argument("file", help="a Python file defining `steps` (a relative path starts at the workspace root)")
     pipeline.add_argument("--run", action="store_true", help="run the steps that are not cached (default: plan only)")
     pipeline.add_argument("--force", action="store_true", help="rerun steps that failed before")
+    pipeline.add_argument(
+        "--storage",
+        metavar="URL",
+        help="a bucket prefix (gs://, s3://): step outputs are also kept under URL/steps, and a step finished there "
+        "is downloaded rather than run",
+    )
     pipeline.set_defaults(handler=_pipeline)

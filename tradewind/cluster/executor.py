@@ -13,10 +13,23 @@ the lease; a lease whose heartbeat is older than `lease_ttl_s`, or whose holder 
 (pid and start time), is taken over. Reading and writing the lease happens under `flock` on
 `.lease.lock`, so two executors on one machine or on a POSIX shared filesystem never both take it.
 
+With `storage` (a bucket prefix, `gs://bucket/prefix` or `s3://...`), each output is also kept at
+`<storage>/steps/<name>-<hash>`, the local folder's name, so hosts that share no disk share finished steps.
+A bucket copy counts only once its marker is there (`core.buckets`: written last), so a copy cut off
+part-way is never read. A step finished here is also copied to the bucket if it has no complete copy
+(it ran before storage was set, or its copy was cut off); a step not finished here but complete in the
+bucket is downloaded into its local folder instead of run (its function is not called); any other step
+runs here, under the local lease, and is copied up before it is marked SUCCEEDED. The executor's own
+files (status, lease, lock) stay out of the bucket. The lease is per machine: two hosts may both run a
+step. The first complete copy is kept; a host that finishes later finds it and does not copy its own
+(it keeps its own output locally). Between the check and the marker there is a window in which both may
+copy, file by file, so a step shared through a bucket should write the same files whichever host runs it.
+
 Example:
     tokenize = Step("tokenize", tokenize_fn, {"input": "corpus.txt"})
     train = Step("train", train_fn, {"steps": 100}, deps=(tokenize,))
     Executor(workspace.root / "steps").run([train])  # runs tokenize, then train; a rerun skips both
+    Executor(workspace.root / "steps", storage="gs://bucket/tw").run([train])  # and copies both to the bucket
 """
 
 from __future__ import annotations
@@ -42,6 +55,7 @@ from pydantic import BaseModel
 from tradewind.cluster.jobs import utc_now
 from tradewind.cluster.process import process_alive, process_start_time
 from tradewind.core import ConfigError, TradewindError, atomic_write_json, read_json
+from tradewind.core.buckets import download_folder, is_complete, join_url, upload_folder
 
 STATUS_FILE, LEASE_FILE, LOCK_FILE = ".step.json", ".lease.json", ".lease.lock"
 META_FILES = (STATUS_FILE, LEASE_FILE, LOCK_FILE)
@@ -49,7 +63,8 @@ HASH_CHARS = 12
 
 
 class StepFailedError(TradewindError):
-    """A step raised, or failed in an earlier run and `force` was not given."""
+    """A step raised, failed in an earlier run and `force` was not given, or its output could not be copied to
+    the bucket."""
 
 
 class StepBusyError(TradewindError):
@@ -92,6 +107,7 @@ class PlannedStep(BaseModel):
     action: Literal["run", "cached", "rerun", "blocked"]
     status: str | None = None
     error: str | None = None
+    url: str | None = None  # where the bucket keeps (or will keep) the output; None without storage
 
 
 class Executor:
@@ -102,6 +118,7 @@ class Executor:
         lease_ttl_s: a lease not renewed for this long is stale and may be taken over.
         heartbeat_s: how often the holder renews its lease.
         wait_s: how long to wait for a step another executor is running before `StepBusyError`.
+        storage: a bucket prefix (`gs://...`, `s3://...`) where outputs are also kept, under `steps/`.
     """
 
     def __init__(
@@ -110,9 +127,11 @@ class Executor:
         lease_ttl_s: float = 30.0,
         heartbeat_s: float = 5.0,
         wait_s: float = 3600,
+        storage: str | None = None,
     ):
         self.steps_dir = Path(steps_dir)
         self.lease_ttl_s, self.heartbeat_s, self.wait_s = lease_ttl_s, heartbeat_s, wait_s
+        self.storage = storage
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     # -- addressing -------------------------------------------------------------------------------
@@ -127,6 +146,17 @@ class Executor:
         }
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:HASH_CHARS]
         return self.steps_dir / f"{step.name}-{digest}"
+
+    def output_url(self, step: Step) -> str | None:
+        """`<storage>/steps/<the output folder's name>`, the step's copy in the bucket; None without storage."""
+        if self.storage is None:
+            return None
+        return join_url(self.storage, "steps", self.output_path(step).name)
+
+    def _in_bucket(self, step: Step) -> bool:
+        """Whether the bucket holds a complete copy of the step's output (never, without storage)."""
+        url = self.output_url(step)
+        return url is not None and is_complete(url)
 
     def order(self, steps: Sequence[Step]) -> list[Step]:
         """Every step the given ones need, dependencies first, each output once."""
@@ -158,7 +188,7 @@ class Executor:
         for step in self.order(steps):
             status = self.read_status(step) or {}
             state = status.get("status")
-            if state == "SUCCEEDED":
+            if state == "SUCCEEDED" or self._in_bucket(step):
                 action = "cached"
             elif state == "FAILED":
                 action = "rerun" if force else "blocked"
@@ -171,6 +201,7 @@ class Executor:
                     action=action,
                     status=state,
                     error=status.get("error"),
+                    url=self.output_url(step),
                 )
             )
         return planned
@@ -208,12 +239,14 @@ class Executor:
         lease = Lease(out, self.owner, self.lease_ttl_s)
         deadline = time.monotonic() + self.wait_s
         while True:
-            status = (self.read_status(step) or {}).get("status")
-            if status == "SUCCEEDED":
-                return PlannedStep(name=step.name, output_path=str(out), action="cached", status=status)
-            if status == "FAILED" and not force:
-                error = (self.read_status(step) or {}).get("error")
-                raise StepFailedError(f"step {step.name!r} failed before ({error}); rerun with force=True ({out})")
+            status = self.read_status(step) or {}
+            if status.get("status") == "SUCCEEDED":
+                return self._cached(step)
+            # A step that failed here but finished on another host is taken from the bucket below.
+            if status.get("status") == "FAILED" and not force and not self._in_bucket(step):
+                raise StepFailedError(
+                    f"step {step.name!r} failed before ({status.get('error')}); rerun with force=True ({out})"
+                )
             if lease.try_acquire():
                 break
             if time.monotonic() >= deadline:
@@ -222,39 +255,120 @@ class Executor:
         try:
             status = (self.read_status(step) or {}).get("status")  # it may have finished while we waited
             if status == "SUCCEEDED":
-                return PlannedStep(name=step.name, output_path=str(out), action="cached", status=status)
+                return self._cached(step)
+            if self._in_bucket(step):
+                self._download(step, out, lease)
+                return self._finished(step, "cached")
             rerun = status == "FAILED"
             if rerun and not force:
                 raise StepFailedError(f"step {step.name!r} failed before; rerun with force=True ({out})")
             self._execute(step, out, lease)
-            return PlannedStep(
-                name=step.name, output_path=str(out), action="rerun" if rerun else "run", status="SUCCEEDED"
-            )
+            return self._finished(step, "rerun" if rerun else "run")
         finally:
             lease.release()
 
+    def _finished(self, step: Step, action: Literal["run", "cached", "rerun"]) -> PlannedStep:
+        return PlannedStep(
+            name=step.name,
+            output_path=str(self.output_path(step)),
+            action=action,
+            status="SUCCEEDED",
+            url=self.output_url(step),
+        )
+
+    def _cached(self, step: Step) -> PlannedStep:
+        """A step finished here, copied to the bucket if the bucket has no complete copy yet."""
+        self._publish(step)
+        return self._finished(step, "cached")
+
+    def _status_fields(self, step: Step) -> dict[str, Any]:
+        """What every status this executor writes for `step` says besides the state."""
+        return {
+            "name": step.name,
+            "config": canonical_config(step.config),
+            "owner": self.owner,
+            "deps": {dep.name: str(self.output_path(dep)) for dep in step.deps},
+        }
+
     def _execute(self, step: Step, out: Path, lease: Lease) -> None:
-        for child in out.iterdir():  # leftovers of a crashed or failed attempt
-            if child.name not in META_FILES:
-                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
-        base = {"name": step.name, "config": canonical_config(step.config), "owner": self.owner}
-        base["deps"] = {dep.name: str(self.output_path(dep)) for dep in step.deps}
-        atomic_write_json(out / STATUS_FILE, {**base, "status": "RUNNING", "started_at": utc_now()})
+        clear_outputs(out)  # leftovers of a crashed or failed attempt
+        fields = self._status_fields(step)
+        atomic_write_json(out / STATUS_FILE, {**fields, "status": "RUNNING", "started_at": utc_now()})
         inputs = {dep.name: self.output_path(dep) for dep in step.deps}
         with heartbeat(lease, self.heartbeat_s):
             try:
                 step.fn(out, step.config, inputs)
-                if not lease.renew():  # another executor took the step over while this one stalled
-                    raise StepBusyError(f"step {step.name!r} lost its lease to another executor; its output is theirs")
+                check_held(step, lease)
             except StepBusyError:
                 raise
             except Exception as error:
                 message = f"{type(error).__name__}: {error}"
                 atomic_write_json(
-                    out / STATUS_FILE, {**base, "status": "FAILED", "error": message, "ended_at": utc_now()}
+                    out / STATUS_FILE, {**fields, "status": "FAILED", "error": message, "ended_at": utc_now()}
                 )
                 raise StepFailedError(f"step {step.name!r} failed: {message} ({out})") from error
-        atomic_write_json(out / STATUS_FILE, {**base, "status": "SUCCEEDED", "ended_at": utc_now()})
+            # Copied before it is SUCCEEDED, so a step this host reports finished is there for the others too;
+            # a copy cut off leaves it RUNNING here, and the next run runs it again.
+            self._publish(step)
+        atomic_write_json(out / STATUS_FILE, {**fields, "status": "SUCCEEDED", "ended_at": utc_now()})
+
+    def _download(self, step: Step, out: Path, lease: Lease) -> None:
+        """Fill `out` with the step's complete copy from the bucket, and mark the step SUCCEEDED here."""
+        url = self.output_url(step)
+        clear_outputs(out)
+        # The copy lands beside `out`, then moves in: `out` keeps the lease and lock this executor holds.
+        with heartbeat(lease, self.heartbeat_s), scratch_folder(out, "download") as fetched:
+            download_folder(url, fetched)
+            check_held(step, lease)
+            for child in fetched.iterdir():
+                child.rename(out / child.name)
+        fields = {**self._status_fields(step), "copied_from": url}
+        atomic_write_json(out / STATUS_FILE, {**fields, "status": "SUCCEEDED", "ended_at": utc_now()})
+
+    def _publish(self, step: Step) -> None:
+        """Copy the step's output to its bucket URL unless a complete copy is there; the first copy is kept.
+
+        The executor's files stay behind: the lease and its lock belong to this host, and the status would say
+        RUNNING (a step turns SUCCEEDED only once copied) and name this host's executor. In the bucket the
+        marker is the status; a host that downloads the copy writes its own.
+
+        Raises:
+            StepFailedError: the copy failed (the bucket's error, the folder and the URL).
+        """
+        url = self.output_url(step)
+        if url is None or is_complete(url):
+            return
+        out = self.output_path(step)
+        try:
+            upload_folder(out, url, skip=META_FILES)
+        except Exception as error:  # each bucket library raises its own errors
+            raise StepFailedError(
+                f"step {step.name!r}: copying {out} to {url} failed: {type(error).__name__}: {error}; "
+                "run the pipeline again to retry"
+            ) from error
+
+
+def check_held(step: Step, lease: Lease) -> None:
+    """Renew `lease`, or raise if another executor took the step over while this one stalled."""
+    if not lease.renew():
+        raise StepBusyError(f"step {step.name!r} lost its lease to another executor; its output is theirs")
+
+
+def clear_outputs(out: Path) -> None:
+    """Remove everything in `out` but the executor's files."""
+    for child in out.iterdir():
+        if child.name not in META_FILES:
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+
+
+@contextlib.contextmanager
+def scratch_folder(out: Path, purpose: str) -> Iterator[Path]:
+    """A path for a folder beside `out`, hidden and unique to this call; whatever is there is removed after."""
+    folder = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.{purpose}")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class Lease:

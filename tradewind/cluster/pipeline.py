@@ -5,7 +5,8 @@ a `PipelineJob`):
     JobSpec(name="pipeline pipe.py", callable="tradewind.cluster.pipeline:pipeline_job",
             kwargs={"pipeline": "pipe.py", "workspace": "WS", "dry_run": True, "output_file": "plan.json"})
 
-From the command line, `tradewind cluster pipeline FILE [--run] [--force]` (see `tradewind.cluster.cli`)
+From the command line, `tradewind cluster pipeline FILE [--run] [--force] [--storage URL]` (see
+`tradewind.cluster.cli`)
 runs the same `execute_pipeline` in its own process. Either way it prints one JSON line per step
 (`name`, `output_path`, `action`, ...) to stdout and, while running, `[done/total] step NAME` to stderr.
 
@@ -27,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster.executor import Executor, PlannedStep, load_pipeline
+from tradewind.cluster.placement import BucketURL
 from tradewind.core import atomic_write_json, parse_config
 
 PIPELINE_CALLABLE = "tradewind.cluster.pipeline:pipeline_job"
@@ -41,6 +43,9 @@ class PipelineJob(BaseModel):
     workspace: str = Field(description="The workspace root; step outputs go to <workspace>/steps.")
     force: bool = Field(default=False, description="Rerun steps that failed in an earlier run.")
     dry_run: bool = Field(default=False, description="Only plan: say which steps would run, run nothing.")
+    storage: BucketURL | None = Field(
+        default=None, description="A bucket prefix (gs://, s3://); step outputs are also kept under <storage>/steps."
+    )
     output_file: str | None = Field(
         default=None, description="Also write the steps (a JSON list of `PlannedStep`) here; null: only print them."
     )
@@ -86,7 +91,7 @@ def execute_pipeline(job: PipelineJob) -> list[PlannedStep]:
             steps = load_pipeline(job.pipeline)
     else:
         steps = load_pipeline(job.pipeline)
-    results = Executor(steps_dir(job.workspace)).run(
+    results = Executor(steps_dir(job.workspace), storage=job.storage).run(
         steps, force=job.force, dry_run=job.dry_run, progress=_print_progress
     )
     for result in results:

@@ -26,7 +26,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,7 +142,7 @@ def check_access(url: str, argument: str) -> None:
             raise OSError("an object written could not be read back")
         fs.rm_file(probe)
     except Exception as error:  # every library has its own errors for refused credentials and missing buckets
-        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        detail = str(error).splitlines()[0].rstrip(".") if str(error) else type(error).__name__
         raise ConfigError(
             f"argument {argument!r}: cannot use {url}: {detail}. {SCHEMES[scheme_of(url) or ''].authenticate}; "
             "and check that the bucket exists and that this account may write to it"
@@ -156,8 +156,11 @@ def is_complete(url: str) -> bool:
     return fs.exists(f"{path.rstrip('/')}/{MARKER}")
 
 
-def upload_folder(local: str | os.PathLike[str], url: str, progress: CopyProgress | None = None) -> None:
-    """Copy every file under folder `local` to the prefix `url`, then the marker that lists them.
+def upload_folder(
+    local: str | os.PathLike[str], url: str, progress: CopyProgress | None = None, skip: Collection[str] = ()
+) -> None:
+    """Copy every file under folder `local` (but those named in `skip`, at its top) to the prefix `url`, then
+    the marker that lists them.
 
     Files already there with the size the marker will name are not sent again, so a copy cut off part-way
     resumes; but nothing reads the prefix until the marker lands.
@@ -167,7 +170,7 @@ def upload_folder(local: str | os.PathLike[str], url: str, progress: CopyProgres
     files = {
         file.relative_to(root).as_posix(): file.stat().st_size
         for file in sorted(root.rglob("*"))
-        if file.is_file() and file.name != MARKER
+        if file.is_file() and file.name != MARKER and file.relative_to(root).as_posix() not in skip
     }
     present = _sizes(fs, path)
     total, done = sum(files.values()), 0
@@ -199,6 +202,7 @@ def download_folder(url: str, local: str | os.PathLike[str], progress: CopyProgr
     partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
     total, done = sum(files.values()), 0
     try:
+        partial.mkdir(parents=True)  # also for a copy of no files
         for name, size in files.items():
             (partial / name).parent.mkdir(parents=True, exist_ok=True)
             fs.get_file(f"{path}/{name}", str(partial / name))

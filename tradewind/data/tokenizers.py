@@ -5,6 +5,7 @@ its definition, so that a token cache records exactly which tokenizer made it.
 
 Example:
     tokenizer = load_tokenizer("byte")       # or "path/to/tokenizer.json", its folder, or "hf:gpt2" (needs the hub)
+                                             # or a bucket's: "gs://bucket/tok/tokenizer.json", "s3://bucket/tok"
     ids = tokenizer.encode_batch(["To be, or not to be"])[0]
     write_hf_tokenizer_files(tokenizer, Path("exports/r1"))  # loads with transformers.AutoTokenizer
 """
@@ -21,6 +22,7 @@ import numpy as np
 import tokenizers as hf
 
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json, atomic_write_text
+from tradewind.core.buckets import is_remote, remote_fs, scheme_of
 from tradewind.data.bad_records import BadRecords
 from tradewind.data.readers import Format, list_input_files, read_file_documents
 
@@ -133,10 +135,9 @@ class HFTokenizer:
     """
 
     def __init__(self, path: str | Path, eos_token: str | None = None, *, _data: bytes | None = None):
-        path = Path(path)
         if _data is None:
             try:
-                _data = path.read_bytes()
+                _data = Path(path).read_bytes()
             except FileNotFoundError:
                 raise NotFoundError(f"no tokenizer file at {path}") from None
         try:
@@ -169,7 +170,7 @@ class HFTokenizer:
     def _first_id(self, tokens: Sequence[str]) -> int | None:
         return next((i for t in tokens if (i := self._tokenizer.token_to_id(t)) is not None), None)
 
-    def _find_eos(self, path: Path, eos_token: str | None) -> int:
+    def _find_eos(self, path: str | Path, eos_token: str | None) -> int:
         if eos_token is not None:
             eos_id = self._tokenizer.token_to_id(eos_token)
             if eos_id is None:
@@ -252,7 +253,8 @@ def load_tokenizer(spec: str, eos_token: str | None = None) -> Tokenizer:
 
     Args:
         spec: `"byte"` for the byte tokenizer; `"hf:<name>"` for a Hugging Face Hub tokenizer (needs
-            the hub); else a path to a `tokenizer.json` file or to a folder that holds one.
+            the hub); else a path or a bucket URL (`gs://`, `s3://`) to a `tokenizer.json` file or to a
+            folder that holds one.
         eos_token: passed to `HFTokenizer` for tokenizer files whose EOS token is not detected.
 
     Returns:
@@ -266,6 +268,8 @@ def load_tokenizer(spec: str, eos_token: str | None = None) -> Tokenizer:
         return ByteTokenizer()
     if spec.startswith(HUB_PREFIX):
         return HFTokenizer.from_hub(spec.removeprefix(HUB_PREFIX), eos_token=eos_token)
+    if is_remote(spec):
+        return HFTokenizer(spec, eos_token, _data=_read_remote_tokenizer(spec))
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "tokenizer.json"
@@ -275,6 +279,17 @@ def load_tokenizer(spec: str, eos_token: str | None = None) -> Tokenizer:
             f"or '{HUB_PREFIX}<name>' for a Hugging Face Hub tokenizer; looked for {path})"
         )
     return HFTokenizer(path, eos_token=eos_token)
+
+
+def _read_remote_tokenizer(url: str) -> bytes:
+    """The bytes of the `tokenizer.json` at bucket URL `url`, or in the folder it names."""
+    fs, path = remote_fs(url)
+    if not path.endswith(".json"):
+        path = f"{path.rstrip('/')}/tokenizer.json"
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        raise NotFoundError(f"no tokenizer at {url!r} (looked for {scheme_of(url)}://{path})") from None
 
 
 def write_hf_tokenizer_files(

@@ -18,29 +18,45 @@ import hashlib
 import json
 from pathlib import Path
 
-from tradewind.core.buckets import check_access, is_complete, join_url, remote_fs, upload_folder
+from tradewind.core import NotFoundError
+from tradewind.core.buckets import (
+    MARKER,
+    CopyProgress,
+    check_access,
+    download_folder,
+    is_complete,
+    join_url,
+    remote_fs,
+    upload_folder,
+)
+from tradewind.data.token_cache import MANIFEST
 from tradewind.tools.context import Progress, ToolContext
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.layout import RunLayout, bucket_outputs, run_url
+
+COPIES = "copies.json"  # in a token cache: the buckets it has been copied to or from
+MODELS_DIR = "models"  # in the workspace: the models init_from named by a bucket URL, as downloaded
 
 
 def stage_in_bucket(
     ctx: ToolContext, storage: str, layout: RunLayout, config: TrainConfig, progress: Progress
 ) -> tuple[str, TrainConfig]:
     """Put what the run's processes read into `storage`: the token cache and the `init_from` model (unless a
-    complete copy is there), the config they train and the record. Returns the run's URL and that config.
+    complete copy is there), the config they train (a continued run's `resume_from` its parent's URL) and the
+    record. Returns the run's URL and that config.
 
     Raises:
         ConfigError: the bucket cannot be used (`check_access`'s message: the URL and how to authenticate).
     """
     check_access(storage, argument="storage")
-    dataset = Path(config.dataset)
-    copies = {"dataset": copy_once(dataset, join_url(storage, "datasets", dataset.name), progress)}
+    copies = {"dataset": publish_dataset(ctx, Path(config.dataset), storage, progress)}
     if config.init_from is not None:
         model = Path(config.init_from)
         copies["init_from"] = copy_once(
             model, join_url(storage, "models", f"{model.name}-{folder_digest(model)}"), progress
         )
+    if config.resume_from is not None:  # it continues a run that lives in this bucket too (resolve_launch)
+        copies["resume_from"] = run_url(storage, Path(config.resume_from).name)
     job_config = config.model_copy(update=copies)
     url = run_url(storage, layout.root.name)
     fs, path = remote_fs(url)
@@ -52,8 +68,70 @@ def stage_in_bucket(
 def copy_once(folder: Path, url: str, progress: Progress) -> str:
     """`url`, after copying `folder` there unless a complete copy is there already."""
     if not is_complete(url):
-        upload_folder(folder, url, progress=lambda done, total: progress(done, total, f"copying to {url} (bytes)"))
+        upload_folder(folder, url, copy_progress(progress, f"copying to {url}"))
     return url
+
+
+def copy_progress(progress: Progress, what: str) -> CopyProgress:
+    """A copy's progress (bytes) as a tool reports it."""
+    return lambda done, total: progress(done, total, f"{what} (bytes)")
+
+
+def publish_dataset(ctx: ToolContext, cache: Path, storage: str, progress: Progress) -> str:
+    """The URL of token cache `cache`'s copy at `<storage>/datasets/<id>`, copied there unless complete, and
+    noted in the cache's `copies.json` (what `list_datasets` shows)."""
+    url = copy_once(cache, join_url(storage, "datasets", cache.name), progress)
+    known = dataset_copies(cache)
+    if url not in known:
+        ctx.workspace.write_atomic(cache / COPIES, json.dumps([*known, url]), argument="dataset")
+    return url
+
+
+def fetch_dataset(ctx: ToolContext, url: str, argument: str, progress: Progress) -> Path:
+    """The workspace's folder of the token cache copied to `url` (an allowed bucket prefix ending in its id),
+    downloaded unless the workspace has it.
+
+    Raises:
+        PathEscapeError: `url` is under no allowed bucket prefix.
+        NotFoundError: `url` holds no complete copy.
+    """
+    url = ctx.check_bucket(url, argument)
+    folder = ctx.workspace.dataset_dir(url.rstrip("/").rsplit("/", 1)[-1], must_exist=False)
+    if not (folder / MANIFEST).is_file():
+        download_folder(url, folder, copy_progress(progress, f"copying {url}"))
+    if url not in dataset_copies(folder):
+        ctx.workspace.write_atomic(folder / COPIES, json.dumps([*dataset_copies(folder), url]), argument=argument)
+    return folder
+
+
+def fetch_model(ctx: ToolContext, url: str, progress: Progress) -> Path:
+    """The workspace's copy, `models/<name>-<digest>`, of the model folder copied complete to `url` (an allowed
+    bucket prefix), downloaded unless the workspace has that copy (the digest covers its marker).
+
+    Raises:
+        PathEscapeError: `url` is under no allowed bucket prefix.
+        NotFoundError: `url` holds no complete copy.
+    """
+    url = ctx.check_bucket(url, "init_from")
+    fs, path = remote_fs(url)
+    try:
+        marker = fs.cat_file(f"{path}/{MARKER}")
+    except FileNotFoundError:
+        raise NotFoundError(
+            f"argument 'init_from': {url} holds no complete copy of a model (no {MARKER}); copy a Hugging Face "
+            f"folder there with `tradewind export RUN --out {url}` or tradewind.core.buckets.upload_folder"
+        ) from None
+    digest = hashlib.sha256(url.encode() + marker).hexdigest()[:12]
+    folder = ctx.workspace.root / MODELS_DIR / f"{url.rsplit('/', 1)[-1]}-{digest}"
+    if not folder.is_dir():
+        download_folder(url, folder, copy_progress(progress, f"copying {url}"))
+    return folder
+
+
+def dataset_copies(cache: Path) -> list[str]:
+    """The bucket URLs token cache `cache` has been copied to (or from)."""
+    path = cache / COPIES
+    return json.loads(path.read_text()) if path.is_file() else []
 
 
 def folder_digest(folder: Path) -> str:

@@ -20,6 +20,7 @@ from tradewind.cluster import (
     Resources,
 )
 from tradewind.core import ConfigError, InvalidInputError, TradewindError, make_id, read_json
+from tradewind.core.buckets import check_access
 from tradewind.tools.bounds import LINE_CHARS, RESULT_CHARS, cut, cut_path, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 
@@ -151,13 +152,13 @@ def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterSt
     return ClusterStatus(backends=backends)
 
 
-def _pipeline_kwargs(ctx: ToolContext, path: Path, force: bool, **fields: Any) -> dict[str, Any]:
+def _pipeline_kwargs(ctx: ToolContext, path: Path, force: bool, storage: str | None, **fields: Any) -> dict[str, Any]:
     """A pipeline job's keyword arguments (a `PipelineJob`) for `path` in this workspace."""
-    job = PipelineJob(pipeline=str(path), workspace=str(ctx.workspace.root), force=force, **fields)
+    job = PipelineJob(pipeline=str(path), workspace=str(ctx.workspace.root), force=force, storage=storage, **fields)
     return job.model_dump()
 
 
-def _plan(ctx: ToolContext, path: Path, force: bool, progress: Progress) -> list[PlannedStep]:
+def _plan(ctx: ToolContext, path: Path, force: bool, storage: str | None, progress: Progress) -> list[PlannedStep]:
     """The plan, computed in a job so that the pipeline's imports stay out of the server.
 
     The job imports the file (runs its top-level code) in a fresh temporary working folder; the steps'
@@ -168,7 +169,7 @@ def _plan(ctx: ToolContext, path: Path, force: bool, progress: Progress) -> list
     spec = JobSpec(
         name=f"plan {path.name}",
         callable=PIPELINE_CALLABLE,
-        kwargs=_pipeline_kwargs(ctx, path, force, dry_run=True, output_file=str(plan_file)),
+        kwargs=_pipeline_kwargs(ctx, path, force, storage, dry_run=True, output_file=str(plan_file)),
         log_path=str(plan_file.with_name("job.log")),
         resources=Resources(cpus=0),  # planning only imports the file: it must not queue behind a training run
     )
@@ -193,6 +194,7 @@ def _pipeline_result(path: Path, steps: list[PlannedStep], **fields: Any) -> Run
                 "name": cut(step.name),
                 "output_path": cut_path(step.output_path),
                 "error": cut(step.error) if step.error else None,
+                "url": cut_path(step.url) if step.url else None,
             }
         )
         for step in steps
@@ -212,12 +214,16 @@ def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progre
     goes to `<workspace>/steps/<name>-<hash of its config and inputs>`; finished steps are skipped, so
     rerunning an unchanged pipeline costs seconds. With dry_run=false the steps run as one background job
     (follow it with cluster_status); call again with dry_run=true to see which steps have finished. Steps
-    that failed before rerun only with force=true.
+    that failed before rerun only with force=true. With settings.yaml's `storage`, outputs are also kept in
+    `<storage>/steps/`, and a step finished there is downloaded, not run.
     """
     path = ctx.workspace.resolve_code(request.pipeline, argument="pipeline")
     if path.suffix != ".py" or not path.is_file():
         raise InvalidInputError(f"argument 'pipeline': {request.pipeline!r} is not a Python file")
-    steps = _plan(ctx, path, request.force, progress)
+    storage = ctx.settings().storage
+    if storage is not None and not request.dry_run:
+        check_access(storage, argument="storage")  # refused here, naming the URL, rather than in the job's log
+    steps = _plan(ctx, path, request.force, storage, progress)
     if request.dry_run:
         return _pipeline_result(path, steps, dry_run=True)
     blocked = [step.name for step in steps if step.action == "blocked"]
@@ -228,7 +234,7 @@ def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progre
     spec = JobSpec(
         name=f"pipeline {path.name}",
         callable=PIPELINE_CALLABLE,
-        kwargs=_pipeline_kwargs(ctx, path, request.force, dry_run=False),
+        kwargs=_pipeline_kwargs(ctx, path, request.force, storage, dry_run=False),
     )
     record = ctx.backend.submit(spec, job_id=make_id("pipeline"))
     return _pipeline_result(path, steps, dry_run=False, job_id=record.id, log_file=record.log_path)

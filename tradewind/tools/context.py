@@ -121,6 +121,12 @@ class ToolContext:
             return load_config(WorkspaceSettings, self.settings_path)
         return WorkspaceSettings()
 
+    def check_bucket(self, url: str, argument: str) -> str:
+        """`url`, checked to lie under a bucket prefix allowed with `--allow-path` or named as settings.yaml's
+        `storage` (`Workspace.check_bucket`)."""
+        storage = self.settings().storage
+        return self.workspace.check_bucket(url, argument, also=(storage,) if storage else ())
+
     def default_backend(self) -> BackendName:
         """The backend of a run that names none: the workspace's settings.yaml, else Ray when RAY_ADDRESS is
         set, else local."""

@@ -14,8 +14,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.core import InvalidInputError, NotFoundError, TradewindError, check_id, names_a_path
+from tradewind.core.buckets import is_remote
 from tradewind.data import load_tokenizer, open_token_cache
 from tradewind.tools.bounds import PAGE_CHARS, RESULT_CHARS, PageRequest, cut, cut_path, fitting
+from tradewind.tools.buckets import dataset_copies, fetch_dataset
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.tokenizing import (
     BUILTIN_PREFIX,
@@ -43,6 +45,8 @@ def resolve_dataset(
     - a path: anything with a `/`, or starting with `.` or `~`. A relative path is taken from the
       workspace root (never the current folder), e.g. `datasets/ds-0123abcd` or `steps/tokenize-ab/cache`;
       an absolute one must lie inside the workspace or an allowed root.
+    - a bucket URL (`gs://`, `s3://`) under an allowed prefix: a cache copied there (by `tokenize_dataset` with
+      `storage`, or a run's launch), downloaded into `datasets/<id>` unless the workspace has it.
     - otherwise a dataset id, as `tokenize_dataset` returns: the folder `datasets/<id>` of the workspace.
 
     Args:
@@ -55,13 +59,17 @@ def resolve_dataset(
         The absolute folder of a finished token cache (one with a `manifest.json`).
 
     Raises:
-        NotFoundError: an unknown id, built-in corpus or path; the message lists the datasets there are.
+        NotFoundError: an unknown id, built-in corpus or path (the message lists the datasets there are), or
+            a URL that holds no complete copy.
         InvalidInputError: the value is not a valid id, or names a file or a folder that is not a token cache.
-        PathEscapeError: the path lands outside the workspace and the allowed roots.
+        PathEscapeError: the path lands outside the workspace and the allowed roots (or the URL under no
+            allowed bucket prefix).
     """
     if value.startswith(BUILTIN_PREFIX):
         builtin_corpus_file(value, argument)  # fail on an unknown name before tokenize_dataset calls it 'input'
         return Path(tokenize_dataset(ctx, TokenizeDatasetRequest(input=value), progress).path)
+    if is_remote(value):
+        return fetch_dataset(ctx, value, argument, progress)
     is_path = names_a_path(value)
     path = value if is_path else ctx.workspace.datasets_dir / check_id(value, argument)
     folder = ctx.workspace.resolve_path(path, argument=argument, must_exist=False)
@@ -222,6 +230,7 @@ class DatasetSummary(BaseModel):
     documents: int = Field(description="Documents in all splits.")
     tokens: int = Field(description="Tokens in all splits.")
     sources: list[str] = Field(description="The first few input files.")
+    copies: list[str] = Field(default_factory=list, description="Its complete copies in buckets.")
 
 
 class DatasetList(BaseModel):
@@ -257,6 +266,7 @@ def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList
                 documents=sum(s.documents for s in manifest.splits.values()),
                 tokens=sum(s.tokens for s in manifest.splits.values()),
                 sources=[cut_path(source.path) for source in manifest.sources[:3]],
+                copies=dataset_copies(folder),
             )
         )
     found.sort(key=lambda summary: (summary.created, summary.dataset_id), reverse=True)

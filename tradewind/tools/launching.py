@@ -32,12 +32,12 @@ from tradewind.core import (
     make_id,
     parse_config,
 )
-from tradewind.core.buckets import ENDPOINT_SETTINGS
-from tradewind.tools.buckets import stage_in_bucket
+from tradewind.core.buckets import ENDPOINT_SETTINGS, is_remote
+from tradewind.tools.buckets import fetch_model, stage_in_bucket
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.limits import active_runs, check_launch_limits
-from tradewind.tools.runs import RunInfo, RunRequest, get_run, run_placement
+from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_placement
 from tradewind.tools.tpu_fit import check_fits_slice
 from tradewind.trainer import (
     TRAIN_CALLABLE,
@@ -210,15 +210,11 @@ def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: P
         launch = _continued_launch(ctx, request, ledger, progress)
     else:
         launch = _new_launch(ctx, request, ledger, progress)
-    settings = ctx.settings()
-    storage = launch.placement.storage or settings.storage
+    storage = launch.placement.storage
+    if launch.parent is None:  # a continued run lives where its parent does (_continued_launch)
+        storage = storage or ctx.settings().storage
     if storage is not None:
-        if launch.parent is not None:
-            raise InvalidInputError(
-                "argument 'resume_from': a run with storage reads only from its bucket, and this Tradewind does not "
-                "continue a run there yet; launch a new run, or continue it without storage"
-            )
-        ctx.workspace.check_bucket(storage, "storage", also=(settings.storage,) if settings.storage else ())
+        ctx.check_bucket(storage, "storage")
     backend = launch.placement.backend or ctx.default_backend()
     return replace(launch, placement=launch.placement.model_copy(update={"backend": backend, "storage": storage}))
 
@@ -226,8 +222,11 @@ def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: P
 def _new_launch(ctx: ToolContext, request: LaunchTrainingRequest, ledger: LedgerEntry, progress: Progress) -> Launch:
     values = request.train_values()
     if request.init_from is not None:  # before the dataset, which may take a tokenization to resolve
-        folder = ctx.workspace.resolve_input(request.init_from, argument="init_from")
-        ctx.workspace.check_tree(folder, argument="init_from")  # read whole by the trainer
+        if is_remote(request.init_from):
+            folder = fetch_model(ctx, request.init_from, progress)
+        else:
+            folder = ctx.workspace.resolve_input(request.init_from, argument="init_from")
+            ctx.workspace.check_tree(folder, argument="init_from")  # read whole by the trainer
         values["init_from"] = str(folder)
         values["model"] = model_for_init_from(request.model, request.model.model_fields_set, folder).model_dump()
     values["dataset"] = str(resolve_dataset(ctx, request.dataset, progress))
@@ -253,9 +252,7 @@ def _continued_launch(
                 f"argument {name!r}: a run that continues {parent_dir.name} keeps its {name} "
                 f"({inherited[name]!r}); leave it out, or launch a new run instead"
             )
-    # The new run's processes read these whole: nothing in them may lead out of the workspace.
-    ctx.workspace.check_tree(RunLayout(parent_dir).checkpoints, argument="resume_from")
-    saved = _checkpoint_steps(parent_dir)
+    saved = checkpoint_steps(ctx, RunLayout(parent_dir), argument="resume_from")
     if not saved:
         raise NotFoundError(f"argument 'resume_from': run {parent_dir.name} has no checkpoint to continue from")
     if merged["steps"] <= saved[-1]:
@@ -272,6 +269,11 @@ def _continued_launch(
             for name in Placement.model_fields
         }
     )
+    if placement.storage != inherited_placement.storage:  # its processes read the parent's checkpoints there
+        raise InvalidInputError(
+            f"argument 'storage': a run that continues {parent_dir.name} lives where it does "
+            f"({inherited_placement.storage or 'this workspace'}); leave storage out, or launch a new run instead"
+        )
     return Launch(TrainConfig.model_validate(merged), placement, ledger, parent_dir.name, saved[-1])
 
 
@@ -345,9 +347,3 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     for key, value in overrides.items():
         merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
     return merged
-
-
-def _checkpoint_steps(run_dir: Path) -> list[int]:
-    """Steps of the run's complete checkpoints, oldest first (orbax names each folder by its step)."""
-    folder = RunLayout(run_dir).checkpoints
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []

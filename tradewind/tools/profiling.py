@@ -8,12 +8,15 @@ from pydantic import Field
 
 from tradewind.cluster import JobSpec
 from tradewind.core import make_id
+from tradewind.core.buckets import join_url, upload_folder
 from tradewind.data import open_token_cache
+from tradewind.tools.buckets import copy_progress
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.launching import read_run_config
 from tradewind.tools.limits import admit_job
 from tradewind.tools.runs import RunRequest, run_placement
 from tradewind.trainer import PROFILE_CALLABLE, ProfileJob, ProfileOptions, ProfileSummary, RunLayout
+from tradewind.trainer.layout import run_url
 
 
 class ProfileRunRequest(ProfileOptions, RunRequest):
@@ -32,7 +35,8 @@ def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress
     memory, MFU, a verdict (data-bound, host-bound, recompiling, checkpoint-bound, compute-bound) with
     one suggestion, and the trace (TensorBoard or Perfetto). Runs in a separate process on fresh weights;
     takes about as long as compiling the model plus `steps` training steps, and does not disturb the run's
-    own files. It is refused where the workspace's limits (settings.yaml) would refuse the run.
+    own files (a run in a bucket gets the trace under `<run>/profile`). It is refused where the workspace's
+    limits (settings.yaml) would refuse the run.
     """
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     config = read_run_config(ctx, layout.root, argument="run_id")
@@ -55,6 +59,9 @@ def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress
     )
     with ctx.workspace.open(layout.profile / "summary.json", argument="run_id") as file:
         summary = ProfileSummary.model_validate_json(file.read())
+    if placement.storage is not None:  # the trace goes beside the run's other files
+        url = join_url(run_url(placement.storage, request.run_id), "profile")
+        upload_folder(layout.profile, url, copy_progress(progress, f"copying the trace to {url}"))
     return ProfileResult(**summary.model_dump(), run_id=request.run_id, log_file=str(log_path))
 
 

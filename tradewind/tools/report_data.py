@@ -22,7 +22,7 @@ from tradewind.tools.bounds import cut
 from tradewind.tools.context import Cancelled, Progress, ToolContext, no_progress
 from tradewind.tools.logs import failure_hints
 from tradewind.tools.metrics import metrics_summary
-from tradewind.tools.runs import RunInfo, RunRequest, get_run, run_record
+from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_record
 from tradewind.tools.sampling import SampleTextRequest, sample_text
 from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, TrainConfig, read_train_config
 from tradewind.trainer.metrics import load_metrics
@@ -68,7 +68,6 @@ class RunData:
     rows: list[MetricRow]
     figures: RunFigures
     profile: ProfileSummary | None
-    storage: str | None = None  # the bucket prefix a run with `storage` lives in
 
     def tokens(self, step: int) -> int:
         return step * self.config.tokens_per_step
@@ -95,7 +94,7 @@ def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True, progress: Pr
     cause, stopped = failure_cause(layout, info.reason, read) if info.status is JobStatus.FAILED else (None, None)
     parent_step = _parent_step(ctx, run_id) if info.parent else None
     anomalies = detect_anomalies(rows, parent=info.parent, parent_step=parent_step, stopped=stopped)
-    checkpoints = checkpoint_steps(ctx, layout)
+    checkpoints = checkpoint_steps(ctx, layout, argument="run_id")
     last = rows[-1]
     figures = RunFigures(
         run_id=run_id,
@@ -116,8 +115,7 @@ def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True, progress: Pr
         anomalies=anomalies,
         skipped_rows=[cut(problem) for problem in metrics.skipped_rows()],
     )
-    storage = run_record(ctx, run_id).placement.storage
-    return RunData(info=info, config=config, rows=rows, figures=figures, profile=profile, storage=storage)
+    return RunData(info=info, config=config, rows=rows, figures=figures, profile=profile)
 
 
 def failure_cause(layout: RunLayout, reason: str | None, opener: Opener) -> tuple[str | None, Anomaly | None]:
@@ -133,20 +131,6 @@ def failure_cause(layout: RunLayout, reason: str | None, opener: Opener) -> tupl
         return f"{hints[0].meaning}: `{hints[0].matched}`", stopped
     last_error = next((line.strip() for line in reversed(lines) if "Error" in line), None)
     return (f"{reason}: `{last_error[:200]}`" if last_error and reason else reason or last_error), stopped
-
-
-def checkpoint_steps(ctx: ToolContext, layout: RunLayout) -> list[int]:
-    """Steps of the complete checkpoints in the run folder (orbax names a finished one by its step alone).
-
-    Raises:
-        PathEscapeError: the folder, or anything in it, is a symlink that leads outside the workspace.
-    """
-    if not (layout.checkpoints.exists() or layout.checkpoints.is_symlink()):
-        return []
-    folder = ctx.workspace.check_tree(layout.checkpoints, argument="run_id")
-    if not folder.is_dir():
-        return []
-    return sorted(int(path.name) for path in folder.iterdir() if path.is_dir() and path.name.isdigit())
 
 
 def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

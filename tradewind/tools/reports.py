@@ -12,6 +12,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tradewind.cluster import JobStatus
+from tradewind.core.buckets import join_url, upload_files
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly
 from tradewind.tools.comparing import MAX_RUNS, comparison_section, load_runs, report_name
 from tradewind.tools.context import Progress, ToolContext, no_progress
@@ -80,8 +81,8 @@ def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
         "|---|---|",
         f"| dataset | `{config.dataset}` |",
         *(
-            [f"| storage | `{run_url(data.storage, info.run_id)}` (checkpoints, metrics, summary) |"]
-            if data.storage
+            [f"| storage | `{run_url(info.storage, info.run_id)}` (checkpoints, metrics, summary, log, report) |"]
+            if info.storage
             else []
         ),
         f"| model | {model.type}, d_model {model.d_model}, {model.n_layers} layers, {model.n_heads} heads |",
@@ -179,6 +180,10 @@ def summarize_report(ctx: ToolContext, request: SummarizeReportRequest, progress
     report_path, html_path, plots = write_report(
         ctx.workspace, name, "\n".join(lines), title, images, argument=argument
     )
+    for data in runs:
+        if data.info.storage is not None:  # the report goes beside the run's other files
+            files = tuple(path.name for path in (report_path, html_path, *plots))
+            upload_files(report_path.parent, join_url(run_url(data.info.storage, data.info.run_id), "report"), files)
     figures = [bounded(data.figures) for data in runs]
     first = figures[0]
     return ReportInfo(

@@ -22,11 +22,14 @@ from tradewind.core import (
     check_id,
     tail_lines,
 )
+from tradewind.core.buckets import is_remote
 from tradewind.tools.bounds import LINE_CHARS, PAGE_CHARS, PageRequest, cut, fitting
 from tradewind.tools.buckets import pull_run_outputs
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.trainer import RunLayout, RunRecord, TrainSummary, read_record, read_summary, read_train_config
+from tradewind.trainer.layout import bucket_checkpoint_steps
 from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, load_metrics, planned_steps
+from tradewind.trainer.record import checkpoints_of
 
 CANCEL_WAIT_S = 60.0
 REASON_CHARS = 2_000  # a run's reason in get_run; the whole story is in its log (tail_logs)
@@ -71,20 +74,18 @@ class RunInfo(BaseModel):
     pid: int | None = None
     exit_code: int | None = None
     reason: str | None = Field(
-        default=None,
-        description=f"Why the run failed, was cancelled, or is still waiting (cut to {REASON_CHARS:,} characters).",
+        default=None, description=f"Why it failed, was cancelled or waits (cut to {REASON_CHARS:,} characters)."
     )
     log_tail: list[str] = Field(
         default_factory=list,
-        description=f"Last {LOG_TAIL_LINES} lines of the run's log when it failed, each cut to {LINE_CHARS} "
-        "characters; tail_logs reads the whole log.",
+        description=f"Last {LOG_TAIL_LINES} log lines if it failed, cut to {LINE_CHARS} characters; see tail_logs.",
     )
     summary: TrainSummary | None = Field(default=None, description="Final figures, once the run has finished.")
     skipped_rows: list[str] = Field(
         default_factory=list,
-        description=f"metrics.jsonl rows skipped as unreadable, each 'file:line: what was wrong' (the first "
-        f"{MAX_ROW_PROBLEMS}, then how many more).",
+        description=f"Unreadable metrics.jsonl rows, as 'file:line: problem' (first {MAX_ROW_PROBLEMS}, then a count).",
     )
+    storage: str | None = Field(default=None, description="The bucket prefix of its files, if any.")
 
 
 class WaitForRunResult(RunInfo):
@@ -158,6 +159,7 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         backend=record.backend,
         job_id=record.job_id,
         accelerator=str(record.placement.accelerator),
+        storage=record.placement.storage,
         processes=record.processes,
         platform=record.platform,
         parent=record.parent,
@@ -313,3 +315,23 @@ def _entry(ctx: ToolContext, folder: Path) -> RunEntry | UnreadableRun:
         **info.model_dump(include=set(RunEntry.model_fields) - {"reason"}),
         reason=cut(info.reason) if info.reason else None,
     )
+
+
+def checkpoint_steps(ctx: ToolContext, layout: RunLayout, argument: str) -> list[int]:
+    """Steps of the run's complete checkpoints, oldest first: in its folder (orbax names a finished one by its
+    step alone), or in its bucket for a run with `storage`.
+
+    Raises:
+        PathEscapeError: the folder, or anything in it, is a symlink that leads outside the workspace; the
+            message names `argument`.
+    """
+    location = checkpoints_of(layout, ctx.workspace.reader(argument))
+    if is_remote(location):
+        return bucket_checkpoint_steps(str(location))
+    if not (layout.checkpoints.exists() or layout.checkpoints.is_symlink()):
+        return []
+    # Whoever reads them reads them whole: nothing in them may lead out of the workspace.
+    folder = ctx.workspace.check_tree(layout.checkpoints, argument=argument)
+    if not folder.is_dir():
+        return []
+    return sorted(int(path.name) for path in folder.iterdir() if path.is_dir() and path.name.isdigit())

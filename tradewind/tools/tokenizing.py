@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import get_task_runner
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
-from tradewind.core.buckets import is_remote
+from tradewind.core.buckets import check_access, is_remote
 from tradewind.core.workspace import check_path_text
 from tradewind.data import (
     BUILTIN_CORPORA,
@@ -37,12 +37,13 @@ from tradewind.data import (
 from tradewind.data import (
     train_tokenizer as train_bpe_on_files,
 )
+from tradewind.data.token_cache import MANIFEST  # its presence marks a finished token cache
 from tradewind.tools.bounds import cut, cut_path
+from tradewind.tools.buckets import dataset_copies, publish_dataset
 from tradewind.tools.context import Progress, ToolContext, no_progress
 
 BUILTIN_PREFIX = "builtin:"
 TOKENIZERS_DIR = "tokenizers"
-MANIFEST = "manifest.json"  # its presence marks a finished token cache
 MAX_FILES_SHOWN = 20  # input files named in one result (a dataset may have thousands)
 BUILTINS = ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
 _INPUT_HELP = f"File, folder or glob (.gz/.zst ok) in the workspace or an allowed root, or {BUILTINS}."
@@ -98,6 +99,7 @@ class DatasetInfo(BaseModel):
     tokens: dict[str, int] = Field(description="Tokens per split, BOS/EOS included.")
     shards: int = Field(description="Shards the cache was built in.")
     bad_records: BadRecordReport
+    copies: list[str] = Field(default_factory=list, description="Its complete copies in buckets.")
 
 
 def builtin_corpus_file(value: str, argument: str) -> Path:
@@ -114,7 +116,7 @@ def _resolve_input(ctx: ToolContext, value: str) -> str:
     if value.startswith(BUILTIN_PREFIX):
         return str(builtin_corpus_file(value, "input"))
     if is_remote(value):
-        return ctx.workspace.check_bucket(value, argument="input")  # a bucket prefix given with --allow-path
+        return ctx.check_bucket(value, argument="input")
     if not any(char in value for char in GLOB_CHARS):
         return str(ctx.workspace.resolve_path(value, argument="input"))
     # A glob: the folder before its first wildcard must be allowed; the pattern may not climb out of it.
@@ -141,6 +143,8 @@ def _resolve_tokenizer(ctx: ToolContext, value: str) -> str:
     library opens what is in it (a folder's `tokenizer.json` that links out is refused, as that file would be)."""
     if value == "byte" or value.startswith("hf:"):
         return value
+    if is_remote(value):
+        return ctx.check_bucket(value, argument="tokenizer")
     return str(ctx.workspace.check_tree(ctx.workspace.resolve_input(value, argument="tokenizer"), argument="tokenizer"))
 
 
@@ -156,7 +160,7 @@ def _tokenizer_dir(ctx: ToolContext, tokenizer_id: str) -> Path:
     return folder
 
 
-def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest) -> DatasetInfo:
+def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest, copies: list[str]) -> DatasetInfo:
     return DatasetInfo(
         dataset_id=dataset_id,
         path=str(path),
@@ -168,6 +172,7 @@ def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest) ->
         tokens={split: stats.tokens for split, stats in manifest.splits.items()},
         shards=len(manifest.splits["train"].shards),
         bad_records=BadRecordReport.of(manifest.bad_records),
+        copies=copies,
     )
 
 
@@ -179,24 +184,32 @@ def tokenize_dataset(
     The cache is reused when the input files, tokenizer and options are unchanged, and an interrupted
     build resumes where it stopped. Runs in parallel worker processes; takes seconds per
     megabyte of text per worker and reports progress in input bytes. Bad records are skipped and
-    reported (set strict to fail instead).
+    reported (set strict to fail instead). With settings.yaml's `storage`, the cache is also copied to
+    `<storage>/datasets/<id>`.
     """
+    storage = ctx.settings().storage
+    if storage is not None:
+        check_access(storage, argument="storage")  # before the work, not after it
     sources = _input_sources(ctx, request.input)
     tokenizer = load_tokenizer(_resolve_tokenizer(ctx, request.tokenizer))
     dataset_id = cache_id(sources, tokenizer, request)
     out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
-    if (out_dir / MANIFEST).exists():
-        return _info(dataset_id, out_dir, True, open_token_cache(out_dir, ctx.workspace.reader("input")).manifest)
-    manifest = build_token_cache(
-        sources,
-        out_dir,
-        tokenizer,
-        request,
-        runner=get_task_runner("local", workers=request.workers or os.cpu_count() or 1),
-        exist_ok=True,  # another call may finish the same cache first; then it is reused
-        progress=lambda done, total: progress(done, total, "input bytes tokenized"),
-    )
-    return _info(dataset_id, out_dir, False, manifest)
+    reused = (out_dir / MANIFEST).exists()
+    if reused:
+        manifest = open_token_cache(out_dir, ctx.workspace.reader("input")).manifest
+    else:
+        manifest = build_token_cache(
+            sources,
+            out_dir,
+            tokenizer,
+            request,
+            runner=get_task_runner("local", workers=request.workers or os.cpu_count() or 1),
+            exist_ok=True,  # another call may finish the same cache first; then it is reused
+            progress=lambda done, total: progress(done, total, "input bytes tokenized"),
+        )
+    if storage is not None:
+        publish_dataset(ctx, out_dir, storage, progress)
+    return _info(dataset_id, out_dir, reused, manifest, dataset_copies(out_dir))
 
 
 class TrainTokenizerRequest(BaseModel):

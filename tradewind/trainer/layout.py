@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tradewind.core.buckets import join_url, read_objects
+from tradewind.core.buckets import MARKER, join_url, read_objects, remote_fs
 
 # What a run's process 0 sends to its bucket, in this order, and the launcher copies back, in the reverse order:
 # a reader that finds the record finished then finds the summary the trainer sent before it.
@@ -31,6 +31,16 @@ def run_url(storage: str, run_id: str) -> str:
 def bucket_outputs(storage: str, run_id: str) -> dict[str, bytes]:
     """The outputs (`MIRRORED`) process 0 has sent to the run's bucket so far, read in the reverse order."""
     return read_objects(run_url(storage, run_id), MIRRORED[::-1])
+
+
+def bucket_checkpoint_steps(url: str) -> list[int]:
+    """Steps of the complete checkpoints under bucket prefix `url`, oldest first: those with orbax's commit file,
+    which orbax writes itself on `gs://`, or elsewhere the marker of their copy (see `bucket_checkpoint`)."""
+    fs, path = remote_fs(url)
+    fs.invalidate_cache(path)
+    committed = "commit_success.txt" if url.startswith("gs://") else MARKER
+    steps = (found.split("/")[-2] for found in fs.glob(f"{path}/*/{committed}"))
+    return sorted(int(step) for step in steps if step.isdigit())
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import MetricRow, TrainSummary, logged_updates, read_metrics, train_seconds
 from tradewind.trainer.plan import TimeBudget
 from tradewind.trainer.record import read_record, record_end, record_start
-from tradewind.trainer.remote import PushHook, RemoteRun
+from tradewind.trainer.remote import PushHook, RemoteRun, parent_files
 from tradewind.trainer.setup import TrainSetup, evaluate, setup_training
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.validation import ValScore, fixed_val_tokens, score_val_tokens
@@ -78,7 +78,8 @@ def train(
     """Train a model as `config` says, writing metrics, checkpoints, the run record and the summary into `run_dir`.
 
     Args:
-        config: the run's settings (`config.dataset` and `config.resume_from` are folders by now).
+        config: the run's settings (`config.dataset` and `config.resume_from` are folders by now, or bucket
+            prefixes for a run in a bucket).
         run_dir: the run folder; created if missing. If it has no `config.json`, `config` is written there,
             and if it has no `run.json`, one is made (backend "process"). If it holds checkpoints of an
             unfinished run (and `config.resume`), training resumes from them. A bucket URL (`gs://`, `s3://`):
@@ -284,14 +285,13 @@ def _initial_state(
     elif config.resume_from is not None:
         # The launcher chose the parent's checkpoint; a parent still training may have saved newer ones since.
         chosen = read_record(layout.record).parent_step if layout.record.exists() else None
-        parent = RunLayout(Path(config.resume_from))
-        state = read_checkpoint(parent.checkpoints, setup.state, chosen)
+        checkpoints, history = parent_files(config.resume_from)
+        state = read_checkpoint(checkpoints, setup.state, chosen)
         if state.step >= config.steps and not config.time_budget_s:
             raise InvalidInputError(
                 f"steps: {config.steps} is the run's total and must exceed the step of the checkpoint of "
-                f"{parent.root.name} it continues from ({state.step})"
+                f"{config.resume_from} it continues from ({state.step})"
             )
-        history = parent.metrics
     else:
         if layout.metrics.exists() and is_main_process():
             layout.metrics.unlink()  # rows of an attempt that never reached a checkpoint

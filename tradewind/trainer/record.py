@@ -26,8 +26,9 @@ from tradewind.cluster.jobs import Callback, JobRecord, JobStatus, utc_now
 from tradewind.cluster.placement import BackendName, Placement
 from tradewind.cluster.process import process_start_time
 from tradewind.core import NotFoundError, atomic_write_bytes, atomic_write_json, read_json_config
+from tradewind.core.buckets import join_url, upload_files
 from tradewind.core.files import Opener, open_plain
-from tradewind.trainer.layout import bucket_outputs
+from tradewind.trainer.layout import RunLayout, bucket_outputs, run_url
 
 RunBackend = Literal[BackendName, "process"]
 RECORD_JOB_END_CALLABLE = "tradewind.trainer.record:record_job_end"
@@ -143,16 +144,27 @@ def record_job_end(path: str, job: JobRecord) -> None:
     """A training job's `on_end`: a record still PENDING or RUNNING when its job ended (the trainer was killed,
     or never started) takes the job's status, end time and reason; one the trainer finished stays as it is
     (its own words beat an exit code). The end time is the job's, so readers see the two agree. A run that
-    lives in a bucket (`storage`) first gets its record, metrics and summary back from there."""
+    lives in a bucket (`storage`) first gets its record, metrics and summary back from there, and sends its log
+    there."""
     with _locked(Path(path)):
         record = read_record(path)
         if record.placement.storage is not None:  # the trainer wrote its record and outputs to the bucket
             for name, data in bucket_outputs(record.placement.storage, record.run_id).items():
                 atomic_write_bytes(Path(path).parent / name, data)
+            # ... and the job's log, which its backend wrote here, joins them (on Ray, Ray keeps it instead)
+            log = RunLayout(Path(path).parent).log
+            upload_files(log.parent, run_url(record.placement.storage, record.run_id), (log.name,))
             record = read_record(path)
         if not record.status.finished:
             ended = {"status": job.status, "ended_at": job.ended_at, "reason": job.reason}
             write_record(path, record.model_copy(update=ended))
+
+
+def checkpoints_of(layout: RunLayout, opener: Opener = open_plain) -> str | Path:
+    """Where the run's checkpoints are: its folder's `checkpoints/`, or its bucket's for a run with `storage`
+    (as its record, opened with `opener`, says)."""
+    storage = read_record(layout.record, opener).placement.storage if layout.record.is_file() else None
+    return join_url(run_url(storage, layout.root.name), "checkpoints") if storage else layout.checkpoints
 
 
 def job_end_callback(path: str | os.PathLike[str]) -> Callback:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tradewind.cluster.jobs import local_dir
 from tradewind.core import atomic_write_bytes
-from tradewind.core.buckets import download_folder, join_url, read_objects, upload_files
+from tradewind.core.buckets import download_folder, is_remote, join_url, read_objects, upload_files
 from tradewind.trainer.distributed import is_main_process
 from tradewind.trainer.hooks import CheckpointHook, Interval
 from tradewind.trainer.layout import MIRRORED, RunLayout
@@ -83,6 +83,19 @@ class PushHook:
 
     def __call__(self, state: TrainState, interval: Interval) -> None:
         self.remote.push()
+
+
+def parent_files(resume_from: str) -> tuple[str | Path, Path]:
+    """Where the run this one continues (`resume_from`: its folder, or its bucket prefix) keeps its checkpoints,
+    and its metrics file: a bucket run's is copied into this process's folder."""
+    if not is_remote(resume_from):
+        parent = RunLayout(Path(resume_from))
+        return parent.checkpoints, parent.metrics
+    copy = RunLayout(local_dir() / "parents" / resume_from.rstrip("/").rsplit("/", 1)[-1])
+    copy.root.mkdir(parents=True, exist_ok=True)
+    rows = read_objects(resume_from, (copy.metrics.name,)).get(copy.metrics.name, b"")
+    atomic_write_bytes(copy.metrics, rows)
+    return join_url(resume_from, "checkpoints"), copy.metrics
 
 
 class _Report:

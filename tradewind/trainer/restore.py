@@ -17,15 +17,14 @@ from typing import Any
 import jax
 from flax import nnx
 
-from tradewind.core.buckets import join_url
 from tradewind.data import CacheManifest, open_token_cache
 from tradewind.trainer.checkpoint import read_checkpoint
 from tradewind.trainer.config import TrainConfig, read_train_config
-from tradewind.trainer.layout import RunLayout, run_url
+from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.models import build_model
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
-from tradewind.trainer.record import read_record
+from tradewind.trainer.record import checkpoints_of
 from tradewind.trainer.setup import resolve_model_config
 from tradewind.trainer.state import TrainState
 
@@ -64,9 +63,3 @@ def load_run_model(run_dir: Path, step: int | None = None) -> LoadedRun:
     like = TrainState.start(abstract_params, abstract_opt, config.seed)
     state = read_checkpoint(checkpoints_of(layout), like, step)
     return LoadedRun(config, model_config, manifest, graphdef, state.params, state.step)
-
-
-def checkpoints_of(layout: RunLayout) -> str | Path:
-    """Where the run's checkpoints are: its folder's `checkpoints/`, or its bucket's for a run with `storage`."""
-    storage = read_record(layout.record).placement.storage if layout.record.is_file() else None
-    return join_url(run_url(storage, layout.root.name), "checkpoints") if storage else layout.checkpoints
