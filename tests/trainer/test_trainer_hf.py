@@ -24,6 +24,7 @@ from tradewind.trainer.hf import (
     write_safetensors,
 )
 from tradewind.trainer.models import build_model, init_cache
+from tradewind.trainer.models.configs import Llama3RopeScaling
 from tradewind.trainer.restore import load_run_model
 from tradewind.trainer.setup import replace_params, setup_training
 
@@ -34,6 +35,14 @@ model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
 tokens = torch.tensor(json.loads(sys.argv[2]))
 with torch.no_grad():
     print(json.dumps(model(tokens).logits.numpy().tolist()))
+"""
+
+HF_SAVE = """
+import json, sys
+import torch, transformers
+torch.manual_seed(0)
+config = transformers.AutoConfig.for_model(**json.loads(sys.argv[2]))
+transformers.AutoModelForCausalLM.from_config(config).save_pretrained(sys.argv[1])
 """
 
 TOKENS = np.array([[5, 72, 101, 108, 108, 111, 32, 119, 33, 200, 3, 9]], np.int32)
@@ -76,6 +85,20 @@ def transformers_logits(folder, tokens):
     return np.array(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
+def transformers_folder(folder, config):
+    """An HF folder saved by `transformers` (no network) of a random model with `config` (a config.json's keys)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", HF_SAVE, str(folder), json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder
+
+
 def logits_with_weights(config, folder, tokens):
     """Logits of a model built from `config` with the weights of HF folder `folder`."""
     graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0)))
@@ -92,6 +115,11 @@ def assert_auto_tokenizer_matches(folder, tokenizer, eos_id, bos_id):
         assert ids == tokenizer.encode_batch([text])[0], text
         assert loaded.decode(ids) == text
     assert (loaded.eos_token_id, loaded.bos_token_id) == (eos_id, bos_id)
+
+
+def flat(params):
+    """The leaves of a parameter tree, by their paths, in order."""
+    return sorted((jax.tree_util.keystr(path), leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(params))
 
 
 def random_hf_folder(folder, config, seed):
@@ -202,7 +230,11 @@ def test_init_from_a_gpt2_folder_refuses_a_llama_only_field_the_user_set(gpt2_fo
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}}, "rope_type 'llama3' is not supported"),
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 8.0}}, "rope_type 'yarn' is not supported"),
+        (
+            {"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0}},
+            r"rope_parameters of rope_type 'llama3': .*high_freq_factor \(4\.0\) must exceed low_freq_factor",
+        ),
         ({"hidden_act": "gelu"}, "hidden_act is 'gelu'"),
         ({"head_dim": 16}, "head_dim 16 is not hidden_size / num_attention_heads"),
         ({"model_type": "mistral"}, "model_type 'mistral' is not one of 'llama', 'gpt2'"),
@@ -224,6 +256,50 @@ def test_a_model_built_from_the_resolved_config_gives_transformers_logits_on_the
     np.testing.assert_allclose(logits_with_weights(resolved, llama3_folder, TOKENS), theirs, rtol=1e-4, atol=1e-4)
     # What training with the run config's defaults did: the same weights give other logits.
     assert np.abs(logits_with_weights(DEFAULTS_SAME_SHAPE, llama3_folder, TOKENS) - theirs).max() > 1e-2
+
+
+# Llama 3.1: its rotary scaling, over an original context short enough (16) that it changes every frequency.
+LLAMA31 = {
+    "model_type": "llama",
+    "vocab_size": 258,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+    "rope_theta": 500000.0,
+    "rms_norm_eps": 1e-5,
+    "initializer_range": 0.1,
+    "tie_word_embeddings": False,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    },
+}
+
+
+@pytest.mark.slow
+def test_a_llama_3_1_folder_saved_by_transformers_imports_with_its_rope_scaling_and_exports_bitwise(tmp_path):
+    folder = transformers_folder(tmp_path / "llama31", LLAMA31)
+    theirs = transformers_logits(folder, TOKENS)
+
+    resolved = model_for_init_from(model_config(), set(), folder)
+    assert resolved.rope_scaling == Llama3RopeScaling(factor=8.0, original_max_position_embeddings=16)
+    np.testing.assert_allclose(logits_with_weights(resolved, folder, TOKENS), theirs, rtol=1e-4, atol=1e-4)
+    unscaled = resolved.model_copy(update={"rope_scaling": None})
+    assert np.abs(logits_with_weights(unscaled, folder, TOKENS) - theirs).max() > 1e-2
+
+    config, params = load_hf_params(folder)
+    write_hf_model(tmp_path / "exported", config, params)
+    again, params_again = load_hf_params(tmp_path / "exported")
+    assert again == config
+    for (name, ours), (_, back) in zip(flat(params), flat(params_again), strict=True):
+        assert np.array_equal(np.asarray(ours), np.asarray(back)), name
+    np.testing.assert_allclose(transformers_logits(tmp_path / "exported", TOKENS), theirs, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow

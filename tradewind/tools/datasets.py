@@ -230,7 +230,7 @@ class DatasetSummary(BaseModel):
     documents: int = Field(description="Documents in all splits.")
     tokens: int = Field(description="Tokens in all splits.")
     sources: list[str] = Field(description="The first few input files.")
-    copies: list[str] = Field(default_factory=list, description="Its complete copies in buckets.")
+    copies: list[str] = Field(default_factory=list, description="Complete bucket copies.")
 
 
 class DatasetList(BaseModel):

@@ -85,7 +85,7 @@ class RunInfo(BaseModel):
         default_factory=list,
         description=f"Unreadable metrics.jsonl rows, as 'file:line: problem' (first {MAX_ROW_PROBLEMS}, then a count).",
     )
-    storage: str | None = Field(default=None, description="The bucket prefix of its files, if any.")
+    storage: str | None = Field(default=None, description="Bucket prefix of its files.")
 
 
 class WaitForRunResult(RunInfo):

@@ -99,7 +99,7 @@ class DatasetInfo(BaseModel):
     tokens: dict[str, int] = Field(description="Tokens per split, BOS/EOS included.")
     shards: int = Field(description="Shards the cache was built in.")
     bad_records: BadRecordReport
-    copies: list[str] = Field(default_factory=list, description="Its complete copies in buckets.")
+    copies: list[str] = Field(default_factory=list, description="Complete bucket copies.")
 
 
 def builtin_corpus_file(value: str, argument: str) -> Path:

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
+    BaseModel,
+    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -32,13 +34,36 @@ from pydantic import (
     WithJsonSchema,
     WrapValidator,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from tradewind.core import ConfigError
+from tradewind.core import ConfigError, parse_config
 from tradewind.trainer.models.base import PRESETS, TYPE_DESCRIPTION, BaseModelConfig, HFWeight, hf_key
 
 DEFAULT_TYPE = "llama"
+
+
+class Llama3RopeScaling(BaseModel):
+    """Llama 3.1's rotary scaling (`rope_type: llama3`), which stretches a model trained on
+    `original_max_position_embeddings` tokens to longer sequences: rotary frequencies whose wavelength is longer
+    than that context / `low_freq_factor` are divided by `factor`, those shorter than it / `high_freq_factor` are
+    kept, and those between are blended from the two."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)  # frozen: hashable, so a module may hold it
+
+    factor: float = Field(gt=0, le=1e6, description="What the low frequencies are divided by.")
+    low_freq_factor: float = Field(1.0, gt=0, le=1e6)
+    high_freq_factor: float = Field(4.0, gt=0, le=1e6)
+    original_max_position_embeddings: int = Field(8192, gt=0, le=10_000_000)
+
+    @model_validator(mode="after")
+    def _high_above_low(self) -> Llama3RopeScaling:
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                f"high_freq_factor ({self.high_freq_factor}) must exceed low_freq_factor ({self.low_freq_factor})"
+            )
+        return self
 
 
 class LlamaConfig(BaseModelConfig):
@@ -53,6 +78,7 @@ class LlamaConfig(BaseModelConfig):
         None, gt=0, le=1024, description="Key/value heads (llama); must divide n_heads. Null: n_heads."
     )
     rope_theta: float = Field(10000.0, gt=0, le=1e9, description="Rotary embedding base (llama).")
+    rope_scaling: Llama3RopeScaling | None = Field(None, description="Llama 3.1 rotary scaling (llama); null: none.")
 
     @field_validator("n_heads")
     @classmethod
@@ -106,16 +132,27 @@ class LlamaConfig(BaseModelConfig):
             "max_position_embeddings": self.max_seq_len,
             "rms_norm_eps": self.norm_eps,
             "rope_theta": self.rope_theta,
-            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+            "rope_parameters": {"rope_theta": self.rope_theta, **self._rope_kind()},
         }
+
+    def _rope_kind(self) -> dict[str, Any]:
+        if self.rope_scaling is None:
+            return {"rope_type": "default"}
+        return {"rope_type": "llama3", **self.rope_scaling.model_dump()}
 
     @classmethod
     def from_hf_config(cls, data: dict[str, Any], source: str | Path) -> LlamaConfig:
         cls._check_fixed(data, source)
         rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type != "default":
-            raise ConfigError(f"{source}: rope_type {rope_type!r} is not supported (only 'default', unscaled rotary)")
+        if rope_type not in ("default", "llama3"):
+            raise ConfigError(
+                f"{source}: rope_type {rope_type!r} is not supported (only 'default', unscaled rotary, and 'llama3')"
+            )
+        scaling = None
+        if rope_type == "llama3":
+            values = {k: v for k, v in rope.items() if k in Llama3RopeScaling.model_fields}
+            scaling = parse_config(Llama3RopeScaling, values, source=f"{source}: rope_parameters of rope_type 'llama3'")
         d_model, n_heads = hf_key(data, "hidden_size", source), hf_key(data, "num_attention_heads", source)
         if data.get("head_dim", d_model // n_heads) * n_heads != d_model:
             raise ConfigError(f"{source}: head_dim {data['head_dim']} is not hidden_size / num_attention_heads")
@@ -128,6 +165,7 @@ class LlamaConfig(BaseModelConfig):
             d_ff=hf_key(data, "intermediate_size", source),
             max_seq_len=data.get("max_position_embeddings", 2048),
             rope_theta=data.get("rope_theta") or rope.get("rope_theta", 10000.0),
+            rope_scaling=scaling,
             norm_eps=data.get("rms_norm_eps", 1e-6),
             # transformers' LlamaConfig unties them unless config.json says otherwise.
             tie_embeddings=data.get("tie_word_embeddings", False),
@@ -255,8 +293,9 @@ def _listed_schema() -> dict[str, Any]:
         }
     }
     for config_class in ARCHITECTURES.values():
-        for name, prop in config_class.model_json_schema()["properties"].items():
-            properties.setdefault(name, prop)
+        schema = config_class.model_json_schema()
+        for name, prop in schema["properties"].items():
+            properties.setdefault(name, _inlined(prop, schema.get("$defs", {})))
     return {
         "type": "object",
         "title": "ModelConfig",
@@ -264,6 +303,18 @@ def _listed_schema() -> dict[str, Any]:
         "properties": properties,
         "additionalProperties": False,
     }
+
+
+def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
+    """`schema` with each reference into `defs` (a nested model's schema) replaced by what it refers to: the
+    merged schema is embedded in others, where a `$ref` would point into their `$defs` instead."""
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            return _inlined(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+        return {key: _inlined(value, defs) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_inlined(item, defs) for item in schema]
+    return schema
 
 
 def _without_tag(data: Any, validate: ValidatorFunctionWrapHandler) -> BaseModelConfig:

@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from tradewind.core import ConfigError
 from tradewind.trainer.models.base import Attention, Remat
-from tradewind.trainer.models.configs import ModelConfig
+from tradewind.trainer.models.configs import Llama3RopeScaling, ModelConfig
 from tradewind.trainer.sharding import BATCH_AXES
 
 # A key/value cache: per layer `(k, v)`, each [batch, max_len, kv_heads, head_dim], and the next position.
@@ -47,15 +47,31 @@ class RMSNorm(nnx.Module):
         return (x32 * inv_rms * self.scale[...]).astype(x.dtype)
 
 
-def rotary_angles(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+def rotary_angles(
+    positions: jax.Array, head_dim: int, theta: float, scaling: Llama3RopeScaling | None = None
+) -> tuple[jax.Array, jax.Array]:
     """Cosines and sines of the rotary angles, each [seq, head_dim], for integer `positions` [seq].
 
     Channel pairs (i, i + head_dim / 2) share an angle, so each half of the last axis repeats the other.
     """
     inv_freq = theta ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [head_dim / 2]
+    if scaling is not None:
+        inv_freq = llama3_scaled(inv_freq, scaling)
     angles = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]  # [seq, head_dim / 2]
     angles = jnp.concatenate([angles, angles], axis=-1)  # [seq, head_dim]
     return jnp.cos(angles), jnp.sin(angles)
+
+
+def llama3_scaled(inv_freq: jax.Array, scaling: Llama3RopeScaling) -> jax.Array:
+    """The rotary frequencies `inv_freq` as Llama 3.1 scales them (see `Llama3RopeScaling`)."""
+    context = scaling.original_max_position_embeddings
+    wavelength = 2 * math.pi / inv_freq
+    long_ones = jnp.where(wavelength > context / scaling.low_freq_factor, inv_freq / scaling.factor, inv_freq)
+    # Between the two wavelengths, a blend that runs from the divided frequency to the kept one.
+    blend = (context / wavelength - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    blended = (1 - blend) * long_ones / scaling.factor + blend * long_ones
+    between = (wavelength >= context / scaling.high_freq_factor) & (wavelength <= context / scaling.low_freq_factor)
+    return jnp.where(between, blended, long_ones)
 
 
 def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:

@@ -37,7 +37,8 @@ class CausalSelfAttention(nnx.Module):
 
     def __init__(self, config: LlamaConfig, *, dtype: Any, attention: Attention, rngs: nnx.Rngs):
         d_model, self.n_heads, self.head_dim = config.d_model, config.n_heads, config.head_dim
-        self.kv_heads, self.rope_theta, self.attention = config.kv_heads, config.rope_theta, attention
+        self.kv_heads, self.attention = config.kv_heads, attention
+        self.rope_theta, self.rope_scaling = config.rope_theta, config.rope_scaling
         init = nnx.initializers.normal(config.init_std)
         kv_width = self.kv_heads * self.head_dim
         linear = dict(use_bias=False, dtype=dtype, rngs=rngs)
@@ -49,7 +50,7 @@ class CausalSelfAttention(nnx.Module):
     def __call__(self, x, positions, layer_cache=None):
         batch, seq, _ = x.shape  # [batch, seq, d_model]
         # The same angles in every layer: under jit, XLA computes them once.
-        cos, sin = rotary_angles(positions, self.head_dim, self.rope_theta)  # [seq, head_dim] each
+        cos, sin = rotary_angles(positions, self.head_dim, self.rope_theta, self.rope_scaling)  # [seq, head_dim]
         rows = x.reshape(batch * seq, -1)  # the projections run on 2-D rows, see `over_token_rows`
         q = apply_rotary(self.q_proj(rows).reshape(batch, seq, self.n_heads, self.head_dim), cos, sin)
         k = apply_rotary(self.k_proj(rows).reshape(batch, seq, self.kv_heads, self.head_dim), cos, sin)
