@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tradewind.core import ConfigError
+from tradewind.core import ConfigError, NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer, train_bpe_tokenizer
 from tradewind.trainer import GPT2Config, model_config, train
 from tradewind.trainer.hf import (
@@ -42,7 +42,7 @@ import json, sys
 import torch, transformers
 torch.manual_seed(0)
 config = transformers.AutoConfig.for_model(**json.loads(sys.argv[2]))
-transformers.AutoModelForCausalLM.from_config(config).save_pretrained(sys.argv[1])
+transformers.AutoModelForCausalLM.from_config(config).save_pretrained(sys.argv[1], max_shard_size=sys.argv[3])
 """
 
 TOKENS = np.array([[5, 72, 101, 108, 108, 111, 32, 119, 33, 200, 3, 9]], np.int32)
@@ -85,12 +85,13 @@ def transformers_logits(folder, tokens):
     return np.array(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-def transformers_folder(folder, config):
-    """An HF folder saved by `transformers` (no network) of a random model with `config` (a config.json's keys)."""
+def transformers_folder(folder, config, max_shard_size="5GB"):
+    """An HF folder saved by `transformers` (no network) of a random model with `config` (a config.json's keys),
+    in shards of at most `max_shard_size`."""
     pytest.importorskip("transformers")
     pytest.importorskip("torch")
     result = subprocess.run(
-        [sys.executable, "-I", "-c", HF_SAVE, str(folder), json.dumps(config)],
+        [sys.executable, "-I", "-c", HF_SAVE, str(folder), json.dumps(config), max_shard_size],
         capture_output=True,
         text=True,
         timeout=300,
@@ -300,6 +301,21 @@ def test_a_llama_3_1_folder_saved_by_transformers_imports_with_its_rope_scaling_
     for (name, ours), (_, back) in zip(flat(params), flat(params_again), strict=True):
         assert np.array_equal(np.asarray(ours), np.asarray(back)), name
     np.testing.assert_allclose(transformers_logits(tmp_path / "exported", TOKENS), theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_folder_saved_in_shards_imports_from_its_index_and_a_missing_shard_is_named(tmp_path):
+    folder = transformers_folder(tmp_path / "sharded", LLAMA31, max_shard_size="50KB")
+    shards = sorted(set(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"].values()))
+    assert len(shards) > 1 and not (folder / "model.safetensors").exists()
+
+    resolved = model_for_init_from(model_config(), set(), folder)
+    theirs = transformers_logits(folder, TOKENS)
+    np.testing.assert_allclose(logits_with_weights(resolved, folder, TOKENS), theirs, rtol=1e-4, atol=1e-4)
+
+    (folder / shards[-1]).unlink()
+    with pytest.raises(NotFoundError, match=rf"index\.json names the shard {shards[-1]}, which is not in"):
+        load_hf_params(folder)
 
 
 @pytest.mark.slow

@@ -39,6 +39,8 @@ from tradewind.data import Tokenizer, TokenizerInfo, load_tokenizer, write_hf_to
 from tradewind.trainer.models.base import PRESETS
 from tradewind.trainer.models.configs import ARCHITECTURES, ModelConfig
 
+SHARDED_INDEX = "model.safetensors.index.json"
+
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     """Write float32 `tensors` as a safetensors file."""
@@ -286,10 +288,30 @@ def load_hf_params(directory: Path) -> tuple[ModelConfig, dict[str, Any]]:
     """Read an HF model directory: its `ModelConfig` and a pure parameter dict for `setup_training`.
 
     Raises:
-        NotFoundError: `config.json` or `model.safetensors` is missing.
+        NotFoundError: `config.json` is missing, or the weights (`model.safetensors`, or a shard the sharded
+            index names).
+        ConfigError: the index names a tensor its shard does not hold.
     """
     directory = Path(directory)
     config = read_hf_config(directory)
-    if not (directory / "model.safetensors").is_file():
-        raise NotFoundError(f"init_from: {directory} has no model.safetensors")
-    return config, from_hf_tensors(read_safetensors(directory / "model.safetensors"), config)
+    return config, from_hf_tensors(read_hf_tensors(directory), config)
+
+
+def read_hf_tensors(directory: Path) -> dict[str, np.ndarray]:
+    """The tensors of an HF model directory: `model.safetensors`, or the shards `model.safetensors.index.json`
+    maps each tensor to (what `save_pretrained` writes for a large model)."""
+    index = directory / SHARDED_INDEX
+    if not index.is_file():
+        if not (directory / "model.safetensors").is_file():
+            raise NotFoundError(f"init_from: {directory} has no model.safetensors (nor {SHARDED_INDEX})")
+        return read_safetensors(directory / "model.safetensors")
+    weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+    tensors: dict[str, np.ndarray] = {}
+    for shard in sorted(set(weight_map.values())):
+        if not (directory / shard).is_file():
+            raise NotFoundError(f"init_from: {index} names the shard {shard}, which is not in {directory}")
+        tensors.update(read_safetensors(directory / shard))
+    missing = sorted(name for name in weight_map if name not in tensors)
+    if missing:
+        raise ConfigError(f"{index}: {len(missing)} tensor(s) are not in the shards it names, e.g. {missing[0]}")
+    return tensors
