@@ -317,7 +317,7 @@ class Executor:
         url = self.output_url(step)
         clear_outputs(out)
         # The copy lands beside `out`, then moves in: `out` keeps the lease and lock this executor holds.
-        with heartbeat(lease, self.heartbeat_s), scratch_folder(out, "download") as fetched:
+        with heartbeat(lease, self.heartbeat_s), scratch_folder(out) as fetched:
             download_folder(url, fetched)
             check_held(step, lease)
             for child in fetched.iterdir():
@@ -362,9 +362,9 @@ def clear_outputs(out: Path) -> None:
 
 
 @contextlib.contextmanager
-def scratch_folder(out: Path, purpose: str) -> Iterator[Path]:
+def scratch_folder(out: Path) -> Iterator[Path]:
     """A path for a folder beside `out`, hidden and unique to this call; whatever is there is removed after."""
-    folder = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.{purpose}")
+    folder = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.download")
     try:
         yield folder
     finally:

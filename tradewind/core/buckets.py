@@ -102,6 +102,11 @@ def join_url(url: str, *parts: str) -> str:
     return "/".join([url.rstrip("/"), *(part.strip("/") for part in parts)])
 
 
+def url_name(url: str) -> str:
+    """The last part of `url`, as a folder's name: `gs://b/runs/run-1` -> `run-1`."""
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
 def remote_fs(url: str) -> tuple[Any, str]:
     """The fsspec filesystem of bucket URL `url`, and the path inside it (`bucket/key`).
 

@@ -28,6 +28,7 @@ from tradewind.core.buckets import (
     join_url,
     remote_fs,
     upload_folder,
+    url_name,
 )
 from tradewind.data.token_cache import MANIFEST
 from tradewind.tools.context import Progress, ToolContext
@@ -81,9 +82,7 @@ def publish_dataset(ctx: ToolContext, cache: Path, storage: str, progress: Progr
     """The URL of token cache `cache`'s copy at `<storage>/datasets/<id>`, copied there unless complete, and
     noted in the cache's `copies.json` (what `list_datasets` shows)."""
     url = copy_once(cache, join_url(storage, "datasets", cache.name), progress)
-    known = dataset_copies(cache)
-    if url not in known:
-        ctx.workspace.write_atomic(cache / COPIES, json.dumps([*known, url]), argument="dataset")
+    _note_copy(ctx, cache, url, argument="dataset")
     return url
 
 
@@ -96,11 +95,10 @@ def fetch_dataset(ctx: ToolContext, url: str, argument: str, progress: Progress)
         NotFoundError: `url` holds no complete copy.
     """
     url = ctx.check_bucket(url, argument)
-    folder = ctx.workspace.dataset_dir(url.rstrip("/").rsplit("/", 1)[-1], must_exist=False)
+    folder = ctx.workspace.dataset_dir(url_name(url), must_exist=False)
     if not (folder / MANIFEST).is_file():
         download_folder(url, folder, copy_progress(progress, f"copying {url}"))
-    if url not in dataset_copies(folder):
-        ctx.workspace.write_atomic(folder / COPIES, json.dumps([*dataset_copies(folder), url]), argument=argument)
+    _note_copy(ctx, folder, url, argument)
     return folder
 
 
@@ -122,10 +120,17 @@ def fetch_model(ctx: ToolContext, url: str, progress: Progress) -> Path:
             f"folder there with `tradewind export RUN --out {url}` or tradewind.core.buckets.upload_folder"
         ) from None
     digest = hashlib.sha256(url.encode() + marker).hexdigest()[:12]
-    folder = ctx.workspace.root / MODELS_DIR / f"{url.rsplit('/', 1)[-1]}-{digest}"
+    folder = ctx.workspace.root / MODELS_DIR / f"{url_name(url)}-{digest}"
     if not folder.is_dir():
         download_folder(url, folder, copy_progress(progress, f"copying {url}"))
     return folder
+
+
+def _note_copy(ctx: ToolContext, cache: Path, url: str, argument: str) -> None:
+    """Add `url` to the bucket copies `cache`'s `copies.json` lists, unless it is there."""
+    known = dataset_copies(cache)
+    if url not in known:
+        ctx.workspace.write_atomic(cache / COPIES, json.dumps([*known, url]), argument=argument)
 
 
 def dataset_copies(cache: Path) -> list[str]:

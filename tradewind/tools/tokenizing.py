@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import get_task_runner
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
-from tradewind.core.buckets import check_access, is_remote
+from tradewind.core.buckets import check_access, is_remote, join_url
 from tradewind.core.workspace import check_path_text
 from tradewind.data import (
     BUILTIN_CORPORA,
@@ -187,13 +187,16 @@ def tokenize_dataset(
     reported (set strict to fail instead). With settings.yaml's `storage`, the cache is also copied to
     `<storage>/datasets/<id>`.
     """
-    storage = ctx.settings().storage
-    if storage is not None:
-        check_access(storage, argument="storage")  # before the work, not after it
     sources = _input_sources(ctx, request.input)
     tokenizer = load_tokenizer(_resolve_tokenizer(ctx, request.tokenizer))
     dataset_id = cache_id(sources, tokenizer, request)
     out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
+    storage = ctx.settings().storage
+    # A cache copied there before is not probed or copied again (a launch checks that its copy is complete).
+    copied = storage is not None and join_url(storage, "datasets", dataset_id) in dataset_copies(out_dir)
+    copy_to = None if copied else storage
+    if copy_to is not None:
+        check_access(copy_to, argument="storage")  # before the work, not after it
     reused = (out_dir / MANIFEST).exists()
     if reused:
         manifest = open_token_cache(out_dir, ctx.workspace.reader("input")).manifest
@@ -207,8 +210,8 @@ def tokenize_dataset(
             exist_ok=True,  # another call may finish the same cache first; then it is reused
             progress=lambda done, total: progress(done, total, "input bytes tokenized"),
         )
-    if storage is not None:
-        publish_dataset(ctx, out_dir, storage, progress)
+    if copy_to is not None:
+        publish_dataset(ctx, out_dir, copy_to, progress)
     return _info(dataset_id, out_dir, reused, manifest, dataset_copies(out_dir))
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tradewind.cluster.jobs import local_dir
 from tradewind.core import atomic_write_bytes
-from tradewind.core.buckets import download_folder, is_remote, join_url, read_objects, upload_files
+from tradewind.core.buckets import download_folder, is_remote, join_url, read_objects, upload_files, url_name
 from tradewind.trainer.distributed import is_main_process
 from tradewind.trainer.hooks import CheckpointHook, Interval
 from tradewind.trainer.layout import MIRRORED, RunLayout
@@ -48,7 +48,7 @@ class RemoteRun:
     @classmethod
     def open(cls, url: str) -> RemoteRun:
         """Copy the run's files this process needs from `url` into its private folder."""
-        remote = cls(url, local_dir() / "runs" / url.rstrip("/").rsplit("/", 1)[-1])
+        remote = cls(url, local_dir() / "runs" / url_name(url))
         remote.layout.root.mkdir(parents=True, exist_ok=True)
         for name, data in read_objects(remote.url, PULLED).items():
             atomic_write_bytes(remote.layout.root / name, data)
@@ -57,7 +57,7 @@ class RemoteRun:
     def fetch(self, url: str, kind: str) -> Path:
         """The folder (a token cache, a model) at bucket prefix `url`, copied whole into this process's folder
         `<kind>/` once per process: a copy lands whole or not at all (`download_folder`)."""
-        local = local_dir() / kind / url.rstrip("/").rsplit("/", 1)[-1]
+        local = local_dir() / kind / url_name(url)
         if not local.is_dir():
             started = time.monotonic()
             download_folder(url, local, progress=_Report(url))
@@ -91,7 +91,7 @@ def parent_files(resume_from: str) -> tuple[str | Path, Path]:
     if not is_remote(resume_from):
         parent = RunLayout(Path(resume_from))
         return parent.checkpoints, parent.metrics
-    copy = RunLayout(local_dir() / "parents" / resume_from.rstrip("/").rsplit("/", 1)[-1])
+    copy = RunLayout(local_dir() / "parents" / url_name(resume_from))
     copy.root.mkdir(parents=True, exist_ok=True)
     rows = read_objects(resume_from, (copy.metrics.name,)).get(copy.metrics.name, b"")
     atomic_write_bytes(copy.metrics, rows)
