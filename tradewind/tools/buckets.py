@@ -120,7 +120,8 @@ def fetch_model(ctx: ToolContext, url: str, progress: Progress) -> Path:
             f"folder there with `tradewind export RUN --out {url}` or tradewind.core.buckets.upload_folder"
         ) from None
     digest = hashlib.sha256(url.encode() + marker).hexdigest()[:12]
-    folder = ctx.workspace.root / MODELS_DIR / f"{url_name(url)}-{digest}"
+    # Made through the workspace first, so a link planted in its place, leading out, is refused.
+    folder = ctx.workspace.make_dir(MODELS_DIR, argument="init_from") / f"{url_name(url)}-{digest}"
     if not folder.is_dir():
         download_folder(url, folder, copy_progress(progress, f"copying {url}"))
     return folder
@@ -128,15 +129,18 @@ def fetch_model(ctx: ToolContext, url: str, progress: Progress) -> Path:
 
 def _note_copy(ctx: ToolContext, cache: Path, url: str, argument: str) -> None:
     """Add `url` to the bucket copies `cache`'s `copies.json` lists, unless it is there."""
-    known = dataset_copies(cache)
+    known = dataset_copies(ctx, cache, argument)
     if url not in known:
         ctx.workspace.write_atomic(cache / COPIES, json.dumps([*known, url]), argument=argument)
 
 
-def dataset_copies(cache: Path) -> list[str]:
-    """The bucket URLs token cache `cache` has been copied to (or from)."""
+def dataset_copies(ctx: ToolContext, cache: Path, argument: str = "dataset") -> list[str]:
+    """The bucket URLs token cache `cache` has been copied to (or from), read through the workspace."""
     path = cache / COPIES
-    return json.loads(path.read_text()) if path.is_file() else []
+    if not (path.is_file() or path.is_symlink()):
+        return []
+    with ctx.workspace.open(path, argument=argument) as file:
+        return json.loads(file.read())
 
 
 def folder_digest(folder: Path) -> str:

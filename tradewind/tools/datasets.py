@@ -255,6 +255,7 @@ def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList
         try:
             ctx.workspace.dataset_dir(folder.name)  # a valid id, and no symlink out of the workspace
             manifest = open_token_cache(folder, ctx.workspace.reader("dataset_id")).manifest
+            copies = dataset_copies(ctx, folder, "dataset_id")
         except TradewindError:
             continue  # a cache of another format, or a stray folder: not something to train on
         found.append(
@@ -266,7 +267,7 @@ def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList
                 documents=sum(s.documents for s in manifest.splits.values()),
                 tokens=sum(s.tokens for s in manifest.splits.values()),
                 sources=[cut_path(source.path) for source in manifest.sources[:3]],
-                copies=dataset_copies(folder),
+                copies=copies,
             )
         )
     found.sort(key=lambda summary: (summary.created, summary.dataset_id), reverse=True)

@@ -193,7 +193,7 @@ def tokenize_dataset(
     out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
     storage = ctx.settings().storage
     # A cache copied there before is not probed or copied again (a launch checks that its copy is complete).
-    copied = storage is not None and join_url(storage, "datasets", dataset_id) in dataset_copies(out_dir)
+    copied = storage is not None and join_url(storage, "datasets", dataset_id) in dataset_copies(ctx, out_dir, "input")
     copy_to = None if copied else storage
     if copy_to is not None:
         check_access(copy_to, argument="storage")  # before the work, not after it
@@ -212,7 +212,7 @@ def tokenize_dataset(
         )
     if copy_to is not None:
         publish_dataset(ctx, out_dir, copy_to, progress)
-    return _info(dataset_id, out_dir, reused, manifest, dataset_copies(out_dir))
+    return _info(dataset_id, out_dir, reused, manifest, dataset_copies(ctx, out_dir, "input"))
 
 
 class TrainTokenizerRequest(BaseModel):
