@@ -15,6 +15,12 @@ Prints readable lines (also a 4-shard `ShardedTokens` stream, a two-source `Mixt
 `iter_batches` with background prefetch), then one JSON line: value = our tokens/s, baseline = the bare
 memmap tokens/s, ratio = value / baseline (higher is better; target >= 0.8 and >= 10 M tokens/s).
 
+The same file also holds documents (geometric lengths, mean `DOC_TOKENS`) with a memory-mapped uint8 loss
+mask beside it: `DocumentLoader(memmap, mask, document_starts, batch_size=16, seq_len=1024).batch(step)`
+builds whole-document windows with segment ids, positions and the loss mask. The JSON line adds its
+tokens/s as `documents` and `documents_ratio` = that / PackedLoader's (same process, same file), and the
+seconds its constructor took to pack the documents into windows as `documents_pack_s`.
+
 With `--remote`: training from a bucket's copy of the cache against training from the local cache. The same
 small run (Tiny Shakespeare, `REMOTE_RUN`) is launched through `launch_training` on the local backend,
 alternately with its cache in the workspace and with `storage` on a `gcp-storage-emulator` on loopback (the
@@ -37,8 +43,10 @@ from pathlib import Path
 import numpy as np
 
 from tradewind.data import MixtureLoader, PackedLoader, ShardedTokens
+from tradewind.data.packing import DocumentLoader
 
 BATCH, SEQ = 16, 1024
+DOC_TOKENS = 300
 SECONDS = 2.0
 
 
@@ -100,11 +108,29 @@ def run(work: Path, count: int) -> None:
     prefetch_rate = rate(lambda step: next(prefetched))
     prefetched.close()
 
+    mask_path = work / "loss_mask.bin"
+    with open(mask_path, "wb") as f:
+        for start in range(0, count, 10_000_000):
+            f.write(rng.integers(0, 2, size=min(10_000_000, count - start), dtype=np.uint8).tobytes())
+    mask = np.memmap(mask_path, dtype=np.uint8, mode="r")
+    lengths = rng.geometric(1 / DOC_TOKENS, size=2 * count // DOC_TOKENS + 10)
+    ends = np.cumsum(lengths)
+    document_starts = np.concatenate([[0], ends[ends < count], [count]]).astype(np.int64)
+    start = time.perf_counter()
+    documents = DocumentLoader(tokens, mask, document_starts, batch_size=BATCH, seq_len=SEQ, seed=0)
+    pack_s = time.perf_counter() - start
+    documents_rate = rate(documents.batch)
+
     print(f"bare np.memmap random windows: {baseline / 1e6:8.1f} M tokens/s")
     print(f"PackedLoader.batch:            {ours / 1e6:8.1f} M tokens/s")
     print(f"  over 4 shards (ShardedTokens): {sharded_rate / 1e6:6.1f} M tokens/s")
     print(f"  MixtureLoader, 2 sources:      {mixture_rate / 1e6:6.1f} M tokens/s")
     print(f"  iter_batches(prefetch=4):      {prefetch_rate / 1e6:6.1f} M tokens/s (consumer side)")
+    print(
+        f"DocumentLoader.batch:          {documents_rate / 1e6:8.1f} M tokens/s ({documents_rate / ours:.2f}x "
+        f"PackedLoader; {documents.num_documents:,} documents packed into {documents.num_windows:,} windows "
+        f"in {pack_s:.2f} s)"
+    )
     print(
         json.dumps(
             {
@@ -113,6 +139,9 @@ def run(work: Path, count: int) -> None:
                 "baseline": round(baseline),
                 "ratio": round(ours / baseline, 3),
                 "unit": "tokens/s",
+                "documents": round(documents_rate),
+                "documents_ratio": round(documents_rate / ours, 3),
+                "documents_pack_s": round(pack_s, 3),
             }
         )
     )

@@ -2,13 +2,12 @@
 tokenizer, and HF weights are only loaded into the model their config.json describes."""
 
 import json
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 from flax import nnx
+from hf_models import TOKENS, flat, logits_with_weights, transformers_folder, transformers_logits
 
 from tradewind.core import ConfigError, NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer, train_bpe_tokenizer
@@ -26,26 +25,7 @@ from tradewind.trainer.hf import (
 from tradewind.trainer.models import build_model, init_cache
 from tradewind.trainer.models.configs import Llama3RopeScaling
 from tradewind.trainer.restore import load_run_model
-from tradewind.trainer.setup import replace_params, setup_training
-
-HF_CHECK = """
-import json, sys
-import torch, transformers
-model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
-tokens = torch.tensor(json.loads(sys.argv[2]))
-with torch.no_grad():
-    print(json.dumps(model(tokens).logits.numpy().tolist()))
-"""
-
-HF_SAVE = """
-import json, sys
-import torch, transformers
-torch.manual_seed(0)
-config = transformers.AutoConfig.for_model(**json.loads(sys.argv[2]))
-transformers.AutoModelForCausalLM.from_config(config).save_pretrained(sys.argv[1], max_shard_size=sys.argv[3])
-"""
-
-TOKENS = np.array([[5, 72, 101, 108, 108, 111, 32, 119, 33, 200, 3, 9]], np.int32)
+from tradewind.trainer.setup import setup_training
 
 # Llama 3's rotary base and norm epsilon, both unlike ModelConfig's defaults, on random weights large
 # enough (init_std 0.1) that either setting moves the logits far beyond the comparison's tolerance.
@@ -70,43 +50,6 @@ DEFAULTS_SAME_SHAPE = LLAMA3_STYLE.model_copy(update={"rope_theta": 10000.0, "no
 TEXTS = ["plain ASCII, don't stop .", "é, naïve café", "emoji 🎉🚀 and CJK 中文字符", "  spaces\n\nnewlines\ttab \r\n"]
 
 
-def transformers_logits(folder, tokens):
-    """The `transformers` model's logits for `tokens`, computed in a fresh interpreter that imports only torch
-    and transformers."""
-    pytest.importorskip("transformers")
-    pytest.importorskip("torch")
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", HF_CHECK, str(folder), json.dumps(tokens.tolist())],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return np.array(json.loads(result.stdout.strip().splitlines()[-1]))
-
-
-def transformers_folder(folder, config, max_shard_size="5GB"):
-    """An HF folder saved by `transformers` (no network) of a random model with `config` (a config.json's keys),
-    in shards of at most `max_shard_size`."""
-    pytest.importorskip("transformers")
-    pytest.importorskip("torch")
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", HF_SAVE, str(folder), json.dumps(config), max_shard_size],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return folder
-
-
-def logits_with_weights(config, folder, tokens):
-    """Logits of a model built from `config` with the weights of HF folder `folder`."""
-    graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0)))
-    _, pure = load_hf_params(folder)
-    return np.asarray(nnx.merge(graphdef, replace_params(params, pure))(tokens))
-
-
 def assert_auto_tokenizer_matches(folder, tokenizer, eos_id, bos_id):
     """`AutoTokenizer` loads `folder` as `tokenizer`: same ids for TEXTS, text back on decoding, same EOS/BOS."""
     transformers = pytest.importorskip("transformers")
@@ -116,11 +59,6 @@ def assert_auto_tokenizer_matches(folder, tokenizer, eos_id, bos_id):
         assert ids == tokenizer.encode_batch([text])[0], text
         assert loaded.decode(ids) == text
     assert (loaded.eos_token_id, loaded.bos_token_id) == (eos_id, bos_id)
-
-
-def flat(params):
-    """The leaves of a parameter tree, by their paths, in order."""
-    return sorted((jax.tree_util.keystr(path), leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(params))
 
 
 def random_hf_folder(folder, config, seed):
@@ -237,8 +175,13 @@ def test_init_from_a_gpt2_folder_refuses_a_llama_only_field_the_user_set(gpt2_fo
             r"rope_parameters of rope_type 'llama3': .*high_freq_factor \(4\.0\) must exceed low_freq_factor",
         ),
         ({"hidden_act": "gelu"}, "hidden_act is 'gelu'"),
-        ({"head_dim": 16}, "head_dim 16 is not hidden_size / num_attention_heads"),
-        ({"model_type": "mistral"}, "model_type 'mistral' is not one of 'llama', 'gpt2'"),
+        ({"attention_bias": True}, "attention_bias is True; Tradewind implements only False"),
+        ({"head_dim": 15}, r"head_dim: Value error, d_head \(15\) must be even"),
+        ({"num_attention_heads": 3}, r"num_attention_heads: Value error, d_model \(32\) must be divisible"),
+        (
+            {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]},
+            r"model_type 'phi3' \(Phi3ForCausalLM\) is not one of 'llama', 'gpt2', 'mistral', 'qwen2', 'qwen3'",
+        ),
     ],
 )
 def test_an_hf_config_tradewind_cannot_build_is_refused_naming_the_key(tmp_path, change, message):

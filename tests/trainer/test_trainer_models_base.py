@@ -26,6 +26,15 @@ def test_flops_per_token_is_six_times_matmul_weights_plus_the_attention_term():
     assert config.flops_per_token(seq_len=256) == 6 * matmul + 12 * 2 * 64 * 256
 
 
+def test_flops_per_token_counts_the_query_heads_width_when_the_head_width_is_its_own():
+    config = model_config(
+        type="qwen3", vocab_size=100, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_head=32, d_ff=128
+    )
+    q, kv = 4 * 32, 2 * 32  # query and key/value widths: wider than d_model
+    matmul = 2 * (2 * 64 * q + 2 * 64 * kv + 3 * 64 * 128) + 64 * 100
+    assert config.flops_per_token(seq_len=256) == 6 * matmul + 12 * 2 * q * 256
+
+
 def test_flops_per_token_of_gpt2_is_the_same_formula_over_its_own_matmul_weights():
     config = GPT2Config(vocab_size=100, d_model=64, n_layers=2, n_heads=4, d_ff=128)
     matmul = 2 * (4 * 64 * 64 + 2 * 64 * 128) + 64 * 100  # qkv and out; MLP in and out; the output head
@@ -37,8 +46,11 @@ def test_flops_per_token_of_gpt2_is_the_same_formula_over_its_own_matmul_weights
     [
         (LlamaConfig(vocab_size=300, tie_embeddings=False, init_std=0.01), "LlamaForCausalLM", "llama"),
         (GPT2Config(vocab_size=300, tie_embeddings=True, init_std=0.03), "GPT2LMHeadModel", "gpt2"),
+        (model_config(type="mistral", vocab_size=300, tie_embeddings=False), "MistralForCausalLM", "mistral"),
+        (model_config(type="qwen2", vocab_size=300, tie_embeddings=True), "Qwen2ForCausalLM", "qwen2"),
+        (model_config(type="qwen3", vocab_size=300, tie_embeddings=False), "Qwen3ForCausalLM", "qwen3"),
     ],
-    ids=["llama", "gpt2"],
+    ids=["llama", "gpt2", "mistral", "qwen2", "qwen3"],
 )
 def test_the_hf_config_names_the_architecture_and_carries_the_shared_fields(config, architecture, model_type):
     hf = config.hf_config()

@@ -8,7 +8,16 @@ from flax import nnx
 
 from tradewind.core import ConfigError, parse_config
 from tradewind.core.config import describe_validation_error
-from tradewind.trainer import ARCHITECTURES, GPT2Config, LlamaConfig, TrainConfig, build_model, model_config
+from tradewind.trainer import (
+    ARCHITECTURES,
+    GPT2Config,
+    Llama,
+    LlamaConfig,
+    TrainConfig,
+    build_model,
+    count_params,
+    model_config,
+)
 
 SHAPE = {"vocab_size": 40, "d_model": 16, "n_layers": 2, "n_heads": 2, "max_seq_len": 8}
 
@@ -75,3 +84,46 @@ def test_the_hf_mapping_names_every_parameter_of_the_built_model_once(model_type
 
     assert sorted(mapped, key=str) == sorted(leaves, key=str)
     assert len({weight.name for weight in config.hf_weights()}) == len(mapped)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"type": "mistral", "n_kv_heads": 2, "tie_embeddings": False},
+        {"type": "qwen2", "n_kv_heads": 2},
+        {"type": "qwen2", "n_kv_heads": 1, "d_head": 4, "tie_embeddings": False},
+        {"type": "qwen3", "n_kv_heads": 2, "d_head": 32},
+        {"type": "llama", "d_head": 16, "d_ff": 80},
+    ],
+)
+def test_the_llama_kin_count_their_biases_norms_and_head_width_as_the_built_model_has_them(fields):
+    config = model_config(vocab_size=258, d_model=32, n_layers=2, n_heads=4, max_seq_len=64, **fields)
+
+    model = build_model(config, rngs=nnx.Rngs(0))
+
+    assert type(model) is Llama
+    assert model.blocks[0].attn.q_proj.kernel.shape == (32, 4 * config.head_dim)
+    assert config.count_params() == count_params(model)
+
+
+def test_qwen2_has_query_key_value_biases_and_qwen3_query_key_norms_where_llama_has_neither():
+    def attention(model_type):
+        return build_model(model_config(type=model_type, **SHAPE), rngs=nnx.Rngs(0)).blocks[0].attn
+
+    llama, qwen2, qwen3 = attention("llama"), attention("qwen2"), attention("qwen3")
+
+    assert [llama.q_proj.bias, llama.q_norm, qwen3.q_proj.bias, qwen2.q_norm] == [None] * 4
+    assert qwen2.q_proj.bias.shape == (16,) and qwen2.o_proj.bias is None
+    assert qwen3.q_norm.scale.shape == qwen3.k_norm.scale.shape == (8,)  # one head's width
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"d_model": 36, "n_heads": 4}, r"n_heads\n.*head size d_model / n_heads = 9 must be even"),
+        ({"d_head": 9}, r"d_head\n.*d_head \(9\) must be even"),
+    ],
+)
+def test_an_odd_head_width_is_refused_for_rotary_embeddings(fields, message):
+    with pytest.raises(pydantic.ValidationError, match=message):
+        model_config(**fields)

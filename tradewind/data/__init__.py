@@ -2,22 +2,25 @@
 
 This layer owns everything between a text file and a `[batch, seq_len + 1]` array of token ids:
 readers (text, JSONL and Parquet over fsspec URLs, plain, gzip or zstandard, with a bad-record policy),
-`Dataset` transform pipelines, tokenizers (bytes, Hugging Face files, BPE training), the sharded,
-resumable on-disk token cache and its manifest, the step-addressed packed and mixture loaders, and the
-built-in corpora. Parallel work goes through `tradewind.cluster`'s task runners. It may import only
-`tradewind.core` and `tradewind.cluster` (never the trainer, tools, server or prompts), plus numpy,
-pyarrow, tokenizers, zstandard, fsspec and pydantic; it never imports jax, so data work runs on
-machines without an accelerator. See `docs/data.md`.
+`Dataset` transform pipelines, tokenizers (bytes, Hugging Face files and folders, BPE training, chat
+templates), chat and prompt-completion examples with their loss masks, the sharded, resumable on-disk token
+cache and its manifest, the step-addressed loaders (packed windows, whole documents with segment ids,
+mixtures), and the built-in corpora. Parallel work goes through `tradewind.cluster`'s task runners. It may
+import only `tradewind.core` and `tradewind.cluster` (never the trainer, tools, server or prompts), plus
+numpy, pyarrow, tokenizers, jinja2, zstandard, fsspec and pydantic; it never imports jax, so data work runs
+on machines without an accelerator. See `docs/data.md`.
 """
 
 from tradewind.data.bad_records import BadRecords
 from tradewind.data.cache import build_token_cache, cache_id
+from tradewind.data.chat import ChatTemplateError
 from tradewind.data.corpora import BUILTIN_CORPORA, builtin_corpus_path
 from tradewind.data.dataset import Dataset, WriteResult
 from tradewind.data.loader import PackedLoader, StepLoader
 from tradewind.data.mixture import MixtureLoader
+from tradewind.data.packing import DocumentBatch, DocumentLoader
 from tradewind.data.permutation import FeistelPermutation
-from tradewind.data.readers import GLOB_CHARS, Document, Format, list_input_files, read_documents
+from tradewind.data.readers import GLOB_CHARS, Document, DocumentFormat, Format, list_input_files, read_documents
 from tradewind.data.shards import ShardStats
 from tradewind.data.stream import ShardedTokens
 from tradewind.data.token_cache import CacheManifest, SplitStats, TokenCache, TokenizerInfo, open_token_cache
@@ -25,6 +28,7 @@ from tradewind.data.tokenize_config import SourceFile, TokenizeConfig, source_fi
 from tradewind.data.tokenizers import (
     ByteTokenizer,
     HFTokenizer,
+    HFTokenizerConfig,
     Tokenizer,
     load_tokenizer,
     train_bpe_tokenizer,
@@ -37,11 +41,16 @@ __all__ = [
     "BadRecords",
     "ByteTokenizer",
     "CacheManifest",
+    "ChatTemplateError",
     "Dataset",
     "Document",
+    "DocumentBatch",
+    "DocumentLoader",
+    "DocumentFormat",
     "FeistelPermutation",
     "Format",
     "HFTokenizer",
+    "HFTokenizerConfig",
     "MixtureLoader",
     "PackedLoader",
     "ShardStats",

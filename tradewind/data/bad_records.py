@@ -1,9 +1,11 @@
 """The bad-record policy: skip and count malformed input records, or fail on the first one.
 
-A bad record is a malformed JSON line, a missing or non-string text field, a line of invalid UTF-8, or an
-empty or truncated compressed file. Readers hand each one to a `BadRecords` collector: in the default
-policy it counts them per file and keeps the first few as `file:line: reason`; with `strict=True` it
-raises `InvalidInputError("file:line: reason")` instead. Nothing is ever dropped without being counted.
+A bad record is a malformed JSON line, a missing or non-string text field, a line of invalid UTF-8, an
+empty or truncated compressed file, or a chat or prompt_completion record that makes no example (an unknown
+role, missing content, a chat template that fails on it; see `chat.py`). Readers hand each one to a
+`BadRecords` collector: in the default policy it counts them per file and keeps the first few as
+`file:line: reason`; with `strict=True` it raises `InvalidInputError("file:line: reason")` instead. Nothing
+is ever dropped without being counted.
 
 Example:
     bad = BadRecords()
@@ -18,6 +20,11 @@ import pydantic
 from tradewind.core import InvalidInputError
 
 MAX_EXAMPLES = 10
+
+
+class RecordError(Exception):
+    """A record is bad for the reason in the message; whoever read it hands that to `BadRecords.add` with the
+    record's file and line (`readers.read_file_examples` does)."""
 
 
 class BadRecords(pydantic.BaseModel):

@@ -38,6 +38,8 @@ from tradewind.core import (
     read_json,
 )
 from tradewind.data.bad_records import BadRecords
+from tradewind.data.chat import ChatTemplate, ChatTemplateError
+from tradewind.data.readers import RECORD_FORMATS
 from tradewind.data.shard_runs import run_shards
 from tradewind.data.shards import RECORDS_DIR, SPLITS, ShardRecord, ShardTask, plan_shards
 from tradewind.data.token_cache import (
@@ -50,7 +52,7 @@ from tradewind.data.token_cache import (
     token_dtype,
 )
 from tradewind.data.tokenize_config import SourceFile, TokenizeConfig, source_files
-from tradewind.data.tokenizers import Tokenizer
+from tradewind.data.tokenizers import HFTokenizer, Tokenizer
 
 log = get_logger(__name__)
 
@@ -101,6 +103,8 @@ def build_token_cache(
         tokenizer: the tokenizer.
         config: how to read and tokenize the documents (format, text field, validation share, BOS/EOS,
             strictness). `append_eos` must stay on for training: the loader finds document boundaries by EOS.
+            The formats `chat` and `prompt_completion` make a cache with a loss mask (see `chat.py`); `chat`
+            needs a tokenizer with a chat template.
         options: instead of `config`, its fields as keywords: `val_fraction=0.2` stands for
             `TokenizeConfig(val_fraction=0.2)`.
         shard_bytes: uncompressed JSONL files larger than this are cut into shards of about this size;
@@ -116,8 +120,9 @@ def build_token_cache(
         The manifest, as written to `out_dir/manifest.json`.
 
     Raises:
-        InvalidInputError: `out_dir` exists (and not `exist_ok`), a bad option (`ConfigError` names it), a bad
-            record under `strict`, or a split that would be empty.
+        InvalidInputError: `out_dir` exists (and not `exist_ok`), a bad option (`ConfigError` names it), format
+            `chat` with a tokenizer that has no (valid) chat template, a bad record under `strict`, or a split
+            that would be empty.
         NotFoundError: an input does not exist.
     """
     if config is not None and options:
@@ -126,6 +131,7 @@ def build_token_cache(
         config = parse_config(TokenizeConfig, options, source="build_token_cache")
     if config.prepend_bos and tokenizer.bos_id is None:
         raise InvalidInputError(f"prepend_bos: tokenizer {tokenizer.name!r} has no BOS token")
+    chat_tokenizer = _chat_tokenizer(tokenizer) if config.format == "chat" else None
     out_dir = Path(out_dir)
     if out_dir.exists() and not exist_ok:
         raise InvalidInputError(f"{out_dir} already exists; choose a new folder or delete the old cache first")
@@ -151,6 +157,7 @@ def build_token_cache(
                 input_bytes=(end if end is not None else _size(sources, url)) - start,
                 folder=str(partial),
                 tokenizer=tokenizer,
+                chat_tokenizer=chat_tokenizer,
                 dtype=dtype.name,
                 **config.model_dump(include=set(TokenizeConfig.model_fields) - {"val_tokens"}),
             )
@@ -184,6 +191,7 @@ def build_token_cache(
             splits=splits,
             bad_records=bad,
             val_tokens=config.val_tokens,
+            loss_mask=config.format in RECORD_FORMATS,
         )
         (partial / BUILD_KEY).unlink()
         atomic_write_json(partial / MANIFEST, manifest.model_dump(mode="json"))
@@ -192,6 +200,25 @@ def build_token_cache(
         log.warning("%s: skipped %d bad record(s), e.g. %s", out_dir, bad.skipped, bad.examples[0])
     log.info("built token cache %s: %s", out_dir, {s: (v.documents, v.tokens) for s, v in splits.items()})
     return manifest
+
+
+def _chat_tokenizer(tokenizer: Tokenizer) -> HFTokenizer:
+    """`tokenizer`, checked to render chats: a Hugging Face tokenizer with a chat template that compiles.
+
+    Raises:
+        InvalidInputError: it has no chat template, or one that is not valid Jinja; the message says what to use.
+    """
+    if not isinstance(tokenizer, HFTokenizer) or tokenizer.chat_template is None:
+        raise InvalidInputError(
+            f"format 'chat' renders messages with the tokenizer's chat template, and tokenizer {tokenizer.name!r} "
+            "has none; pass as tokenizer a Hugging Face folder whose tokenizer_config.json (or chat_template.jinja) "
+            "has one (a chat model's folder), or use format 'prompt_completion', which any tokenizer can encode"
+        )
+    try:
+        ChatTemplate(tokenizer.chat_template, {}).compile()
+    except ChatTemplateError as error:
+        raise InvalidInputError(f"format 'chat': tokenizer {tokenizer.name!r}: {error}") from None
+    return tokenizer
 
 
 class _build_lock:
@@ -242,11 +269,13 @@ def _split_stats(records: list[ShardRecord], val_fraction: float) -> dict[str, S
     splits = {}
     for split in SPLITS:
         parts = [record.splits[split] for record in records]
+        masked = all(p.targets is not None for p in parts)
         splits[split] = SplitStats(
             documents=sum(p.documents for p in parts),
             tokens=sum(p.tokens for p in parts),
             bytes=sum(p.bytes for p in parts),
             shards=parts,
+            targets=sum(p.targets or 0 for p in parts) if masked else None,
         )
     documents = sum(stats.documents for stats in splits.values())
     skipped = sum(record.bad_records.skipped for record in records)

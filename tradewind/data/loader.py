@@ -13,7 +13,8 @@ memory-mapped). Batch `step` holds samples `[step * batch_size, (step + 1) * bat
 the same window. The loader's entire state is the step number: resuming at step `n` is
 `iter_batches(start_step=n)`, and gives exactly the batches an uninterrupted run would have seen.
 
-`MixtureLoader` draws each batch's samples from several streams by weight (see `tradewind.data.mixture`).
+`MixtureLoader` draws each batch's samples from several streams by weight (see `tradewind.data.mixture`);
+`DocumentLoader` packs whole documents into windows, with segment ids (see `tradewind.data.packing`).
 
 Example:
     cache = open_token_cache("datasets/shakespeare")
@@ -28,7 +29,7 @@ import queue
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -39,26 +40,27 @@ _CACHED_EPOCHS = 2  # a batch spans at most two epochs
 _TABLE_LIMIT = 1 << 22  # windows; a table of int32 window ids up to 16 MiB per epoch
 _PUT_TIMEOUT_S = 0.1
 
+BatchT = TypeVar("BatchT")
 
-class TokenWindows:
-    """The windows of one token stream and their per-epoch shuffle.
+
+class WindowOrder:
+    """Which window each sample reads: every window once per epoch, in an order shuffled per epoch.
+
+    Sample `k` (counted across epochs) reads window `perm_epoch(k % num_windows)`, with
+    `epoch = k // num_windows` and `perm_epoch` a Feistel permutation keyed by `(*key, epoch)`. What a
+    window is belongs to the caller (`TokenWindows`: fixed-size slices of a stream; `DocumentLoader`:
+    runs of whole documents).
 
     Args:
-        tokens: the 1-D token stream (a memmap or `ShardedTokens` is fine; only requested windows are read).
-        seq_len: tokens per window, less one.
+        num_windows: windows per epoch.
         key: seeds the shuffle together with the epoch.
         shuffle: if False, windows come in stream order every epoch.
-        name: how errors refer to the stream.
     """
 
-    def __init__(self, tokens: Any, seq_len: int, key: tuple[int, ...], shuffle: bool = True, name: str = "tokens"):
-        if np.ndim(tokens) != 1:
-            raise InvalidInputError(f"{name} must be a 1-D stream, got shape {np.shape(tokens)}")
-        self.tokens = tokens
-        self.seq_len = seq_len
+    def __init__(self, num_windows: int, key: tuple[int, ...], shuffle: bool = True):
+        self.num_windows = num_windows
         self.key = key
         self.shuffle = shuffle
-        self.num_windows = max(len(tokens) - 1, 0) // seq_len
         self._perms: OrderedDict[int, np.ndarray | FeistelPermutation] = OrderedDict()
 
     def windows(self, samples: np.ndarray) -> np.ndarray:
@@ -74,13 +76,6 @@ class TokenWindows:
             chosen = epochs == epoch
             out[chosen] = self._permuted(epoch, positions[chosen])
         return out
-
-    def read(self, windows: np.ndarray, out: np.ndarray) -> None:
-        """Copy the given windows into the rows of `out` (`[len(windows), seq_len + 1]`)."""
-        span = self.seq_len + 1
-        for row, window in enumerate(windows.tolist()):
-            start = window * self.seq_len
-            out[row] = self.tokens[start : start + span]
 
     def _permuted(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         perm = self._perms.get(epoch)
@@ -98,8 +93,38 @@ class TokenWindows:
         return perm[positions].astype(np.int64) if isinstance(perm, np.ndarray) else perm(positions)
 
 
-class StepLoader:
-    """What every loader shares: per-process row slicing and step-addressed, prefetching iteration."""
+class TokenWindows(WindowOrder):
+    """The windows of one token stream and their per-epoch shuffle.
+
+    Args:
+        tokens: the 1-D token stream (a memmap or `ShardedTokens` is fine; only requested windows are read).
+        seq_len: tokens per window, less one.
+        key: seeds the shuffle together with the epoch.
+        shuffle: if False, windows come in stream order every epoch.
+        name: how errors refer to the stream.
+    """
+
+    def __init__(self, tokens: Any, seq_len: int, key: tuple[int, ...], shuffle: bool = True, name: str = "tokens"):
+        if np.ndim(tokens) != 1:
+            raise InvalidInputError(f"{name} must be a 1-D stream, got shape {np.shape(tokens)}")
+        super().__init__(max(len(tokens) - 1, 0) // seq_len, key, shuffle)
+        self.tokens = tokens
+        self.seq_len = seq_len
+
+    def read(self, windows: np.ndarray, out: np.ndarray) -> None:
+        """Copy the given windows into the rows of `out` (`[len(windows), seq_len + 1]`)."""
+        span = self.seq_len + 1
+        for row, window in enumerate(windows.tolist()):
+            start = window * self.seq_len
+            out[row] = self.tokens[start : start + span]
+
+
+class StepLoader(Generic[BatchT]):
+    """What every loader shares: per-process row slicing and step-addressed, prefetching iteration.
+
+    A subclass sets its sizes with `_init_processes` and defines `batch(step)`; `BatchT` is what that
+    returns (an int32 array for `PackedLoader`, a `DocumentBatch` for `DocumentLoader`).
+    """
 
     batch_size: int
     seq_len: int
@@ -138,11 +163,11 @@ class StepLoader:
         first = step * self.batch_size + self.process_index * self.local_batch_size
         return np.arange(first, first + self.local_batch_size, dtype=np.int64)
 
-    def batch(self, step: int) -> np.ndarray:
-        """This process's rows of batch `step`: int32 `[batch_size / process_count, seq_len + 1]`."""
+    def batch(self, step: int) -> BatchT:
+        """This process's rows of batch `step`, int32 arrays of `[batch_size / process_count, seq_len + 1]`."""
         raise NotImplementedError
 
-    def iter_batches(self, start_step: int = 0, prefetch: int = 2) -> Iterator[np.ndarray]:
+    def iter_batches(self, start_step: int = 0, prefetch: int = 2) -> Iterator[BatchT]:
         """Yield `batch(start_step)`, `batch(start_step + 1)`, ... without end.
 
         Args:
@@ -158,15 +183,15 @@ class StepLoader:
             yield from _prefetched(self.batch, start_step, prefetch)
 
 
-def _prefetched(read: Callable[[int], np.ndarray], start_step: int, depth: int) -> Iterator[np.ndarray]:
-    ready: queue.Queue[tuple[np.ndarray | None, BaseException | None]] = queue.Queue(maxsize=depth)
+def _prefetched(read: Callable[[int], BatchT], start_step: int, depth: int) -> Iterator[BatchT]:
+    ready: queue.Queue[tuple[BatchT | None, BaseException | None]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def produce() -> None:
         step = start_step
         while not stop.is_set():
             try:
-                item: tuple[np.ndarray | None, BaseException | None] = (read(step), None)
+                item: tuple[BatchT | None, BaseException | None] = (read(step), None)
             except BaseException as error:  # handed to the consumer, which raises it
                 item = (None, error)
             while not stop.is_set():
@@ -192,7 +217,7 @@ def _prefetched(read: Callable[[int], np.ndarray], start_step: int, depth: int) 
         thread.join()
 
 
-class PackedLoader(StepLoader):
+class PackedLoader(StepLoader[np.ndarray]):
     """Deterministic batches of contiguous token windows, shuffled per epoch.
 
     Args:

@@ -8,11 +8,14 @@ Formats:
     parquet: the document is the string at `text_field` of each row (dotted into struct columns). Only
         that column is read, one row group at a time.
 
-Whitespace-only text is never a document. Compression is chosen by suffix: `.gz` (gzip) and `.zst`
-(zstandard) are stripped before `format="auto"` looks at the remaining suffix (`.jsonl` and `.ndjson`
-are JSONL, `.parquet` and `.pq` Parquet, anything else text). Inputs are local paths or fsspec URLs
-(`file://`, `memory://`, and `gs://` / `s3://` when gcsfs / s3fs are installed); a folder stands for
-every visible file beneath it and a glob (`data/*.jsonl.gz`) for the files it matches.
+Whitespace-only text is never a document. The formats `chat` and `prompt_completion` are JSONL files of
+training examples rather than documents; `read_file_examples` reads them (see `chat.py`).
+
+Compression is chosen by suffix: `.gz` (gzip) and `.zst` (zstandard) are stripped before `format="auto"`
+looks at the remaining suffix (`.jsonl` and `.ndjson` are JSONL, `.parquet` and `.pq` Parquet, anything else
+text). Inputs are local paths or fsspec URLs (`file://`, `memory://`, and `gs://` / `s3://` when gcsfs / s3fs
+are installed); a folder stands for every visible file beneath it and a glob (`data/*.jsonl.gz`) for the files
+it matches.
 
 Text and JSONL files are streamed line by line by a `LineReader` (`line_reader.py`), so memory is bounded
 by its buffer plus the longest record (or one Parquet row group), whatever the file size.
@@ -29,19 +32,23 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import fsspec
 
 from tradewind.core import InvalidInputError, NotFoundError, open_url
-from tradewind.data.bad_records import BadRecords
+from tradewind.data.bad_records import BadRecords, RecordError
 from tradewind.data.line_reader import LineReader
 
-Format = Literal["auto", "text", "jsonl", "parquet"]
-FORMATS = ("auto", "text", "jsonl", "parquet")
+T = TypeVar("T")
+
+Format = Literal["auto", "text", "jsonl", "parquet", "chat", "prompt_completion"]
+FORMATS = ("auto", "text", "jsonl", "parquet", "chat", "prompt_completion")
+DocumentFormat = Literal["auto", "text", "jsonl", "parquet"]  # the formats whose records are documents
+RECORD_FORMATS = ("chat", "prompt_completion")  # JSONL files of training examples (`read_file_examples`)
 PARQUET_BATCH_ROWS = 1024
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -123,13 +130,16 @@ def list_input_files(path: str | Path) -> list[str]:
 
 
 def detect_format(url: str, format: Format = "auto") -> Literal["text", "jsonl", "parquet"]:
-    """The format that `format` means for the file `url`: itself unless `"auto"`, else chosen by suffix.
+    """The file format that `format` means for the file `url`: itself unless `"auto"` (else chosen by suffix),
+    `"jsonl"` for the example formats (`RECORD_FORMATS`).
 
     Raises:
-        InvalidInputError: `format` is not one of `auto`, `text`, `jsonl`, `parquet`.
+        InvalidInputError: `format` is not one of `FORMATS`.
     """
     if format not in FORMATS:
         raise InvalidInputError(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
+    if format in RECORD_FORMATS:
+        return "jsonl"
     if format != "auto":
         return format
     name = strip_compression(PurePosixPath(url).name)
@@ -173,6 +183,8 @@ def read_file_documents(
         InvalidInputError: as `read_documents`, or a byte range on a file that cannot be split.
     """
     kind = detect_format(url, format)
+    if format in RECORD_FORMATS:
+        raise InvalidInputError(f"format {format!r} holds training examples, not documents (see read_file_examples)")
     if (start or end is not None) and not is_splittable(url, format):
         raise InvalidInputError(f"{url}: only uncompressed JSONL files can be read by byte range")
     bad = bad_records if bad_records is not None else BadRecords(strict=True)
@@ -248,6 +260,44 @@ def _jsonl_documents(
             reader.report(number, problem)
         elif value.strip():
             yield Document(text=value, source=url, line=number)
+
+
+def read_file_examples(
+    url: str,
+    prepare: Callable[[dict[str, Any]], T],
+    *,
+    bad_records: BadRecords | None = None,
+    start: int = 0,
+    end: int | None = None,
+) -> Iterator[tuple[T, int]]:
+    """Stream the examples of one JSONL file of `chat` or `prompt_completion` records, each with the count of
+    (compressed) file bytes read so far.
+
+    Args:
+        url: the file.
+        prepare: turns a record (a JSON object) into an example, or raises `RecordError(reason)`: the record
+            is then a bad record at its file and line.
+        bad_records: as in `read_documents`.
+        start, end: as in `read_file_documents`.
+
+    Raises:
+        InvalidInputError: as `read_documents`.
+    """
+    if (start or end is not None) and not is_splittable(url, "jsonl"):
+        raise InvalidInputError(f"{url}: only uncompressed JSONL files can be read by byte range")
+    bad = bad_records if bad_records is not None else BadRecords(strict=True)
+    with open_url(url, "rb") as raw:
+        reader = LineReader(raw, url, bad, start, end)
+        for number, record in _jsonl_values(reader.lines(), reader):
+            if not isinstance(record, dict):
+                reader.report(number, f"a JSON {type(record).__name__}, expected an object")
+                continue
+            try:
+                example = prepare(record)
+            except RecordError as error:
+                reader.report(number, str(error))
+                continue
+            yield example, reader.position
 
 
 def _open_parquet(raw: Any, url: str, bad: BadRecords) -> Any:

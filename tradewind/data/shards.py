@@ -1,8 +1,9 @@
 """One shard of a token cache: plan the shards of a set of inputs, and tokenize one of them.
 
 A shard is a whole input file, or a byte range of a large uncompressed JSONL file. Tokenizing it writes,
-for each split, a flat token file and its document offsets under temporary names, renames them into
-place, and only then writes the shard's completion record `shards/shard-NNNNN.json`. A shard whose
+for each split, a flat token file and its document offsets (and, for the `chat` and `prompt_completion`
+formats, a loss mask: one uint8 per token, 1 where the token is a training target) under temporary names,
+renames them into place, and only then writes the shard's completion record `shards/shard-NNNNN.json`. A shard whose
 record exists is finished; a rerun after a crash or SIGKILL redoes only the shards without one.
 
 `tokenize_shard` is a top-level function of one picklable `ShardTask`, so any `tradewind.cluster`
@@ -23,8 +24,9 @@ import pydantic
 
 from tradewind.core import InvalidInputError, atomic_write_json, read_json
 from tradewind.data.bad_records import BadRecords
-from tradewind.data.readers import Format, is_splittable, read_file_documents
-from tradewind.data.tokenizers import Tokenizer
+from tradewind.data.chat import ChatExamples, Example, PromptCompletionExamples
+from tradewind.data.readers import RECORD_FORMATS, Format, is_splittable, read_file_documents, read_file_examples
+from tradewind.data.tokenizers import HFTokenizer, Tokenizer
 
 SPLITS = ("train", "val")
 RECORDS_DIR = "shards"
@@ -37,11 +39,14 @@ class ShardStats(pydantic.BaseModel):
     """One split's part of one shard.
 
     Attributes:
-        name: the shard's name; its files are `<split>/<name>.bin` and `<split>/<name>.offsets.npy`.
-        documents: documents in this part.
+        name: the shard's name; its files are `<split>/<name>.bin` and `<split>/<name>.offsets.npy`, and
+            `<split>/<name>.mask.bin` in a cache with a loss mask.
+        documents: documents (or examples) in this part.
         tokens: token ids in `<name>.bin` (BOS and EOS included).
-        bytes: UTF-8 bytes of the documents' text before tokenization.
+        bytes: UTF-8 bytes of the documents' text before tokenization (a chat's rendered text).
         sha256: sha256 hex of `<name>.bin`.
+        targets: tokens whose mask is 1 (loss targets), in a cache with a loss mask; else None.
+        mask_sha256: sha256 hex of `<name>.mask.bin`, in a cache with a loss mask; else None.
     """
 
     name: str
@@ -49,6 +54,8 @@ class ShardStats(pydantic.BaseModel):
     tokens: int
     bytes: int
     sha256: str
+    targets: int | None = None
+    mask_sha256: str | None = None
 
 
 class ShardRecord(pydantic.BaseModel):
@@ -81,6 +88,9 @@ class ShardTask:
     prepend_bos: bool
     append_eos: bool
     dtype: str
+    # For format chat: the tokenizer itself, whose chat template renders records and whose character offsets
+    # place their replies (`tokenizer` may be a wrapper that reports progress).
+    chat_tokenizer: HFTokenizer | None = None
 
     @property
     def name(self) -> str:
@@ -138,21 +148,14 @@ def tokenize_shard(task: ShardTask) -> ShardRecord:
     if task.record_path.exists():
         return ShardRecord.model_validate(read_json(task.record_path))
     bad = BadRecords(strict=task.strict)
-    writers = {split: _PartWriter(Path(task.folder) / split, task.name, np.dtype(task.dtype)) for split in SPLITS}
+    masked = task.format in RECORD_FORMATS
+    folder = Path(task.folder)
+    writers = {split: _PartWriter(folder / split, task.name, np.dtype(task.dtype), masked) for split in SPLITS}
     try:
-        batch: list[str] = []
-        chars = 0
-        documents = read_file_documents(
-            task.url, format=task.format, text_field=task.text_field, bad_records=bad, start=task.start, end=task.end
-        )
-        for document, _ in documents:
-            batch.append(document.text)
-            chars += len(document.text)
-            if len(batch) >= _BATCH_DOCUMENTS or chars >= _BATCH_CHARS:
-                _flush(batch, writers, task)
-                batch, chars = [], 0
-        if batch:
-            _flush(batch, writers, task)
+        if masked:
+            _tokenize_examples(task, writers, bad)
+        else:
+            _tokenize_documents(task, writers, bad)
         splits = {split: writer.finish() for split, writer in writers.items()}
     finally:
         for writer in writers.values():
@@ -171,6 +174,22 @@ def tokenize_shard(task: ShardTask) -> ShardRecord:
     return record
 
 
+def _tokenize_documents(task: ShardTask, writers: dict[str, _PartWriter], bad: BadRecords) -> None:
+    batch: list[str] = []
+    chars = 0
+    documents = read_file_documents(
+        task.url, format=task.format, text_field=task.text_field, bad_records=bad, start=task.start, end=task.end
+    )
+    for document, _ in documents:
+        batch.append(document.text)
+        chars += len(document.text)
+        if len(batch) >= _BATCH_DOCUMENTS or chars >= _BATCH_CHARS:
+            _flush(batch, writers, task)
+            batch, chars = [], 0
+    if batch:
+        _flush(batch, writers, task)
+
+
 def _flush(texts: list[str], writers: dict[str, _PartWriter], task: ShardTask) -> None:
     ids = task.tokenizer.encode_batch(texts)
     encoded = [text.encode("utf-8") for text in texts]
@@ -182,23 +201,81 @@ def _flush(texts: list[str], writers: dict[str, _PartWriter], task: ShardTask) -
             writers[split].write([ids[i] for i in chosen], sum(len(encoded[i]) for i in chosen), task)
 
 
-class _PartWriter:
-    """Streams one split's tokens of one shard to `<name>.bin.tmp`; `finish` renames the files into place."""
+def _tokenize_examples(task: ShardTask, writers: dict[str, _PartWriter], bad: BadRecords) -> None:
+    """A chat or prompt_completion shard: examples and their loss masks, split by the hash of their content."""
+    if task.format == "chat":
+        if task.chat_tokenizer is None:
+            raise InvalidInputError(f"format 'chat': tokenizer {task.tokenizer.name!r} has no chat template")
+        examples: ChatExamples | PromptCompletionExamples = ChatExamples(task.chat_tokenizer)
+    else:
+        examples = PromptCompletionExamples()
+    batch: list[Example] = []
+    chars = 0
+    for example, _ in read_file_examples(task.url, examples.prepare, bad_records=bad, start=task.start, end=task.end):
+        batch.append(example)
+        chars += sum(len(text) for text in example.texts)
+        if len(batch) >= _BATCH_DOCUMENTS or chars >= _BATCH_CHARS:
+            _flush_examples(batch, examples, writers, task)
+            batch, chars = [], 0
+    if batch:
+        _flush_examples(batch, examples, writers, task)
 
-    def __init__(self, folder: Path, name: str, dtype: np.dtype):
+
+def _flush_examples(
+    batch: list[Example],
+    examples: ChatExamples | PromptCompletionExamples,
+    writers: dict[str, _PartWriter],
+    task: ShardTask,
+) -> None:
+    encoded = examples.encode(batch, task.tokenizer)
+    bos = task.tokenizer.bos_id
+    if task.prepend_bos:  # a template that writes BOS itself gets no second one
+        encoded = [(ids[1:], mask[1:]) if ids[:1] == [bos] else (ids, mask) for ids, mask in encoded]
+    in_val = [_is_validation_bytes(example.key, task.val_fraction) for example in batch]
+    for split in SPLITS:
+        chosen = [i for i, flag in enumerate(in_val) if flag == (split == "val")]
+        if chosen:
+            writers[split].write(
+                [encoded[i][0] for i in chosen],
+                sum(batch[i].text_bytes for i in chosen),
+                task,
+                masks=[encoded[i][1] for i in chosen],
+                eos_target=examples.eos_target,
+            )
+
+
+class _PartWriter:
+    """Streams one split's tokens of one shard to `<name>.bin.tmp-PID` (and with `masked` its loss mask to
+    `<name>.mask.bin.tmp-PID`); `finish` renames the files into place."""
+
+    def __init__(self, folder: Path, name: str, dtype: np.dtype, masked: bool = False):
         folder.mkdir(parents=True, exist_ok=True)
         self.tokens_path = folder / f"{name}.bin"
         self.offsets_path = folder / f"{name}.offsets.npy"
-        self.tmp = self.tokens_path.with_name(self.tokens_path.name + f".tmp-{os.getpid()}")
+        self.mask_path = folder / f"{name}.mask.bin"
+        self.tmp = _tmp(self.tokens_path)
         self.file = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish() or discard()
+        self.mask_file = open(_tmp(self.mask_path), "wb") if masked else None  # noqa: SIM115 - likewise
         self.dtype = dtype
         self.hasher = hashlib.sha256()
+        self.mask_hasher = hashlib.sha256()
         self.lengths: list[np.ndarray] = []
         self.documents = 0
         self.tokens = 0
+        self.targets = 0
         self.text_bytes = 0
 
-    def write(self, documents: list[list[int]], text_bytes: int, task: ShardTask) -> None:
+    def write(
+        self,
+        documents: list[list[int]],
+        text_bytes: int,
+        task: ShardTask,
+        *,
+        masks: list[np.ndarray] | None = None,
+        eos_target: bool = False,
+    ) -> None:
+        """Append documents (each with BOS and EOS as the task says) and, in a masked part, their masks (BOS
+        is never a target; EOS is one when `eos_target`)."""
         tokenizer = task.tokenizer
         bos = [tokenizer.bos_id] if task.prepend_bos and tokenizer.bos_id is not None else []
         eos = [tokenizer.eos_id] if task.append_eos else []
@@ -214,35 +291,59 @@ class _PartWriter:
         data = flat.astype(self.dtype).tobytes()
         self.file.write(data)
         self.hasher.update(data)
+        if self.mask_file is not None:
+            if masks is None:
+                raise ValueError("a masked part needs each document's loss mask")
+            bos_mask, eos_mask = np.zeros(len(bos), np.uint8), np.full(len(eos), int(eos_target), np.uint8)
+            mask = np.concatenate([part for m in masks for part in (bos_mask, m, eos_mask)] or [np.zeros(0, np.uint8)])
+            if len(mask) != total:
+                raise ValueError(f"loss masks of {len(mask)} tokens for {total} tokens")
+            mask_bytes = mask.astype(np.uint8).tobytes()
+            self.mask_file.write(mask_bytes)
+            self.mask_hasher.update(mask_bytes)
+            self.targets += int(mask.sum())
         self.lengths.append(lengths)
         self.documents += len(documents)
         self.tokens += total
         self.text_bytes += text_bytes
 
     def finish(self) -> ShardStats:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
+        for file in (self.file, self.mask_file):
+            if file is not None:
+                file.flush()
+                os.fsync(file.fileno())
+                file.close()
         offsets = np.zeros(self.documents + 1, dtype="<i8")
         if self.lengths:
             np.cumsum(np.concatenate(self.lengths), out=offsets[1:])
-        offsets_tmp = self.offsets_path.with_name(self.offsets_path.name + f".tmp-{os.getpid()}")
+        offsets_tmp = _tmp(self.offsets_path)
         with open(offsets_tmp, "wb") as out:
             np.lib.format.write_array(out, offsets, allow_pickle=False)
             out.flush()
             os.fsync(out.fileno())
         os.replace(offsets_tmp, self.offsets_path)
+        if self.mask_file is not None:
+            os.replace(_tmp(self.mask_path), self.mask_path)
         os.replace(self.tmp, self.tokens_path)
+        masked = self.mask_file is not None
         return ShardStats(
             name=self.tokens_path.stem,
             documents=self.documents,
             tokens=self.tokens,
             bytes=self.text_bytes,
             sha256=self.hasher.hexdigest(),
+            targets=self.targets if masked else None,
+            mask_sha256=self.mask_hasher.hexdigest() if masked else None,
         )
 
     def discard(self) -> None:
-        """Close and delete the temporary file if `finish` did not run."""
-        if not self.file.closed:
-            self.file.close()
-        self.tmp.unlink(missing_ok=True)
+        """Close and delete the temporary files if `finish` did not run."""
+        for file, path in ((self.file, self.tmp), (self.mask_file, _tmp(self.mask_path))):
+            if file is not None and not file.closed:
+                file.close()
+            path.unlink(missing_ok=True)
+
+
+def _tmp(path: Path) -> Path:
+    """Where this process writes `path` before renaming it into place (a resumed build deletes leftovers)."""
+    return path.with_name(path.name + f".tmp-{os.getpid()}")

@@ -1,4 +1,4 @@
-"""`ShardedTokens`: several memory-mapped token files seen as one 1-D token stream."""
+"""`ShardedTokens`: several memory-mapped token files (or loss-mask files) seen as one 1-D stream."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 
 
 class ShardedTokens:
-    """The concatenation of 1-D token arrays (a cache split's shards), read without copying them all.
+    """The concatenation of 1-D token arrays (a cache split's shards, or their loss masks), read without copying
+    them all.
 
     Supports what the loader needs from a token stream: `len`, `ndim`, `dtype`, `shape`, integer
     indexing and contiguous slices (returned as new arrays, possibly spanning shards). Lookup is a

@@ -6,19 +6,27 @@ Layout of a cache folder::
     <dir>/<split>/shard-NNNNN.bin           flat token ids of one shard's documents in the split,
                                             uint16 if vocab_size <= 65536 else uint32
     <dir>/<split>/shard-NNNNN.offsets.npy   int64, documents + 1 entries: where each document starts
+    <dir>/<split>/shard-NNNNN.mask.bin      with a loss mask only: uint8, one per token, 1 = a loss target
     <dir>/shards/shard-NNNNN.json           each shard's completion record (counts, checksums, bad records)
 
 Splits are `train` and `val`. A split's token stream is its shards' files in shard order; with
 `append_eos` every document is followed by EOS (and with `prepend_bos` preceded by BOS). A document goes
 to `val` iff `blake2b(text, digest_size=8)` read as a fraction of 2**64 is below `val_fraction`, so the
-split depends only on the document's text.
+split depends only on the document's text (an example's: its record's content).
 
-`manifest.json` is a `CacheManifest`; `open_token_cache` reads only caches of this `FORMAT_VERSION`.
+A cache of the `chat` or `prompt_completion` format has a loss mask (`CacheManifest.loss_mask`): a file beside
+each token file, aligned token for token, that marks the tokens a model learns to predict (the replies, the
+completions); `TokenCache.loss_mask(split)` reads it as one stream. A cache without one (every other format,
+and every cache built before masks) trains on every token.
+
+`manifest.json` is a `CacheManifest`; `open_token_cache` reads only caches of this `FORMAT_VERSION` (a loss
+mask is an addition the manifest declares, so caches without one kept the version).
 `build_token_cache` (`cache.py`) writes them.
 
 Example:
     cache = open_token_cache("datasets/corpus")
     train = cache.tokens("train")          # read-only, memory-mapped, 1-D
+    mask = cache.loss_mask("train")        # aligned with train, or None
     cache.verify()                         # every shard against its checksum and counts
 """
 
@@ -61,12 +69,14 @@ class SplitStats(pydantic.BaseModel):
         tokens: token ids in the split, BOS and EOS included.
         bytes: UTF-8 bytes of the split's document text before tokenization (for bits-per-byte).
         shards: each shard's part of the split, in stream order, with its checksum.
+        targets: loss-target tokens in the split, in a cache with a loss mask; else None.
     """
 
     documents: int
     tokens: int
     bytes: int
     shards: list[ShardStats]
+    targets: int | None = None
 
 
 class CacheManifest(pydantic.BaseModel):
@@ -85,6 +95,7 @@ class CacheManifest(pydantic.BaseModel):
     splits: dict[str, SplitStats]
     bad_records: BadRecords = pydantic.Field(default_factory=BadRecords)
     val_tokens: int = VAL_TOKENS  # the fixed val token set's size (TokenizeConfig.val_tokens)
+    loss_mask: bool = False  # each shard has a `.mask.bin` (formats chat and prompt_completion)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -124,6 +135,15 @@ class TokenCache:
             for shard in self.manifest.splits[split].shards
         ]
 
+    def mask_files(self, split: str) -> list[Path]:
+        """The loss-mask file of each shard of `split`, in stream order (present only if `manifest.loss_mask`).
+
+        Raises:
+            NotFoundError: the cache has no such split.
+        """
+        folder = self._split_dir(split)
+        return [folder / f"{shard.name}.mask.bin" for shard in self.manifest.splits[split].shards]
+
     def tokens(self, split: str) -> np.memmap | ShardedTokens:
         """The split's token stream: read-only and memory-mapped, 1-D, sliceable like an array.
 
@@ -133,15 +153,30 @@ class TokenCache:
         Raises:
             NotFoundError: the cache has no such split.
         """
-        parts = [
-            np.memmap(path, dtype=self.dtype, mode="r")
-            for (path, _), shard in zip(self.shard_files(split), self.manifest.splits[split].shards, strict=True)
-            if shard.tokens
-        ]
-        return parts[0] if len(parts) == 1 else ShardedTokens(parts, self.dtype)
+        return self._stream([path for path, _ in self.shard_files(split)], split, self.dtype)
 
-    def offsets(self, split: str) -> np.ndarray:
-        """Where each document of the split starts in its token stream, plus the total length at the end.
+    def loss_mask(self, split: str) -> np.memmap | ShardedTokens | None:
+        """The split's loss mask, aligned with `tokens(split)` and read the same way (memory-mapped, 1-D): uint8,
+        1 where the token is a loss target (a reply's or a completion's), 0 elsewhere; None for a cache without
+        a loss mask (every token is a target).
+
+        Raises:
+            NotFoundError: the cache has no such split.
+        """
+        if not self.manifest.loss_mask:
+            return None
+        return self._stream(self.mask_files(split), split, np.dtype(np.uint8))
+
+    def _stream(self, paths: list[Path], split: str, dtype: np.dtype) -> np.memmap | ShardedTokens:
+        shards = self.manifest.splits[split].shards
+        parts = [
+            np.memmap(path, dtype=dtype, mode="r") for path, shard in zip(paths, shards, strict=True) if shard.tokens
+        ]
+        return parts[0] if len(parts) == 1 else ShardedTokens(parts, dtype)
+
+    def document_starts(self, split: str) -> np.ndarray:
+        """int64: where each document (or example) of the split starts in its token stream, then the stream's
+        length (so document i is `tokens[starts[i]:starts[i + 1]]`), from the shards' offsets files.
 
         Raises:
             NotFoundError: the cache has no such split.
@@ -151,6 +186,10 @@ class TokenCache:
             pieces.append(np.load(offsets_path)[1:] + base)
             base += shard.tokens
         return np.concatenate(pieces)
+
+    def offsets(self, split: str) -> np.ndarray:
+        """The same as `document_starts(split)`."""
+        return self.document_starts(split)
 
     def verify(self) -> None:
         """Check every shard's files against the manifest: checksum, counts, offsets and EOS placement.
@@ -179,6 +218,9 @@ class TokenCache:
                     ends = np.memmap(tokens_path, dtype=self.dtype, mode="r")[offsets[1:] - 1]
                     if np.any(ends != self.manifest.tokenizer.eos_id):
                         raise InvalidInputError(f"{tokens_path}: a document does not end with EOS")
+            if self.manifest.loss_mask:
+                for mask_path, shard in zip(self.mask_files(split), stats.shards, strict=True):
+                    _verify_mask(mask_path, shard)
 
     def _split_dir(self, split: str) -> Path:
         if split not in self.manifest.splits:
@@ -213,6 +255,20 @@ def open_token_cache(path: str | Path, opener: Opener = open_plain) -> TokenCach
             f"rebuild the cache (tokenize the inputs again)"
         )
     return TokenCache(path, parse_config(CacheManifest, raw, source=str(manifest_path)))
+
+
+def _verify_mask(path: Path, shard: ShardStats) -> None:
+    """Check a shard's loss-mask file: one byte per token, its checksum, its targets (0s and 1s only)."""
+    if not path.is_file():
+        raise InvalidInputError(f"{path}: missing; the manifest says the cache has a loss mask")
+    if path.stat().st_size != shard.tokens:
+        raise InvalidInputError(f"{path}: {path.stat().st_size} bytes, the manifest says {shard.tokens} (one a token)")
+    digest = _sha256_file(path)
+    if digest != shard.mask_sha256:
+        raise InvalidInputError(f"{path}: sha256 is {digest}, the manifest says {shard.mask_sha256}")
+    mask = np.memmap(path, dtype=np.uint8, mode="r") if shard.tokens else np.zeros(0, np.uint8)
+    if np.any(mask > 1) or int(mask.sum(dtype=np.int64)) != shard.targets:
+        raise InvalidInputError(f"{path}: the mask must hold 0s and 1s, {shard.targets} of them 1s")
 
 
 def _sha256_file(path: Path) -> str:

@@ -1,7 +1,13 @@
-"""Tokenizers: the built-in byte tokenizer and Hugging Face `tokenizer.json` files.
+"""Tokenizers: the built-in byte tokenizer and Hugging Face `tokenizer.json` files and folders.
 
 Every tokenizer has an EOS id (the cache puts one after each document) and a fingerprint, the sha256 of
 its definition, so that a token cache records exactly which tokenizer made it.
+
+A Hugging Face folder (a model's, or what `save_pretrained` writes) may hold, beside `tokenizer.json`,
+`tokenizer_config.json` (its `bos_token`, `eos_token` and other named special tokens, and its
+`chat_template`), `chat_template.jinja` (the template, as newer transformers write it) and
+`special_tokens_map.json`; `HFTokenizer.from_folder` reads them, and `render_chat` renders messages with the
+template (see `chat.py`). A `tokenizer.json` named alone is read alone.
 
 Example:
     tokenizer = load_tokenizer("byte")       # or "path/to/tokenizer.json", its folder, or "hf:gpt2" (needs the hub)
@@ -13,9 +19,11 @@ Example:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import fsspec
 import numpy as np
@@ -24,6 +32,7 @@ import tokenizers as hf
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json, atomic_write_text
 from tradewind.core.buckets import is_remote, remote_fs, scheme_of
 from tradewind.data.bad_records import BadRecords
+from tradewind.data.chat import ChatTemplate, Messages, message_problem
 from tradewind.data.readers import Format, list_input_files, read_file_documents
 
 if TYPE_CHECKING:
@@ -37,6 +46,12 @@ HUB_PREFIX = "hf:"
 BYTE_EOS_TOKEN = "<|endoftext|>"
 BYTE_BOS_TOKEN = "<|begin_of_text|>"
 _UNDECIDED = object()  # HFTokenizer._fast before the fast encoder has been tried
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+# What transformers calls the named special tokens, which a chat template sees as variables.
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
 @runtime_checkable
@@ -76,6 +91,7 @@ class ByteTokenizer:
     vocab_size = 258
     eos_id = 256
     bos_id = 257
+    chat_template = None  # `render_chat` refuses
     # The definition is fixed, so its fingerprint is the hash of a description of it.
     fingerprint = hashlib.sha256(b"tradewind byte tokenizer v1: utf-8 bytes 0-255, eos 256, bos 257").hexdigest()
 
@@ -88,6 +104,18 @@ class ByteTokenizer:
         outside 0-255 is dropped."""
         array = np.asarray(ids, dtype=np.int64)
         return array[(array >= 0) & (array < 256)].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+    def render_chat(self, messages: Messages, add_generation_prompt: bool = False) -> str:
+        """Refused: the byte tokenizer has no chat template.
+
+        Raises:
+            InvalidInputError: always, saying what to use instead.
+        """
+        raise InvalidInputError(_no_chat_template(self.name))
+
+    def encode_chat(self, messages: Messages, add_generation_prompt: bool = False) -> list[int]:
+        """Refused, as `render_chat`."""
+        raise InvalidInputError(_no_chat_template(self.name))
 
     def hf_definition(self) -> str:
         """The same tokenizer as a Hugging Face `tokenizer.json`: byte-level BPE without merges.
@@ -109,6 +137,77 @@ class ByteTokenizer:
         return "ByteTokenizer()"
 
 
+def _no_chat_template(name: str) -> str:
+    return (
+        f"tokenizer {name!r} has no chat template; use a Hugging Face tokenizer folder whose {CONFIG_FILE} (or "
+        f"{CHAT_TEMPLATE_FILE}) has one, such as a chat model's folder"
+    )
+
+
+@dataclass(frozen=True)
+class HFTokenizerConfig:
+    """What a Hugging Face tokenizer folder says beside its `tokenizer.json`.
+
+    Attributes:
+        chat_template: `chat_template.jinja`, else `tokenizer_config.json`'s `chat_template` (its `default`
+            when it holds named templates), or None.
+        special_tokens: the named special tokens (`bos_token`, `eos_token`, ...) the folder sets, as
+            transformers reads them (`special_tokens_map.json` over the config when the config has no
+            `added_tokens_decoder`); None where one is set to null.
+    """
+
+    chat_template: str | None = None
+    special_tokens: dict[str, str | None] = field(default_factory=dict)
+
+    @classmethod
+    def from_files(cls, files: Mapping[str, bytes], where: str) -> HFTokenizerConfig:
+        """Parse the files of a folder (name -> bytes; any may be missing).
+
+        Raises:
+            InvalidInputError: a file is not the JSON object it should be, or a token or template is not text.
+        """
+        config = _json_object(files, CONFIG_FILE, where)
+        in_config = [name for name in SPECIAL_TOKEN_NAMES if name in config]
+        specials = {name: _token_text(config[name], name, f"{where}/{CONFIG_FILE}") for name in in_config}
+        if "added_tokens_decoder" not in config:
+            mapped = _json_object(files, SPECIAL_TOKENS_FILE, where)
+            for name in SPECIAL_TOKEN_NAMES:
+                if name in mapped:
+                    specials[name] = _token_text(mapped[name], name, f"{where}/{SPECIAL_TOKENS_FILE}")
+        if CHAT_TEMPLATE_FILE in files:
+            template = files[CHAT_TEMPLATE_FILE].decode("utf-8", errors="replace")
+        else:
+            template = config.get("chat_template")
+            if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+                named = {item.get("name"): item.get("template") for item in template if isinstance(item, dict)}
+                template = named.get("default")
+            if template is not None and not isinstance(template, str):
+                kind = type(template).__name__
+                raise InvalidInputError(f"{where}/{CONFIG_FILE}: chat_template is a {kind}, expected text")
+        return cls(chat_template=template, special_tokens=specials)
+
+
+def _json_object(files: Mapping[str, bytes], name: str, where: str) -> dict[str, Any]:
+    if name not in files:
+        return {}
+    try:
+        value = json.loads(files[name])
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InvalidInputError(f"{where}/{name}: not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{where}/{name}: a JSON {type(value).__name__}, expected an object")
+    return value
+
+
+def _token_text(value: Any, name: str, where: str) -> str | None:
+    """A special token as a config writes it: its text, an AddedToken-like object with `content`, or null."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    raise InvalidInputError(f"{where}: {name} is a {type(value).__name__}, expected a token's text")
+
+
 def _byte_symbols() -> list[str]:
     """GPT-2's printable stand-in for each byte 0-255: itself if printable Latin-1, else a character from U+0100 on."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
@@ -117,7 +216,8 @@ def _byte_symbols() -> list[str]:
 
 
 class HFTokenizer:
-    """A Hugging Face `tokenizers` tokenizer loaded from a `tokenizer.json` file.
+    """A Hugging Face `tokenizers` tokenizer loaded from a `tokenizer.json` file (or, with `from_folder`, from a
+    folder that may also hold its config and chat template).
 
     A byte-level BPE (as `train_bpe_tokenizer` makes) is encoded by `tiktoken` when that gives the same
     ids, several times faster; `encoder` says which library is used, and `TRADEWIND_FAST_BPE=0` forces
@@ -125,16 +225,28 @@ class HFTokenizer:
 
     Args:
         path: the `tokenizer.json` file.
-        eos_token: the token that ends a document; detected from common names
-            (`<|endoftext|>`, `</s>`, `<eos>`, `[SEP]`) when not given.
+        eos_token: the token that ends a document; else the folder config's `eos_token`, else detected from
+            common names (`<|endoftext|>`, `</s>`, `<eos>`, `[SEP]`). BOS is the config's `bos_token` in a
+            folder, else detected from common names (`<|begin_of_text|>`, `<s>`, `<bos>`, `[CLS]`).
+
+    Attributes:
+        config: what the folder says beside `tokenizer.json`; None for a `tokenizer.json` alone.
+        chat_template: the chat template, or None.
 
     Raises:
         NotFoundError: no file at `path`.
-        InvalidInputError: the file is not a tokenizer, `eos_token` is not in its vocabulary, or no EOS
-            token could be detected.
+        InvalidInputError: the file is not a tokenizer, `eos_token` (or a config's BOS or EOS) is not in its
+            vocabulary, or no EOS token could be detected.
     """
 
-    def __init__(self, path: str | Path, eos_token: str | None = None, *, _data: bytes | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        eos_token: str | None = None,
+        *,
+        _data: bytes | None = None,
+        _config: HFTokenizerConfig | None = None,
+    ):
         if _data is None:
             try:
                 _data = Path(path).read_bytes()
@@ -145,14 +257,46 @@ class HFTokenizer:
         except Exception as error:  # the Rust library raises plain Exception subclasses
             raise InvalidInputError(f"{path}: not a valid tokenizer.json: {error}") from None
         self.name = str(path)
+        self.config = _config
+        self.chat_template = _config.chat_template if _config is not None else None
+        specials = _config.special_tokens if _config is not None else {}
         self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
-        self.eos_id = self._find_eos(path, eos_token)
-        # The EOS id decides the cache's separators, so it is part of the tokenizer's identity.
-        self.fingerprint = hashlib.sha256(_data + f"\neos={self.eos_id}".encode()).hexdigest()
+        eos_source = "eos_token" if eos_token is not None else f"{CONFIG_FILE}'s eos_token"
+        self.eos_id = self._find_eos(path, eos_token or specials.get("eos_token"), eos_source)
+        detected_bos = self._first_id(BOS_CANDIDATES)
+        # A folder's BOS is the one its config names (none if it names none), as transformers reads it.
+        bos_token = specials.get("bos_token")
+        self.bos_id = detected_bos if _config is None else self._token_id(path, bos_token, f"{CONFIG_FILE}'s bos_token")
+        # The EOS id decides the cache's separators, so it is part of the tokenizer's identity; so are what a
+        # folder adds to its tokenizer.json: a BOS other than the detected one, and the chat template with the
+        # tokens it renders. A tokenizer.json alone keeps the fingerprint it always had.
+        variables = {name: token for name, token in specials.items() if token is not None}  # the template's
+        extra: dict[str, Any] = {}
+        if self.bos_id != detected_bos:
+            extra["bos"] = self.bos_id
+        if self.chat_template is not None:
+            extra["chat_template"] = self.chat_template
+            extra["special_tokens"] = variables
+        suffix = ("\n" + json.dumps(extra, sort_keys=True)).encode() if extra else b""
+        self.fingerprint = hashlib.sha256(_data + f"\neos={self.eos_id}".encode() + suffix).hexdigest()
         self._definition = (_data, eos_token)
-        self.bos_id = self._first_id(BOS_CANDIDATES)
+        self._chat = ChatTemplate(self.chat_template, variables) if self.chat_template is not None else None
         self._fast: FastBPE | object | None = _UNDECIDED
         self._fast_checked: str | None = None  # library versions under which the fast path's probes passed
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, eos_token: str | None = None) -> HFTokenizer:
+        """The tokenizer of a Hugging Face folder: its `tokenizer.json` with what `tokenizer_config.json`,
+        `chat_template.jinja` and `special_tokens_map.json` say, where present. A folder with `tokenizer.json`
+        alone gives the tokenizer of that file (named by it).
+
+        Raises:
+            NotFoundError: no `tokenizer.json` in `folder`.
+            InvalidInputError: as `HFTokenizer`, or a config file is malformed.
+        """
+        folder = Path(folder)
+        read = lambda name: _read_local(folder / name)  # noqa: E731 - one line, used once
+        return _from_files(str(folder), read, eos_token, str(folder / TOKENIZER_FILE))
 
     @classmethod
     def from_hub(cls, name: str, eos_token: str | None = None) -> HFTokenizer:
@@ -170,12 +314,17 @@ class HFTokenizer:
     def _first_id(self, tokens: Sequence[str]) -> int | None:
         return next((i for t in tokens if (i := self._tokenizer.token_to_id(t)) is not None), None)
 
-    def _find_eos(self, path: str | Path, eos_token: str | None) -> int:
+    def _token_id(self, path: str | Path, token: str | None, source: str) -> int | None:
+        if token is None:
+            return None
+        token_id = self._tokenizer.token_to_id(token)
+        if token_id is None:
+            raise InvalidInputError(f"{path}: {source} {token!r} is not in the tokenizer's vocabulary")
+        return token_id
+
+    def _find_eos(self, path: str | Path, eos_token: str | None, source: str) -> int:
         if eos_token is not None:
-            eos_id = self._tokenizer.token_to_id(eos_token)
-            if eos_id is None:
-                raise InvalidInputError(f"{path}: eos_token {eos_token!r} is not in the tokenizer's vocabulary")
-            return eos_id
+            return self._token_id(path, eos_token, source)
         eos_id = self._first_id(EOS_CANDIDATES)
         if eos_id is not None:
             return eos_id
@@ -214,6 +363,39 @@ class HFTokenizer:
         """The text of `ids`; special tokens are dropped."""
         return self._tokenizer.decode(list(ids), skip_special_tokens=True)
 
+    def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Each text's ids (as `encode_batch`) and each id's character span `[start, end)` in the text."""
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
+        return [(encoding.ids, encoding.offsets) for encoding in encodings]
+
+    def render_chat(self, messages: Messages, add_generation_prompt: bool = False) -> str:
+        """`messages` rendered with this tokenizer's chat template, as transformers'
+        `apply_chat_template(messages, tokenize=False, add_generation_prompt=...)` renders them.
+
+        Args:
+            messages: `[{"role": "system" | "user" | "assistant", "content": str}, ...]`, non-empty.
+            add_generation_prompt: end with the text that opens an assistant reply (for sampling one).
+
+        Raises:
+            InvalidInputError: no chat template, or a malformed message (the message says which and why).
+            ChatTemplateError: the template raised on these messages (an `InvalidInputError` too).
+        """
+        if self._chat is None:
+            raise InvalidInputError(_no_chat_template(self.name))
+        problem = message_problem(list(messages))
+        if problem is not None:
+            raise InvalidInputError(f"messages: {problem}")
+        return self._chat.render(messages, add_generation_prompt)
+
+    def encode_chat(self, messages: Messages, add_generation_prompt: bool = False) -> list[int]:
+        """The ids of `render_chat(messages, add_generation_prompt)`, encoded without adding special tokens
+        (the template writes its own), as `apply_chat_template(messages, tokenize=True)` gives them.
+
+        Raises:
+            InvalidInputError: as `render_chat`.
+        """
+        return self.encode_batch([self.render_chat(messages, add_generation_prompt)])[0]
+
     def hf_definition(self) -> str:
         """The `tokenizer.json` this tokenizer was loaded from, unchanged (so its fingerprint carries over)."""
         return self._definition[0].decode("utf-8")
@@ -231,21 +413,46 @@ class HFTokenizer:
             from tradewind.data.fast_bpe import library_versions
 
             checked = library_versions()
-        return _restore_hf_tokenizer, (self.name, data, eos_token, self.fingerprint, checked)
+        return _restore_hf_tokenizer, (self.name, data, eos_token, self.fingerprint, checked, self.config)
 
 
 _RESTORED: dict[tuple[str, str, str | None, str | None], HFTokenizer] = {}
 
 
 def _restore_hf_tokenizer(
-    name: str, data: bytes, eos_token: str | None, fingerprint: str, fast_checked: str | None = None
+    name: str,
+    data: bytes,
+    eos_token: str | None,
+    fingerprint: str,
+    fast_checked: str | None = None,
+    config: HFTokenizerConfig | None = None,
 ) -> HFTokenizer:
+    # The fingerprint covers what the config changes (BOS, the chat template and its tokens).
     key = (fingerprint, name, eos_token, fast_checked)
     if key not in _RESTORED:
         _RESTORED.clear()  # one tokenizer per build; keep memory flat across builds
-        _RESTORED[key] = tokenizer = HFTokenizer(name, eos_token, _data=data)
+        _RESTORED[key] = tokenizer = HFTokenizer(name, eos_token, _data=data, _config=config)
         tokenizer._fast_checked = fast_checked
     return _RESTORED[key]
+
+
+_SIDE_FILES = (CONFIG_FILE, CHAT_TEMPLATE_FILE, SPECIAL_TOKENS_FILE)
+
+
+def _from_files(where: str, read: Callable[[str], bytes | None], eos_token: str | None, file_name: str) -> HFTokenizer:
+    """The tokenizer of the folder `where` whose files `read(name)` gives (None: no such file); named `where`
+    when it has a file beside `tokenizer.json`, else `file_name` (the tokenizer.json, as it was always named)."""
+    data = read(TOKENIZER_FILE)
+    if data is None:
+        raise NotFoundError(f"no {TOKENIZER_FILE} in the tokenizer folder {where}")
+    files = {name: content for name in _SIDE_FILES if (content := read(name)) is not None}
+    if not files:
+        return HFTokenizer(file_name, eos_token, _data=data)
+    return HFTokenizer(where, eos_token, _data=data, _config=HFTokenizerConfig.from_files(files, where))
+
+
+def _read_local(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
 
 
 def load_tokenizer(spec: str, eos_token: str | None = None) -> Tokenizer:
@@ -253,8 +460,9 @@ def load_tokenizer(spec: str, eos_token: str | None = None) -> Tokenizer:
 
     Args:
         spec: `"byte"` for the byte tokenizer; `"hf:<name>"` for a Hugging Face Hub tokenizer (needs
-            the hub); else a path or a bucket URL (`gs://`, `s3://`) to a `tokenizer.json` file or to a
-            folder that holds one.
+            the hub); else a path or a bucket URL (`gs://`, `s3://`) to a `tokenizer.json` file, read alone,
+            or to a Hugging Face folder that holds one (with its config and chat template, if any: see
+            `HFTokenizer.from_folder`).
         eos_token: passed to `HFTokenizer` for tokenizer files whose EOS token is not detected.
 
     Returns:
@@ -269,27 +477,37 @@ def load_tokenizer(spec: str, eos_token: str | None = None) -> Tokenizer:
     if spec.startswith(HUB_PREFIX):
         return HFTokenizer.from_hub(spec.removeprefix(HUB_PREFIX), eos_token=eos_token)
     if is_remote(spec):
-        return HFTokenizer(spec, eos_token, _data=_read_remote_tokenizer(spec))
+        return _load_remote_tokenizer(spec, eos_token)
     path = Path(spec).expanduser()
-    if path.is_dir():
-        path = path / "tokenizer.json"
-    if not path.is_file():
+    looked_for = path / TOKENIZER_FILE if path.is_dir() else path
+    if not looked_for.is_file():
         raise NotFoundError(
             f"no tokenizer at {spec!r} (expected 'byte', a tokenizer.json file, a folder containing one, "
-            f"or '{HUB_PREFIX}<name>' for a Hugging Face Hub tokenizer; looked for {path})"
+            f"or '{HUB_PREFIX}<name>' for a Hugging Face Hub tokenizer; looked for {looked_for})"
         )
+    if path.is_dir():
+        return HFTokenizer.from_folder(path, eos_token)
     return HFTokenizer(path, eos_token=eos_token)
 
 
-def _read_remote_tokenizer(url: str) -> bytes:
-    """The bytes of the `tokenizer.json` at bucket URL `url`, or in the folder it names."""
+def _load_remote_tokenizer(url: str, eos_token: str | None) -> HFTokenizer:
+    """The tokenizer of the `tokenizer.json` at bucket URL `url`, or of the folder it names (with the files
+    beside it, as `from_folder`); named `url`."""
     fs, path = remote_fs(url)
-    if not path.endswith(".json"):
-        path = f"{path.rstrip('/')}/tokenizer.json"
-    try:
-        return fs.cat_file(path)
-    except FileNotFoundError:
-        raise NotFoundError(f"no tokenizer at {url!r} (looked for {scheme_of(url)}://{path})") from None
+
+    def read(file: str) -> bytes | None:
+        try:
+            return fs.cat_file(file)
+        except FileNotFoundError:
+            return None
+
+    if path.endswith(".json"):
+        data = read(path)
+        if data is None:
+            raise NotFoundError(f"no tokenizer at {url!r} (looked for {scheme_of(url)}://{path})")
+        return HFTokenizer(url, eos_token, _data=data)
+    folder = path.rstrip("/")
+    return _from_files(url, lambda name: read(f"{folder}/{name}"), eos_token, url)
 
 
 def write_hf_tokenizer_files(
@@ -298,8 +516,10 @@ def write_hf_tokenizer_files(
     """Write `tokenizer.json`, `tokenizer_config.json` and `special_tokens_map.json` into `directory`.
 
     `transformers.AutoTokenizer.from_pretrained(directory)` then loads a tokenizer whose
-    `encode(text, add_special_tokens=False)` gives `tokenizer`'s ids and whose EOS and BOS tokens are
-    `tokenizer.eos_id` and `tokenizer.bos_id`; the `tokenizers` library reads `tokenizer.json` alone.
+    `encode(text, add_special_tokens=False)` gives `tokenizer`'s ids, whose EOS and BOS tokens are
+    `tokenizer.eos_id` and `tokenizer.bos_id`, and whose chat template and other named special tokens are
+    those of the folder `tokenizer` was loaded from; the `tokenizers` library reads `tokenizer.json` alone.
+    `load_tokenizer(directory)` gives a tokenizer of the same fingerprint.
 
     Args:
         tokenizer: the tokenizer to write.
@@ -308,10 +528,12 @@ def write_hf_tokenizer_files(
     """
     definition = tokenizer.hf_definition()
     token = hf.Tokenizer.from_str(definition).id_to_token
+    named = tokenizer.config.special_tokens if isinstance(tokenizer, HFTokenizer) and tokenizer.config else {}
     specials = {"eos_token": token(tokenizer.eos_id)}
     if tokenizer.bos_id is not None:
         specials["bos_token"] = token(tokenizer.bos_id)
-    config = {
+    specials |= {name: text for name, text in named.items() if text is not None and name not in specials}
+    config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         **specials,
         # transformers would otherwise drop the space in " ." and " 's" when decoding.
@@ -322,6 +544,8 @@ def write_hf_tokenizer_files(
     }
     if model_max_length is not None:
         config["model_max_length"] = model_max_length
+    if tokenizer.chat_template is not None:
+        config["chat_template"] = tokenizer.chat_template
     directory = Path(directory)
     atomic_write_text(directory / "tokenizer.json", definition)
     atomic_write_json(directory / "tokenizer_config.json", config)

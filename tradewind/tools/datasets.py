@@ -27,6 +27,7 @@ from tradewind.tools.tokenizing import (
     BadRecordReport,
     TokenizeDatasetRequest,
     builtin_corpus_file,
+    loss_targets,
     tokenize_dataset,
 )
 
@@ -142,10 +143,12 @@ class DatasetReport(BaseModel):
     tokenizer: str
     vocab_size: int
     dtype: str
+    format: str
     prepend_bos: bool
     append_eos: bool
     documents: dict[str, int] = Field(description="Documents per split.")
     tokens: dict[str, int] = Field(description="Tokens per split, BOS/EOS included.")
+    targets: dict[str, int] | None = Field(default=None, description="Loss-target tokens per split; null: all.")
     bytes: dict[str, int] = Field(description="UTF-8 bytes of text per split, before tokenization.")
     shards: int
     sources: list[str] = Field(description=f"The first {MAX_FILES_SHOWN} input files, with their sizes in bytes.")
@@ -165,7 +168,7 @@ def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> Dataset
     path = resolve_dataset(ctx, request.dataset_id, argument="dataset_id")
     cache = open_token_cache(path, ctx.workspace.reader("dataset_id"))
     manifest = cache.manifest
-    offsets = cache.offsets(request.split)
+    offsets = cache.document_starts(request.split)
     lengths = np.diff(offsets)
     top = max(int(lengths.max()) if len(lengths) else 1, 1)
     edges = [0] + [2**k for k in range(top.bit_length() + 1)]
@@ -190,10 +193,12 @@ def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> Dataset
         tokenizer=manifest.tokenizer.name,
         vocab_size=manifest.tokenizer.vocab_size,
         dtype=manifest.dtype,
+        format=manifest.format,
         prepend_bos=manifest.prepend_bos,
         append_eos=manifest.append_eos,
         documents={split: stats.documents for split, stats in manifest.splits.items()},
         tokens={split: stats.tokens for split, stats in manifest.splits.items()},
+        targets=loss_targets(manifest),
         bytes={split: stats.bytes for split, stats in manifest.splits.items()},
         shards=len(manifest.splits[request.split].shards),
         sources=[cut_path(f"{source.path} ({source.size} bytes)") for source in manifest.sources[:MAX_FILES_SHOWN]],

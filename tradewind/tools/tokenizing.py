@@ -24,7 +24,7 @@ from tradewind.data import (
     GLOB_CHARS,
     BadRecords,
     CacheManifest,
-    Format,
+    DocumentFormat,
     SourceFile,
     TokenizeConfig,
     build_token_cache,
@@ -79,7 +79,7 @@ class _TokenizeSource(BaseModel):
     input: str = Field(description=_INPUT_HELP)
     tokenizer: str = Field(
         default="byte",
-        description="'byte', a tokenizer.json (from train_tokenizer) or 'hf:<name>' (needs the Hub).",
+        description="'byte', a tokenizer.json, an HF folder (for chat) or 'hf:<name>' (needs the Hub).",
     )
 
 
@@ -95,8 +95,10 @@ class DatasetInfo(BaseModel):
     tokenizer: str
     vocab_size: int
     dtype: str
+    format: str
     documents: dict[str, int] = Field(description="Documents per split.")
     tokens: dict[str, int] = Field(description="Tokens per split, BOS/EOS included.")
+    targets: dict[str, int] | None = Field(default=None, description="Loss-target tokens per split; null: all.")
     shards: int = Field(description="Shards the cache was built in.")
     bad_records: BadRecordReport
     copies: list[str] = Field(default_factory=list, description="Complete bucket copies.")
@@ -168,12 +170,21 @@ def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest, co
         tokenizer=manifest.tokenizer.name,
         vocab_size=manifest.tokenizer.vocab_size,
         dtype=manifest.dtype,
+        format=manifest.format,
         documents={split: stats.documents for split, stats in manifest.splits.items()},
         tokens={split: stats.tokens for split, stats in manifest.splits.items()},
+        targets=loss_targets(manifest),
         shards=len(manifest.splits["train"].shards),
         bad_records=BadRecordReport.of(manifest.bad_records),
         copies=copies,
     )
+
+
+def loss_targets(manifest: CacheManifest) -> dict[str, int] | None:
+    """The loss-target tokens per split of a cache with a loss mask; None when every token is one."""
+    if not manifest.loss_mask:
+        return None
+    return {split: stats.targets or 0 for split, stats in manifest.splits.items()}
 
 
 def tokenize_dataset(
@@ -220,7 +231,7 @@ class TrainTokenizerRequest(BaseModel):
 
     input: str = Field(description=_INPUT_HELP)
     vocab_size: int = Field(default=32_000, ge=258, le=1_000_000, description="Including EOS and BOS.")
-    format: Format = Field(default="auto", description="As in tokenize_dataset.")
+    format: DocumentFormat = Field(default="auto", description="As in tokenize_dataset.")
     text_field: str = Field(default="text", description="JSONL/Parquet text field; dotted if nested.")
     max_documents: int | None = Field(
         default=None,

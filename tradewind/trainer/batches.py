@@ -1,5 +1,9 @@
 """The run's data: its token cache opened, and the train and val loaders built from its config.
 
+A cache of text gives `PackedLoader`s (windows cut wherever they fall); a cache with a loss mask (chat or
+prompt/completion records) gives `DocumentLoader`s, whose windows keep each record whole and score only the
+tokens its mask marks.
+
 Imports no JAX, so the tools can check that a configuration fits its dataset before launching a run.
 """
 
@@ -8,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from tradewind.core import InvalidInputError
-from tradewind.data import PackedLoader, TokenCache, open_token_cache
+from tradewind.data import DocumentLoader, PackedLoader, TokenCache, open_token_cache
 from tradewind.trainer.config import TrainConfig
+
+Loader = PackedLoader | DocumentLoader
 
 
 @dataclass(frozen=True)
@@ -20,8 +24,8 @@ class RunData:
     """A run's token cache with a shuffled train loader and an in-order val loader."""
 
     cache: TokenCache
-    train: PackedLoader
-    val: PackedLoader
+    train: Loader
+    val: Loader
 
 
 def open_run_data(config: TrainConfig) -> RunData:
@@ -35,15 +39,22 @@ def open_run_data(config: TrainConfig) -> RunData:
     cache = open_token_cache(Path(config.dataset))
     return RunData(
         cache=cache,
-        train=_loader(cache.tokens("train"), "train", config, shuffle=True),
-        val=_loader(cache.tokens("val"), "val", config, shuffle=False),
+        train=split_loader(cache, "train", config.batch_size, config.seq_len, config.seed, shuffle=True),
+        val=split_loader(cache, "val", config.batch_size, config.seq_len, config.seed, shuffle=False),
     )
 
 
-def _loader(tokens: np.ndarray, split: str, config: TrainConfig, *, shuffle: bool) -> PackedLoader:
+def split_loader(cache: TokenCache, split: str, batch_size: int, seq_len: int, seed: int, *, shuffle: bool) -> Loader:
+    """The loader of one split of `cache`: whole records for a cache with a loss mask, else packed windows.
+
+    Raises:
+        InvalidInputError: the split is too short for one batch; the message names the dataset and split.
+    """
+    sizes = dict(batch_size=batch_size, seq_len=seq_len, seed=seed, shuffle=shuffle)
+    tokens, loss_mask = cache.tokens(split), cache.loss_mask(split)
     try:
-        return PackedLoader(
-            tokens, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed, shuffle=shuffle
-        )
+        if loss_mask is None:
+            return PackedLoader(tokens, **sizes)
+        return DocumentLoader(tokens, loss_mask, cache.document_starts(split), **sizes)
     except InvalidInputError as error:
-        raise InvalidInputError(f"dataset {config.dataset}, split {split!r}: {error}") from None
+        raise InvalidInputError(f"dataset {cache.path}, split {split!r}: {error}") from None

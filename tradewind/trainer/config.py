@@ -20,6 +20,9 @@ from tradewind.core.files import Opener, open_plain
 from tradewind.trainer.models.base import AttentionChoice, Remat
 from tradewind.trainer.models.configs import LlamaConfig, ModelConfig
 
+# The projections LoRA may adapt: the Llama family's attention and MLP matrices (`tradewind.trainer.lora`).
+LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
 
 class OptimizerConfig(BaseModel):
     """AdamW, Lion or Adafactor; gradient clipping; warmup, then decay."""
@@ -85,6 +88,27 @@ class DistributedConfig(BaseModel):
     process_id: int | None = Field(None, ge=0, lt=2**16, description="This process's index; null: auto-detect.")
 
 
+class LoraConfig(BaseModel):
+    """LoRA: the base frozen, low-rank adapters trained."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(8, gt=0, le=4096, description="Adapter rank r.")
+    alpha: float = Field(16.0, gt=0, le=1e6, description="Scale: alpha / rank.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="On adapter inputs.")
+    targets: list[LoraTarget] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1, description="Projections."
+    )
+
+    @field_validator("targets")
+    @classmethod
+    def _distinct(cls, targets: list[str]) -> list[str]:
+        repeated = sorted({name for name in targets if targets.count(name) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} named more than once")
+        return targets
+
+
 class TrainConfig(BaseModel):
     """One training run: which token cache, which model, which optimizer, how long, on what mesh.
 
@@ -136,6 +160,7 @@ class TrainConfig(BaseModel):
         None,
         description="Continue this run's newest checkpoint as a new run; steps: the total.",
     )
+    lora: LoraConfig | None = Field(None, description="LoRA adapters; null: full fine-tuning.")
 
     @field_validator("seq_len")
     @classmethod

@@ -36,12 +36,13 @@ def fused_cross_entropy(
 ) -> tuple[jax.Array, jax.Array]:
     """Mean cross-entropy of predicting `targets` from the logits `x @ weight`: `(objective, cross_entropy)`.
 
-    The objective adds `z_loss * mean(logsumexp(logits)^2)`; both are float32 and both differentiable.
+    The objective adds `z_loss * mean(logsumexp(logits)^2)`; both are float32 and both differentiable. Rows
+    whose target is -1 are not scored: the means are over the others (e.g. a chat's assistant tokens).
 
     Args:
         x: hidden states [tokens, d_model], in the compute dtype.
         weight: the output projection [d_model, vocab], in the compute dtype.
-        targets: the next token of each row [tokens] (int32).
+        targets: the next token of each row [tokens] (int32), or -1.
         z_loss: weight of the z-loss term (static; 0 leaves it out).
     """
     objective, cross_entropy, _ = _over_blocks(x, weight, targets, z_loss, with_grads=False)
@@ -76,6 +77,7 @@ def _over_blocks(x: jax.Array, weight: jax.Array, targets: jax.Array, z_loss: fl
     `(dx [tokens, d_model], dw [d_model, vocab])` of its mean: the objective's first when `z_loss`."""
     tokens, d_model = x.shape
     vocab = weight.shape[1]
+    scored = jnp.maximum(jnp.sum(targets >= 0), 1).astype(jnp.float32)  # the means' denominator
     rows = block_rows(tokens, vocab)
     n_blocks = -(-tokens // rows)
     padding = n_blocks * rows - tokens
@@ -97,10 +99,10 @@ def _over_blocks(x: jax.Array, weight: jax.Array, targets: jax.Array, z_loss: fl
             return dw_sums, (sums, ())
         probs = jnp.exp(logits - log_z[:, None])  # [rows, vocab]
         one_hot = jnp.arange(vocab)[None, :] == tb[:, None]  # a padding row matches no token
-        d_ce = jnp.where(real[:, None], probs - one_hot, 0.0) / tokens  # d mean cross-entropy / d logits
+        d_ce = jnp.where(real[:, None], probs - one_hot, 0.0) / scored  # d mean cross-entropy / d logits
         d_logits = [d_ce]
-        if z_loss:  # d z_loss * mean(log_z^2) / d logits = 2 z_loss log_z softmax / tokens
-            d_logits.insert(0, d_ce + jnp.where(real, 2.0 * z_loss * log_z / tokens, 0.0)[:, None] * probs)
+        if z_loss:  # d z_loss * mean(log_z^2) / d logits = 2 z_loss log_z softmax / scored
+            d_logits.insert(0, d_ce + jnp.where(real, 2.0 * z_loss * log_z / scored, 0.0)[:, None] * probs)
         d_logits = [d.astype(weight.dtype) for d in d_logits]
         dx = tuple(jnp.dot(d, weight.T, preferred_element_type=jnp.float32) for d in d_logits)  # [rows, d_model]
         dw_sums = tuple(
@@ -111,7 +113,7 @@ def _over_blocks(x: jax.Array, weight: jax.Array, targets: jax.Array, z_loss: fl
     n_outputs = (2 if z_loss else 1) if with_grads else 0
     zeros = tuple(jnp.zeros((d_model, vocab), jnp.float32) for _ in range(n_outputs))
     dw_sums, ((ce_sums, log_z_sq_sums), dx_blocks) = jax.lax.scan(block, zeros, (x_blocks, target_blocks))
-    cross_entropy = jnp.sum(ce_sums) / tokens
-    objective = cross_entropy + z_loss * jnp.sum(log_z_sq_sums) / tokens if z_loss else cross_entropy
+    cross_entropy = jnp.sum(ce_sums) / scored
+    objective = cross_entropy + z_loss * jnp.sum(log_z_sq_sums) / scored if z_loss else cross_entropy
     dx = [b.swapaxes(0, 1).reshape(n_blocks * rows, d_model)[:tokens] for b in dx_blocks]  # [tokens, d_model]
     return objective, cross_entropy, list(zip(dx, dw_sums, strict=True))

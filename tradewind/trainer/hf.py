@@ -1,13 +1,21 @@
 """Hugging Face interop: a run as `config.json` + `model.safetensors` + tokenizer files, and back.
 
-The export loads in `transformers` (`LlamaForCausalLM` or `GPT2LMHeadModel`, and `AutoTokenizer`) without
-Tradewind installed. Each architecture's config class says how (`hf_config`, `from_hf_config`,
-`hf_weights` in `tradewind.trainer.models.configs`); this module moves the tensors. The
-safetensors file is written and read here directly (an 8-byte header length, a JSON header of names,
-dtypes, shapes and byte offsets, then the raw little-endian float32 data), so neither `safetensors` nor
-`torch` is needed.
+The families imported and exported, by `config.json`'s `model_type`: `llama` (Llama 2, 3 and 3.x with its
+rotary scaling), `mistral`, `qwen2` (Qwen2 and Qwen2.5, with their query/key/value biases), `qwen3` (with its
+query/key norms and head width) and `gpt2`; tied or untied heads, grouped-query attention. Any other
+`model_type` is refused by name before training, and so is a setting a family's class does not implement
+(another activation or rotary scaling, biases where it has none). A sliding window that is on caps the model's
+`max_seq_len` at its width, where full attention computes the same (`LlamaConfig._hf_window`).
 
-Rotary embeddings already use HF's half-split layout, so no Llama weight needs a permutation.
+The export loads in `transformers` (`LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM`,
+`Qwen3ForCausalLM` or `GPT2LMHeadModel`, and `AutoTokenizer`) without Tradewind installed. Each architecture's
+config class says how, in two tables read both ways (`hf_keys`: the `config.json` keys of its fields, from
+which `hf_config` and `from_hf_config` are derived; `hf_weights`: its tensors, in
+`tradewind.trainer.models.configs`); this module moves the tensors. The safetensors file is written and read
+here directly (an 8-byte header length, a JSON header of names, dtypes, shapes and byte offsets, then the raw
+little-endian float32 data), so neither `safetensors` nor `torch` is needed.
+
+Rotary embeddings already use HF's half-split layout, so no Llama-family weight needs a permutation.
 
 Weights are only ever loaded into the model their `config.json` describes: `model_for_init_from` gives a
 run that model (keeping what the user set only where it agrees), and `check_matches_hf` refuses any
@@ -94,7 +102,11 @@ def model_config_from_hf(data: dict[str, Any], source: str | Path = "config.json
     """
     model_type = data.get("model_type")
     if model_type not in ARCHITECTURES:
-        raise ConfigError(f"{source}: model_type {model_type!r} is not one of {', '.join(map(repr, ARCHITECTURES))}")
+        architectures = data.get("architectures")
+        named = f" ({', '.join(map(str, architectures))})" if isinstance(architectures, list) and architectures else ""
+        raise ConfigError(
+            f"{source}: model_type {model_type!r}{named} is not one of {', '.join(map(repr, ARCHITECTURES))}"
+        )
     return ARCHITECTURES[model_type].from_hf_config(data, source)
 
 
@@ -180,7 +192,7 @@ def _mismatches(ours: ModelConfig, theirs: ModelConfig) -> dict[str, tuple[Any, 
         return {"type": (ours.type, theirs.type)}
     found = {}
     for name in (name for name in type(theirs).model_fields if name not in ("preset", "init_std")):
-        mine, folder = _effective(ours, name), _effective(theirs, name)
+        mine, folder = ours.resolved(name), theirs.resolved(name)
         # An unset vocab_size comes from the dataset later (the embedding's shape is checked on loading);
         # a shorter max_seq_len only means shorter windows, as rotary positions have no weights.
         if (name == "vocab_size" and mine is None) or (name == "max_seq_len" and mine <= folder):
@@ -188,15 +200,6 @@ def _mismatches(ours: ModelConfig, theirs: ModelConfig) -> dict[str, tuple[Any, 
         if mine != folder:
             found[name] = (mine, folder)
     return found
-
-
-def _effective(config: ModelConfig, name: str) -> Any:
-    """The value of field `name` that the model is built with (None n_kv_heads and d_ff mean derived ones)."""
-    if name == "n_kv_heads":
-        return config.kv_heads
-    if name == "d_ff":
-        return config.ff_dim
-    return getattr(config, name)
 
 
 def _describe(name: str, values: tuple[Any, Any], directory: Path) -> str:

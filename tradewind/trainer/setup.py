@@ -27,8 +27,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tradewind.core import ConfigError
-from tradewind.data import CacheManifest, PackedLoader
-from tradewind.trainer.batches import open_run_data
+from tradewind.data import CacheManifest
+from tradewind.trainer.batches import Loader, open_run_data
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.flops import peak_flops
 from tradewind.trainer.models import build_model, count_params
@@ -146,7 +146,7 @@ class TrainSetup:
     parameters: int
     state: TrainState
     plan: StepPlan
-    train_loader: PackedLoader
+    train_loader: Loader
     eval_data: list[Any]
     train_step: TrainStep
     eval_step: EvalStep
@@ -157,7 +157,7 @@ class TrainSetup:
     peak_flops: float
     peak_flops_source: str
     val_bytes_per_token: float | None
-    put_batch: Callable[[np.ndarray], Any]
+    put_batch: Callable[[Any], Any]
 
 
 def setup_training(config: TrainConfig, initial_params: Params | None = None) -> TrainSetup:
@@ -190,11 +190,14 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
 
     rows_sharding = batch_sharding(mesh)
 
-    def put_batch(batch: np.ndarray) -> jax.Array:
+    def put_batch(batch: Any) -> Any:
+        """A host batch (an array, or a `DocumentBatch` of arrays) on the mesh, rows split over its batch axes."""
         if jax.process_count() == 1:
             return jax.device_put(batch, rows_sharding)
         # Every process holds the same global batch; each hands over only its own devices' rows.
-        return jax.make_array_from_callback(batch.shape, rows_sharding, lambda index: batch[index])
+        return jax.tree.map(
+            lambda rows: jax.make_array_from_callback(rows.shape, rows_sharding, lambda index: rows[index]), batch
+        )
 
     eval_data = [put_batch(data.val.batch(i)) for i in range(config.eval_batches)]  # same batches every eval
     start = time.perf_counter()

@@ -1,13 +1,14 @@
 """The pure train and eval steps: functions of pytrees, jitted and placed by `tradewind.trainer.setup`.
 
-The model is split once into a static `graphdef` and a pytree of parameters; the steps are plain
-functions of pytrees that merge the graphdef back inside the loss, so `jax.jit` traces them once and no
-nnx graph is walked per step.
+The model is split once into a static `graphdef`, the state the run trains (`params`: every weight, or a LoRA
+run's adapters and their dropout streams) and the state it only reads (`frozen`: a LoRA run's base model, else
+empty); the steps are plain functions of pytrees that merge the graphdef back inside the loss, so `jax.jit`
+traces them once and no nnx graph is walked per step.
 
 One update, inside `jax.jit`:
     batch [B, S+1] -> `grad_accum` microbatches -> summed loss and gradients (lax.scan) -> mean
     -> optimizer update (at a unit rate) * learning_rate -> (skip it if the loss is not finite and
-    `on_nonfinite="skip"`)
+    `on_nonfinite="skip"`) -> the dropout streams one update on
 """
 
 from __future__ import annotations
@@ -20,18 +21,29 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from tradewind.data import DocumentBatch
 from tradewind.trainer.cross_entropy import fused_cross_entropy
+from tradewind.trainer.lora import advance_dropout
 from tradewind.trainer.models.base import Remat
 
 Params = Any  # an nnx.State of the model's parameters
-TrainStep = Callable[[Params, optax.OptState, Any, Any], tuple[Params, optax.OptState, dict[str, jax.Array]]]
-EvalStep = Callable[[Params, Any], jax.Array]
+Batch = jax.Array | DocumentBatch  # token windows [batch, seq + 1], or packed documents with their masks
+TrainStep = Callable[..., tuple[Params, optax.OptState, dict[str, jax.Array]]]
+EvalStep = Callable[..., jax.Array]
 
 
 def next_token_loss(
-    graphdef: nnx.GraphDef, params: Params, batch: jax.Array, z_loss: float = 0.0, remat: Remat = "none"
+    graphdef: nnx.GraphDef,
+    params: Params,
+    batch: Batch,
+    z_loss: float = 0.0,
+    remat: Remat = "none",
+    *frozen: nnx.State,
 ) -> tuple[jax.Array, jax.Array]:
     """Mean loss of predicting `batch[:, 1:]` from `batch[:, :-1]`: `(objective, cross-entropy)`, float32.
+
+    A batch of packed documents (`DocumentBatch`) scores only the targets its loss mask marks, and each
+    document attends to itself from position 0.
 
     The objective adds `z_loss * mean(logsumexp(logits)^2)`, which keeps the softmax normaliser near 1. The
     output projection and the cross-entropy are one fused, blockwise step (`tradewind.trainer.cross_entropy`):
@@ -39,36 +51,45 @@ def next_token_loss(
 
     Args:
         graphdef: the model's static structure, from `nnx.split`.
-        params: the model's parameters.
-        batch: token windows [batch, seq + 1] (int32).
+        params: the model's parameters (those differentiated).
+        batch: token windows [batch, seq + 1] (int32), or a `DocumentBatch` of such arrays.
         z_loss: weight of the z-loss term (0 leaves it out of the graph).
         remat: what each block keeps for the backward pass (the same values, less memory, more compute).
+        frozen: the rest of the model's state (a LoRA run's base model and dropout streams).
     """
-    model = nnx.merge(graphdef, params)
-    hidden, _ = model.features(batch[:, :-1], remat=remat)  # [batch, seq, d_model]
+    model = nnx.merge(graphdef, params, *frozen)
+    if isinstance(batch, DocumentBatch):
+        inputs = batch.tokens[:, :-1]
+        targets = jnp.where(batch.loss_mask[:, 1:] > 0, batch.tokens[:, 1:], -1)  # -1: not scored
+        segments, positions = batch.segments[:, :-1], batch.positions[:, :-1]
+    else:
+        inputs, targets, segments, positions = batch[:, :-1], batch[:, 1:], None, None
+    hidden, _ = model.features(inputs, remat=remat, segments=segments, positions=positions)  # [batch, seq, d_model]
     rows = hidden.reshape(-1, hidden.shape[-1]).astype(model.dtype)  # [batch * seq, d_model]
-    return fused_cross_entropy(rows, model.head_weight(), batch[:, 1:].reshape(-1), z_loss)
+    return fused_cross_entropy(rows, model.head_weight(), targets.reshape(-1), z_loss)
 
 
 def loss_and_grads(
     graphdef: nnx.GraphDef,
     params: Params,
-    batch: jax.Array,
+    batch: Batch,
     grad_accum: int,
     z_loss: float,
     remat: Remat = "none",
+    *frozen: nnx.State,
 ) -> tuple[jax.Array, Params]:
-    """Cross-entropy and gradient of the objective, averaged over `grad_accum` equal microbatches."""
+    """Cross-entropy and gradient of the objective with respect to `params` (the rest of the model's state is
+    `frozen`), averaged over `grad_accum` equal microbatches."""
 
     def one(microbatch: jax.Array) -> tuple[jax.Array, Params]:
         (_, cross_entropy), grads = jax.value_and_grad(
-            lambda p: next_token_loss(graphdef, p, microbatch, z_loss, remat), has_aux=True
+            lambda p: next_token_loss(graphdef, p, microbatch, z_loss, remat, *frozen), has_aux=True
         )(params)
         return cross_entropy, grads
 
     if grad_accum == 1:
         return one(batch)
-    microbatches = batch.reshape(grad_accum, batch.shape[0] // grad_accum, batch.shape[1])  # [accum, b, seq + 1]
+    microbatches = jax.tree.map(lambda x: x.reshape(grad_accum, -1, x.shape[-1]), batch)  # [accum, b, seq + 1]
 
     def accumulate(carry, microbatch):
         loss_sum, grad_sum = carry
@@ -89,38 +110,46 @@ def make_train_step(
     skip_nonfinite: bool = False,
     remat: Remat = "none",
 ) -> TrainStep:
-    """The pure update `(params, opt_state, batch, learning_rate) -> (params, opt_state, metrics)`.
+    """The pure update `(params, opt_state, batch, learning_rate[, frozen]) -> (params, opt_state, metrics)`.
 
-    `optimizer` is built at a unit learning rate (`build_optimizer`); its update is scaled by `learning_rate`, a
-    float32 scalar the loop passes in, so the compiled step serves any schedule.
+    `optimizer` is built at a unit learning rate (`build_optimizer`) over the trained weights; its update is
+    scaled by `learning_rate`, a float32 scalar the loop passes in, so the compiled step serves any schedule.
+    `params` may hold dropout streams beside the weights (a LoRA run's): they are not differentiated, and come
+    back one update on. `frozen` is the state the step only reads (a LoRA run's base model).
 
     `metrics` holds `loss` (cross-entropy before the update), `grad_norm` (before clipping),
     `param_norm` (after the update) and `skipped` (1.0 when a non-finite update was dropped).
     """
 
-    def train_step(params: Params, opt_state: optax.OptState, batch: jax.Array, learning_rate: jax.Array):
-        loss, grads = loss_and_grads(graphdef, params, batch, grad_accum, z_loss, remat)
+    def train_step(
+        params: Params, opt_state: optax.OptState, batch: Batch, learning_rate: jax.Array, frozen: Params = None
+    ):
+        weights, streams = nnx.split_state(params, nnx.Not(nnx.RngState), nnx.RngState)
+        rest = (streams,) if frozen is None else (streams, frozen)
+        loss, grads = loss_and_grads(graphdef, weights, batch, grad_accum, z_loss, remat, *rest)
         grad_norm = optax.tree.norm(grads)
-        updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        updates, new_opt_state = optimizer.update(grads, opt_state, weights)
         updates = jax.tree.map(lambda update: learning_rate * update, updates)
-        new_params = optax.apply_updates(params, updates)
+        new_weights = optax.apply_updates(weights, updates)
         skipped = jnp.zeros((), jnp.float32)
         if skip_nonfinite:
             finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
             keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
-            new_params = jax.tree.map(keep, new_params, params)
+            new_weights = jax.tree.map(keep, new_weights, weights)
             new_opt_state = jax.tree.map(keep, new_opt_state, opt_state)
             skipped = 1.0 - finite.astype(jnp.float32)
-        metrics = {"loss": loss, "grad_norm": grad_norm, "param_norm": optax.tree.norm(new_params), "skipped": skipped}
-        return new_params, new_opt_state, metrics
+        param_norm = optax.tree.norm(new_weights)
+        metrics = {"loss": loss, "grad_norm": grad_norm, "param_norm": param_norm, "skipped": skipped}
+        return nnx.merge_state(new_weights, advance_dropout(streams)), new_opt_state, metrics
 
     return train_step
 
 
 def make_eval_step(graphdef: nnx.GraphDef) -> EvalStep:
-    """The pure evaluation `(params, batch) -> cross-entropy`."""
+    """The pure evaluation `(params, batch[, frozen]) -> cross-entropy`; `graphdef` is the model's in its
+    deterministic mode (no dropout)."""
 
-    def eval_step(params: Params, batch: jax.Array) -> jax.Array:
-        return next_token_loss(graphdef, params, batch)[1]
+    def eval_step(params: Params, batch: Batch, frozen: Params = None) -> jax.Array:
+        return next_token_loss(graphdef, params, batch, 0.0, "none", *(() if frozen is None else (frozen,)))[1]
 
     return eval_step

@@ -2,9 +2,11 @@
 per byte.
 
 The set is the first `val_tokens` tokens of the val split (the dataset's `TokenizeConfig.val_tokens`, at most
-the split), cut into windows of the run's `seq_len`: the same tokens for every run on the dataset whatever its
-batch size, so the metric compares runs. Bits per byte divide the summed loss (in bits) by the UTF-8 bytes of
-the text the scored tokens decode to, so tokenizers with other vocabularies compare too.
+the split), as the val loader's first windows of the run's `seq_len`: the same tokens for every run on the
+dataset whatever its batch size, so the metric compares runs. (A dataset with a loss mask, such as chat, packs
+whole records into its windows and scores only the tokens the mask marks.) Bits per byte divide the summed loss
+(in bits) by the UTF-8 bytes of the text the scored tokens decode to, so tokenizers with other vocabularies
+compare too.
 
     windows [n, seq_len + 1] -> full batches (the run's compiled eval step) + the rest (one more compilation)
     -> val_loss = mean loss per scored token; val_bpb = val_loss * scored tokens / ln 2 / bytes
@@ -19,23 +21,32 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from tradewind.core import TradewindError
-from tradewind.data import TokenCache, load_tokenizer
+from tradewind.core import InvalidInputError, TradewindError
+from tradewind.data import DocumentBatch, TokenCache, load_tokenizer
+from tradewind.trainer.batches import split_loader
 from tradewind.trainer.setup import TrainSetup
-from tradewind.trainer.step import Params, make_eval_step
+from tradewind.trainer.step import Batch, Params, make_eval_step
 
 
 @dataclass(frozen=True)
 class ValTokens:
     """The windows of the fixed val token set, and the UTF-8 bytes of the text their targets decode to."""
 
-    windows: np.ndarray  # [n, seq_len + 1]; window i starts at token i * seq_len
+    windows: Batch  # [n, seq_len + 1] (the val loader's first n windows, in order), or a DocumentBatch of such
     bytes: int | None  # None when the dataset's tokenizer cannot be loaded here
 
     @property
     def scored(self) -> int:
-        """Tokens predicted: each window's last seq_len."""
-        return self.windows.shape[0] * (self.windows.shape[1] - 1)
+        """Tokens predicted and scored."""
+        return len(scored_targets(self.windows))
+
+
+def scored_targets(windows: Batch) -> np.ndarray:
+    """The targets a batch of windows scores, in order (1-D): every window's last seq_len tokens, or those its
+    loss mask marks."""
+    if isinstance(windows, DocumentBatch):
+        return windows.tokens[:, 1:][windows.loss_mask[:, 1:] > 0]
+    return windows[:, 1:].ravel()
 
 
 @dataclass(frozen=True)
@@ -50,20 +61,23 @@ class ValScore:
 
 def fixed_val_tokens(cache: TokenCache, seq_len: int, rows_multiple: int = 1) -> ValTokens | None:
     """The fixed val token set of `cache` in windows of `seq_len` (a multiple of `rows_multiple` of them, so
-    they shard over the mesh); None when the val split holds no whole window."""
-    tokens = cache.tokens("val")
-    count = min(cache.manifest.val_tokens, len(tokens) - 1) // seq_len // rows_multiple * rows_multiple
+    they shard over the mesh); None when the val split holds no whole window, or nothing in it is scored."""
+    try:
+        loader = split_loader(cache, "val", 1, seq_len, 0, shuffle=False)  # window i is batch i
+    except InvalidInputError:
+        return None
+    count = min(cache.manifest.val_tokens // seq_len, loader.num_windows) // rows_multiple * rows_multiple
     if count <= 0:
         return None
-    stream = np.asarray(tokens[: count * seq_len + 1], dtype=np.int32)
-    starts = np.arange(count) * seq_len
-    windows = stream[starts[:, None] + np.arange(seq_len + 1)]
+    windows = jax.tree.map(lambda *rows: np.concatenate(rows), *(loader.batch(i) for i in range(count)))
+    if not len(scored_targets(windows)):  # records whose masks mark nothing
+        return None
     try:
         tokenizer = load_tokenizer(cache.manifest.tokenizer.name)
     except (TradewindError, OSError) as error:  # a hub tokenizer offline, a tokenizer.json on another host
         print(f"val_bpb: no tokenizer to count the val text's bytes ({error}); val_loss only", flush=True)
         return ValTokens(windows, None)
-    return ValTokens(windows, len(tokenizer.decode(stream[1:].tolist()).encode("utf-8")))
+    return ValTokens(windows, len(tokenizer.decode(scored_targets(windows).tolist()).encode("utf-8")))
 
 
 def score_val_tokens(setup: TrainSetup, params: Params, val: ValTokens) -> ValScore:
@@ -75,13 +89,14 @@ def score_val_tokens(setup: TrainSetup, params: Params, val: ValTokens) -> ValSc
     rows = setup.config.batch_size
     rest_step = jax.jit(make_eval_step(setup.graphdef))
     total = 0.0
-    for first in range(0, len(val.windows), rows):
-        batch = val.windows[first : first + rows]
-        step = setup.eval_step if len(batch) == rows else rest_step
+    count = len(jax.tree.leaves(val.windows)[0])
+    for first in range(0, count, rows):
+        batch = jax.tree.map(lambda windows, first=first: windows[first : first + rows], val.windows)
+        step = setup.eval_step if count - first >= rows else rest_step
         loss = step(params, setup.put_batch(batch))
         host = loss if loss.is_fully_addressable else loss.addressable_data(0)
-        total += float(np.asarray(host)) * len(batch)
-    mean = total / len(val.windows)
+        total += float(np.asarray(host)) * len(scored_targets(batch))  # the batch's mean, weighed by its targets
+    mean = total / val.scored
     if not math.isfinite(mean):  # diverged weights (a run that skipped non-finite updates)
         return ValScore(None, None, val.scored, time.perf_counter() - start)
     bpb = mean * val.scored / math.log(2) / val.bytes if val.bytes else None

@@ -1,11 +1,12 @@
 """Decoder-only language models: a config class per architecture and its `flax.nnx` module, found by `type`.
 
-- `base.py`, `configs.py`: `ModelConfig`, the union of `LlamaConfig` and `GPT2Config` over their shared
-  `BaseModelConfig` (no JAX: the CLI loads them); each owns its MLP width, parameter and FLOP counts and
-  Hugging Face mapping;
+- `base.py`, `configs.py`: `ModelConfig`, the union of the architectures registered in `ARCHITECTURES` by
+  `type` (`LlamaConfig`, its kin `MistralConfig`, `Qwen2Config` and `Qwen3Config`, and `GPT2Config`) over their
+  shared `BaseModelConfig` (no JAX: the CLI loads them); each owns its MLP width, parameter and FLOP counts and
+  Hugging Face mapping (one table of `config.json` keys, one of tensors, each read both ways);
 - `layers.py`: the shared pieces (norm, rotary, causal attention with its key/value cache, `decode`);
 - `build.py`: `build_model`, which builds the module a config's class names;
-- `llama.py`, `gpt2.py`: the two modules.
+- `llama.py` (the Llama family's one module, shaped by its config's settings), `gpt2.py`.
 
 Models only map tokens to logits; the loss, the optimizer and checkpointing live in the trainer. Parameters
 are always float32; `dtype` is the compute dtype of the matmuls (the precision policy picks it). For
@@ -29,7 +30,10 @@ if TYPE_CHECKING:
         ARCHITECTURES,
         GPT2Config,
         LlamaConfig,
+        MistralConfig,
         ModelConfig,
+        Qwen2Config,
+        Qwen3Config,
         model_config,
     )
     from tradewind.trainer.models.gpt2 import GPT2
@@ -44,7 +48,10 @@ _LAZY = {
     "PRESETS": "tradewind.trainer.models.base",
     "GPT2Config": "tradewind.trainer.models.configs",
     "LlamaConfig": "tradewind.trainer.models.configs",
+    "MistralConfig": "tradewind.trainer.models.configs",
     "ModelConfig": "tradewind.trainer.models.configs",
+    "Qwen2Config": "tradewind.trainer.models.configs",
+    "Qwen3Config": "tradewind.trainer.models.configs",
     "model_config": "tradewind.trainer.models.configs",
     "GPT2": "tradewind.trainer.models.gpt2",
     "KVCache": "tradewind.trainer.models.layers",
@@ -60,7 +67,10 @@ __all__ = [
     "KVCache",
     "Llama",
     "LlamaConfig",
+    "MistralConfig",
     "ModelConfig",
+    "Qwen2Config",
+    "Qwen3Config",
     "build_model",
     "count_params",
     "init_cache",

@@ -1,6 +1,10 @@
 """What every architecture's model config shares: the common fields and rules, presets, and the interface
 (MLP width, parameter and matmul counts, Hugging Face mapping) that each architecture's class fills in.
 
+An architecture's Hugging Face mapping is two tables: `hf_keys` (its `config.json` keys, each with the field it
+holds and its value when absent), from which `hf_shape` (export) and `from_hf_config` (import) are both derived,
+and `hf_weights` (its tensors), from which `tradewind.trainer.hf` both writes and reads the weights.
+
 Imports no JAX. The architectures and their union, `ModelConfig`, are in `configs.py`.
 """
 
@@ -10,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from tradewind.core import ConfigError
 
@@ -57,7 +61,18 @@ Attention = Literal["reference", "dot_product", "splash", "splash_interpret"]
 # splash on a TPU (sequences in whole 128-token blocks), the reference elsewhere (XLA's dot_product computes every
 # score: slower). 'splash' off a TPU runs the interpreter: correct, and slow.
 AttentionChoice = Literal["auto", "reference", "dot_product", "splash"]
-TYPE_DESCRIPTION = "'llama' (RMSNorm, rotary, SwiGLU, GQA) or 'gpt2' (LayerNorm, learned positions, GELU)."
+TYPE_DESCRIPTION = "'llama', 'mistral', 'qwen2', 'qwen3' (RMSNorm, rotary, SwiGLU, GQA) or 'gpt2' (GELU)."
+
+
+@dataclass(frozen=True)
+class HFKey:
+    """One `config.json` key of an architecture: the config field it holds (export writes the value the model is
+    built with, `BaseModelConfig.resolved`), and the value import takes when the file leaves it out (`...`: none,
+    the key is required)."""
+
+    field: str
+    key: str
+    default: Any = ...
 
 
 @dataclass(frozen=True)
@@ -79,9 +94,13 @@ class BaseModelConfig(BaseModel):
 
     # The `nnx.Module` class that `build_model` builds from this config (imported only then: it needs JAX).
     module: ClassVar[str]
-    # The `transformers` class of this architecture, and the `config.json` keys it implements only one way.
+    # The `transformers` class of this architecture, the `config.json` keys it implements only one way, and the
+    # table of the keys that hold its fields.
     hf_architecture: ClassVar[str]
     hf_fixed: ClassVar[dict[str, Any]] = {}
+    hf_keys: ClassVar[tuple[HFKey, ...]]
+    # Fields whose None stands for a derived value: the property that gives the value the model is built with.
+    derived: ClassVar[dict[str, str]] = {"d_ff": "ff_dim"}
 
     type: str = Field(description=TYPE_DESCRIPTION)  # each architecture narrows it to its own name
 
@@ -144,6 +163,10 @@ class BaseModelConfig(BaseModel):
         """Weights of one block's matrix multiplies (its projections and MLP)."""
         raise NotImplementedError
 
+    def resolved(self, name: str) -> Any:
+        """The value of field `name` that the model is built with (a None `d_ff` is the MLP width it derives)."""
+        return getattr(self, self.derived.get(name, name))
+
     def matmul_params(self) -> int:
         """Weights used in matrix multiplies (every block's, and the output head's); needs `vocab_size`."""
         return self.n_layers * self.block_matmul_params() + self.d_model * (self.vocab_size or 0)
@@ -151,37 +174,55 @@ class BaseModelConfig(BaseModel):
     def flops_per_token(self, seq_len: int) -> float:
         """Model FLOPs per trained token, forward and backward, at sequence length `seq_len` (PaLM, app. B).
 
-        `6 * matmul_params + 12 * n_layers * d_model * seq_len`: the second term is the attention score and
-        value products, not halved for the causal mask.
+        `6 * matmul_params + 12 * n_layers * n_heads * head_dim * seq_len`: the second term is the attention score
+        and value products, not halved for the causal mask.
         """
-        return 6.0 * self.matmul_params() + 12.0 * self.n_layers * self.d_model * seq_len
+        return 6.0 * self.matmul_params() + 12.0 * self.n_layers * self.n_heads * self.head_dim * seq_len
 
     def hf_config(self) -> dict[str, Any]:
         """This model's `config.json` for `transformers`."""
         return {
             "architectures": [self.hf_architecture],
             "model_type": self.type,
-            "vocab_size": self.vocab_size,
             **self.hf_shape(),
             **self.hf_fixed,
-            "tie_word_embeddings": self.tie_embeddings,
             "initializer_range": self.init_std,
             "torch_dtype": "float32",
         }
 
     def hf_shape(self) -> dict[str, Any]:
-        """The `config.json` keys of this architecture's shape, in `transformers`' names."""
-        raise NotImplementedError
+        """The `config.json` keys of this model's fields (`hf_keys`), in `transformers`' names."""
+        return {row.key: self.resolved(row.field) for row in self.hf_keys}
 
     @classmethod
     def from_hf_config(cls, data: dict[str, Any], source: str | Path) -> BaseModelConfig:
         """The config an HF `config.json` describes (`data`, read from `source`); refuses what it cannot build.
 
         Raises:
-            ConfigError: a shape key is missing or the file asks for something this architecture does not
-                implement; the message names `source` and the key.
+            ConfigError: a required key is missing, a value is out of range, or the file asks for something this
+                architecture does not implement; the message names `source` and the key.
         """
-        raise NotImplementedError
+        cls._check_fixed(data, source)
+        values = {}
+        for row in cls.hf_keys:
+            if row.key not in data and row.default is ...:
+                raise ConfigError(f"{source}: no {row.key!r}")
+            values[row.field] = data.get(row.key, row.default)
+        values |= cls._from_hf_special(data, source, values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            keys = {row.field: row.key for row in cls.hf_keys}  # name each problem by the file's key
+            problems = [
+                f"{keys.get(item['loc'][0], item['loc'][0]) if item['loc'] else '(top level)'}: {item['msg']}"
+                for item in error.errors()
+            ]
+            raise ConfigError(f"{source}: {'; '.join(problems)}") from None
+
+    @classmethod
+    def _from_hf_special(cls, data: dict[str, Any], source: str | Path, values: dict[str, Any]) -> dict[str, Any]:
+        """Fields that the `config.json` keys of `hf_keys` (read into `values`) do not give one to one."""
+        return {}
 
     def hf_weights(self) -> list[HFWeight]:
         """Every tensor of the HF checkpoint, with its place in the nnx parameter dict."""
@@ -197,9 +238,3 @@ class BaseModelConfig(BaseModel):
     def _head_weights(self, name: str) -> list[HFWeight]:
         """The untied output projection's tensor, if there is one."""
         return [] if self.tie_embeddings else [HFWeight(("lm_head", "kernel"), name, transpose=True)]
-
-
-def hf_key(data: dict[str, Any], key: str, source: str | Path) -> Any:
-    if key not in data:
-        raise ConfigError(f"{source}: no {key!r}")
-    return data[key]

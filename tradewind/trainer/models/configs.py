@@ -1,15 +1,25 @@
 """Model configs, one class per architecture, each owning its shape rules, size, FLOPs and Hugging Face mapping.
 
-`ModelConfig` is the union of the architecture classes, told apart by `type` (a preset may set it; absent,
-it is "llama"). Each class knows what only its architecture knows: the MLP width it defaults to, how many
-parameters and matmul weights it has, and how it maps to a `transformers` `config.json` and tensor names.
+`ModelConfig` is the union of the architecture classes registered in `ARCHITECTURES`, told apart by `type`
+(a preset may set it; absent, it is "llama"; each is the `model_type` of its Hugging Face `config.json`).
+Each class knows what only its architecture knows: the MLP width it defaults to, how many parameters and
+matmul weights it has, and how it maps to `transformers`: `hf_keys`, the table of its `config.json` keys (the
+field each holds, the value when absent), from which both export (`hf_shape`) and import (`from_hf_config`)
+are derived, and `hf_weights`, the table of its tensors, which `tradewind.trainer.hf` writes and reads.
 Everything that holds for every architecture is written once, in terms of those: the shared fields and
 FLOPs per token in `base.py`, the HF tensor conversion in `tradewind.trainer.hf`.
+
+The Llama family is one class and its subclasses, which build the same module: `MistralConfig`, `Qwen2Config`
+(biases on the query, key and value projections) and `Qwen3Config` (an RMSNorm over each query and key head,
+its own `head_dim`) change only class variables (`qkv_bias`, `qk_norm`, the HF names and defaults), which the
+module and the counts read. None implements a sliding window: import caps `max_seq_len` at an active window,
+within which full attention is exact, and export writes none (`LlamaConfig._hf_window`).
 
 Imports no JAX: the CLI, the server and the tool schemas load these classes at start-up. The `nnx` module
 of an architecture lives beside it (`llama.py`, `gpt2.py`); the config class names it (`module`).
 
-Adding an architecture: its config class here (and in `ModelConfig`), its module file, and its test.
+Adding an architecture: its config class here (registered in `ARCHITECTURES`), its module file (or a setting of
+an existing module's config), and its test.
 
 Example:
     config = model_config({"preset": "gpt2-small", "vocab_size": 50_257})  # -> GPT2Config
@@ -18,6 +28,9 @@ Example:
 
 from __future__ import annotations
 
+import operator
+from dataclasses import replace
+from functools import reduce
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -39,7 +52,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tradewind.core import ConfigError, parse_config
-from tradewind.trainer.models.base import PRESETS, TYPE_DESCRIPTION, BaseModelConfig, HFWeight, hf_key
+from tradewind.trainer.models.base import PRESETS, TYPE_DESCRIPTION, BaseModelConfig, HFKey, HFWeight
 
 DEFAULT_TYPE = "llama"
 
@@ -67,11 +80,36 @@ class Llama3RopeScaling(BaseModel):
 
 
 class LlamaConfig(BaseModelConfig):
-    """Llama: RMSNorm, rotary position embeddings, grouped-query attention, a SwiGLU MLP, no biases."""
+    """Llama: RMSNorm, rotary position embeddings, grouped-query attention, a SwiGLU MLP, no biases.
+
+    Mistral, Qwen2 and Qwen3 are the same model with settings fixed per architecture (the class variables
+    below), and build the same module; `d_head` gives them all a head width other than d_model / n_heads.
+    """
 
     module: ClassVar[str] = "tradewind.trainer.models.llama.Llama"
     hf_architecture: ClassVar[str] = "LlamaForCausalLM"
     hf_fixed: ClassVar[dict[str, Any]] = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
+    # Biases on the query, key and value projections (Qwen2's); an RMSNorm over each query and key head, before
+    # the rotation (Qwen3's).
+    qkv_bias: ClassVar[bool] = False
+    qk_norm: ClassVar[bool] = False
+    # The config.json keys that turn a sliding window off, which export writes: Tradewind's attention has none.
+    hf_full_attention: ClassVar[dict[str, Any]] = {}
+    derived: ClassVar[dict[str, str]] = {"d_ff": "ff_dim", "n_kv_heads": "kv_heads", "d_head": "head_dim"}
+    # The rotary keys (`rope_theta`, `rope_parameters`) and the sliding window are `_from_hf_special`'s.
+    hf_keys: ClassVar[tuple[HFKey, ...]] = (
+        HFKey("vocab_size", "vocab_size"),
+        HFKey("d_model", "hidden_size"),
+        HFKey("n_layers", "num_hidden_layers"),
+        HFKey("n_heads", "num_attention_heads"),
+        HFKey("n_kv_heads", "num_key_value_heads", None),
+        HFKey("d_head", "head_dim", None),
+        HFKey("d_ff", "intermediate_size"),
+        HFKey("max_seq_len", "max_position_embeddings", 2048),
+        HFKey("norm_eps", "rms_norm_eps", 1e-6),
+        # transformers' Llama-family configs untie them unless config.json says otherwise.
+        HFKey("tie_embeddings", "tie_word_embeddings", False),
+    )
 
     type: Literal["llama"] = Field("llama", description=TYPE_DESCRIPTION)
     n_kv_heads: int | None = Field(
@@ -79,10 +117,13 @@ class LlamaConfig(BaseModelConfig):
     )
     rope_theta: float = Field(10000.0, gt=0, le=1e9, description="Rotary embedding base (llama).")
     rope_scaling: Llama3RopeScaling | None = Field(None, description="Llama 3.1 rotary scaling (llama); null: none.")
+    d_head: int | None = Field(None, gt=0, le=4096, description="Null: d_model / n_heads.")
 
     @field_validator("n_heads")
     @classmethod
     def _even_head_size(cls, n_heads: int, info: ValidationInfo) -> int:
+        # Checked before `d_head` is read, so also where `d_head` gives the width instead; no released model of
+        # these families has an odd d_model / n_heads.
         d_model = info.data.get("d_model")
         if d_model is not None and (d_model // n_heads) % 2:
             raise ValueError(
@@ -99,6 +140,18 @@ class LlamaConfig(BaseModelConfig):
             raise ValueError(f"n_heads ({n_heads}) must be divisible by n_kv_heads ({n_kv_heads})")
         return n_kv_heads
 
+    @field_validator("d_head")
+    @classmethod
+    def _even_own_head_size(cls, d_head: int | None) -> int | None:
+        if d_head is not None and d_head % 2:
+            raise ValueError(f"d_head ({d_head}) must be even for rotary embeddings")
+        return d_head
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head: `d_head`, or d_model / n_heads when it is None."""
+        return self.d_head or self.d_model // self.n_heads
+
     @property
     def kv_heads(self) -> int:
         """Key/value heads: `n_kv_heads`, or `n_heads` when it is None."""
@@ -113,36 +166,32 @@ class LlamaConfig(BaseModelConfig):
         return 32 * -(-8 * self.d_model // (3 * 32))  # ceil(8/3 * d_model / 32) in integers
 
     def block_matmul_params(self) -> int:
-        d, kv = self.d_model, self.kv_heads * self.head_dim
-        return 2 * d * d + 2 * d * kv + 3 * d * self.ff_dim  # q and o, k and v, gate up and down
+        d, q, kv = self.d_model, self.n_heads * self.head_dim, self.kv_heads * self.head_dim
+        return 2 * d * q + 2 * d * kv + 3 * d * self.ff_dim  # q and o, k and v, gate up and down
 
     def count_params(self) -> int:
         d, vocab = self.d_model, self.vocab_size or 0
         head = 0 if self.tie_embeddings else d * vocab
-        return vocab * d + self.n_layers * (self.block_matmul_params() + 2 * d) + d + head
+        biases = (self.n_heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
+        qk_norms = 2 * self.head_dim if self.qk_norm else 0
+        block = self.block_matmul_params() + biases + qk_norms + 2 * d  # and the two norms' scales
+        return vocab * d + self.n_layers * block + d + head
 
     def hf_shape(self) -> dict[str, Any]:
+        rope = {"rope_type": "default"}
+        if self.rope_scaling is not None:
+            rope = {"rope_type": "llama3", **self.rope_scaling.model_dump()}
         return {
-            "hidden_size": self.d_model,
-            "intermediate_size": self.ff_dim,
-            "num_hidden_layers": self.n_layers,
-            "num_attention_heads": self.n_heads,
-            "num_key_value_heads": self.kv_heads,
-            "head_dim": self.head_dim,
-            "max_position_embeddings": self.max_seq_len,
-            "rms_norm_eps": self.norm_eps,
+            **super().hf_shape(),
             "rope_theta": self.rope_theta,
-            "rope_parameters": {"rope_theta": self.rope_theta, **self._rope_kind()},
+            "rope_parameters": {"rope_theta": self.rope_theta, **rope},
+            **self.hf_full_attention,
         }
 
-    def _rope_kind(self) -> dict[str, Any]:
-        if self.rope_scaling is None:
-            return {"rope_type": "default"}
-        return {"rope_type": "llama3", **self.rope_scaling.model_dump()}
-
     @classmethod
-    def from_hf_config(cls, data: dict[str, Any], source: str | Path) -> LlamaConfig:
-        cls._check_fixed(data, source)
+    def _from_hf_special(cls, data: dict[str, Any], source: str | Path, values: dict[str, Any]) -> dict[str, Any]:
+        """The rotary base and scaling (top-level keys, or `rope_parameters` / `rope_scaling`), and `max_seq_len`
+        capped at an active sliding window (`_hf_window`)."""
         rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type not in ("default", "llama3"):
@@ -151,25 +200,24 @@ class LlamaConfig(BaseModelConfig):
             )
         scaling = None
         if rope_type == "llama3":
-            values = {k: v for k, v in rope.items() if k in Llama3RopeScaling.model_fields}
-            scaling = parse_config(Llama3RopeScaling, values, source=f"{source}: rope_parameters of rope_type 'llama3'")
-        d_model, n_heads = hf_key(data, "hidden_size", source), hf_key(data, "num_attention_heads", source)
-        if data.get("head_dim", d_model // n_heads) * n_heads != d_model:
-            raise ConfigError(f"{source}: head_dim {data['head_dim']} is not hidden_size / num_attention_heads")
-        return cls(
-            vocab_size=hf_key(data, "vocab_size", source),
-            d_model=d_model,
-            n_layers=hf_key(data, "num_hidden_layers", source),
-            n_heads=n_heads,
-            n_kv_heads=data.get("num_key_value_heads"),
-            d_ff=hf_key(data, "intermediate_size", source),
-            max_seq_len=data.get("max_position_embeddings", 2048),
-            rope_theta=data.get("rope_theta") or rope.get("rope_theta", 10000.0),
-            rope_scaling=scaling,
-            norm_eps=data.get("rms_norm_eps", 1e-6),
-            # transformers' LlamaConfig unties them unless config.json says otherwise.
-            tie_embeddings=data.get("tie_word_embeddings", False),
-        )
+            scaling_values = {k: v for k, v in rope.items() if k in Llama3RopeScaling.model_fields}
+            scaling = parse_config(
+                Llama3RopeScaling, scaling_values, source=f"{source}: rope_parameters of rope_type 'llama3'"
+            )
+        special = {"rope_theta": data.get("rope_theta") or rope.get("rope_theta", 10000.0), "rope_scaling": scaling}
+        window, longest = cls._hf_window(data, values), values["max_seq_len"]
+        if window is not None and isinstance(longest, int):
+            special["max_seq_len"] = min(longest, window)
+        return special
+
+    @classmethod
+    def _hf_window(cls, data: dict[str, Any], values: dict[str, Any]) -> int | None:
+        """The sliding window some layer of the model `data` describes attends within, or None if none does.
+
+        Tradewind attends to every earlier position; that equals attention within a window of W positions on
+        sequences of at most W tokens, so import caps `max_seq_len` at the window.
+        """
+        return None
 
     def hf_weights(self) -> list[HFWeight]:
         weights = [HFWeight(("embed", "embedding"), "model.embed_tokens.weight")]
@@ -183,11 +231,79 @@ class LlamaConfig(BaseModelConfig):
                     HFWeight(("blocks", i, part, name, "kernel"), f"{hf}.{hf_part}.{name}.weight", transpose=True)
                     for name in names
                 ]
+            if self.qkv_bias:
+                weights += [
+                    HFWeight(("blocks", i, "attn", name, "bias"), f"{hf}.self_attn.{name}.bias")
+                    for name in ("q_proj", "k_proj", "v_proj")
+                ]
+            if self.qk_norm:
+                weights += [
+                    HFWeight(("blocks", i, "attn", name, "scale"), f"{hf}.self_attn.{name}.weight")
+                    for name in ("q_norm", "k_norm")
+                ]
             weights += [
                 HFWeight(("blocks", i, "attn_norm", "scale"), f"{hf}.input_layernorm.weight"),
                 HFWeight(("blocks", i, "mlp_norm", "scale"), f"{hf}.post_attention_layernorm.weight"),
             ]
         return [*weights, HFWeight(("norm", "scale"), "model.norm.weight"), *self._head_weights("lm_head.weight")]
+
+
+def _with_defaults(keys: tuple[HFKey, ...], **defaults: Any) -> tuple[HFKey, ...]:
+    """The rows of `keys`, with other values for the absent keys of some fields (`field=default`)."""
+    return tuple(replace(row, default=defaults[row.field]) if row.field in defaults else row for row in keys)
+
+
+class MistralConfig(LlamaConfig):
+    """Mistral: Llama's model. Its sliding window (`sliding_window`, on every layer) caps `max_seq_len` on import
+    (see `_hf_window`); export writes none."""
+
+    hf_architecture: ClassVar[str] = "MistralForCausalLM"
+    hf_fixed: ClassVar[dict[str, Any]] = {"hidden_act": "silu"}
+    hf_full_attention: ClassVar[dict[str, Any]] = {"sliding_window": None}
+    hf_keys: ClassVar[tuple[HFKey, ...]] = _with_defaults(LlamaConfig.hf_keys, max_seq_len=4096 * 32)
+
+    type: Literal["mistral"] = Field("mistral", description=TYPE_DESCRIPTION)
+
+    @classmethod
+    def _hf_window(cls, data: dict[str, Any], values: dict[str, Any]) -> int | None:
+        return data.get("sliding_window", 4096)
+
+
+class Qwen2Config(LlamaConfig):
+    """Qwen2 and Qwen2.5: Llama's model with biases on the query, key and value projections. Its sliding window
+    (`use_sliding_window`, on the layers from `max_window_layers` on, or as `layer_types` says) caps `max_seq_len`
+    on import (see `_hf_window`); export writes none."""
+
+    hf_architecture: ClassVar[str] = "Qwen2ForCausalLM"
+    hf_fixed: ClassVar[dict[str, Any]] = {"hidden_act": "silu"}
+    qkv_bias: ClassVar[bool] = True
+    hf_full_attention: ClassVar[dict[str, Any]] = {"use_sliding_window": False, "sliding_window": None}
+    hf_keys: ClassVar[tuple[HFKey, ...]] = _with_defaults(LlamaConfig.hf_keys, max_seq_len=32768)
+
+    type: Literal["qwen2"] = Field("qwen2", description=TYPE_DESCRIPTION)
+
+    @classmethod
+    def _hf_window(cls, data: dict[str, Any], values: dict[str, Any]) -> int | None:
+        window = data.get("sliding_window", 4096)
+        if not data.get("use_sliding_window", False) or window is None:
+            return None
+        if data.get("layer_types"):
+            return window if "sliding_attention" in data["layer_types"] else None
+        first, layers = data.get("max_window_layers", 28), values["n_layers"]
+        return window if isinstance(layers, int) and first < layers else None
+
+
+class Qwen3Config(Qwen2Config):
+    """Qwen3: Qwen2's model with an RMSNorm over each query and key head (before the rotation) in place of the
+    projections' biases, and a head width of its own (`head_dim`: 128 when absent)."""
+
+    hf_architecture: ClassVar[str] = "Qwen3ForCausalLM"
+    hf_fixed: ClassVar[dict[str, Any]] = {"hidden_act": "silu", "attention_bias": False}
+    qkv_bias: ClassVar[bool] = False
+    qk_norm: ClassVar[bool] = True
+    hf_keys: ClassVar[tuple[HFKey, ...]] = _with_defaults(LlamaConfig.hf_keys, max_seq_len=32768, d_head=128)
+
+    type: Literal["qwen3"] = Field("qwen3", description=TYPE_DESCRIPTION)
 
 
 class GPT2Config(BaseModelConfig):
@@ -201,6 +317,16 @@ class GPT2Config(BaseModelConfig):
         "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False,
     }
+    hf_keys: ClassVar[tuple[HFKey, ...]] = (
+        HFKey("vocab_size", "vocab_size"),
+        HFKey("d_model", "n_embd"),
+        HFKey("n_layers", "n_layer"),
+        HFKey("n_heads", "n_head"),
+        HFKey("d_ff", "n_inner", None),
+        HFKey("max_seq_len", "n_positions"),
+        HFKey("norm_eps", "layer_norm_epsilon", 1e-5),
+        HFKey("tie_embeddings", "tie_word_embeddings", True),
+    )
 
     type: Literal["gpt2"] = Field("gpt2", description=TYPE_DESCRIPTION)
 
@@ -219,30 +345,6 @@ class GPT2Config(BaseModelConfig):
         biases_and_norms = 3 * d + d + self.ff_dim + d + 4 * d  # qkv, out, MLP in, MLP out; two LayerNorms
         blocks = self.n_layers * (self.block_matmul_params() + biases_and_norms)
         return vocab * d + self.max_seq_len * d + blocks + 2 * d + head
-
-    def hf_shape(self) -> dict[str, Any]:
-        return {
-            "n_embd": self.d_model,
-            "n_inner": self.ff_dim,
-            "n_layer": self.n_layers,
-            "n_head": self.n_heads,
-            "n_positions": self.max_seq_len,
-            "layer_norm_epsilon": self.norm_eps,
-        }
-
-    @classmethod
-    def from_hf_config(cls, data: dict[str, Any], source: str | Path) -> GPT2Config:
-        cls._check_fixed(data, source)
-        return cls(
-            vocab_size=hf_key(data, "vocab_size", source),
-            d_model=hf_key(data, "n_embd", source),
-            n_layers=hf_key(data, "n_layer", source),
-            n_heads=hf_key(data, "n_head", source),
-            d_ff=data.get("n_inner"),
-            max_seq_len=hf_key(data, "n_positions", source),
-            norm_eps=data.get("layer_norm_epsilon", 1e-5),
-            tie_embeddings=data.get("tie_word_embeddings", True),
-        )
 
     def hf_weights(self) -> list[HFWeight]:
         weights = [HFWeight(("wte", "embedding"), "transformer.wte.weight")]
@@ -268,7 +370,14 @@ class GPT2Config(BaseModelConfig):
         return [*weights, *self._head_weights("lm_head.weight")]
 
 
-ARCHITECTURES: dict[str, type[LlamaConfig] | type[GPT2Config]] = {"llama": LlamaConfig, "gpt2": GPT2Config}
+# Every architecture, by its `type` (Hugging Face's `model_type`): the one place one is registered.
+ARCHITECTURES: dict[str, type[LlamaConfig] | type[GPT2Config]] = {
+    "llama": LlamaConfig,
+    "gpt2": GPT2Config,
+    "mistral": MistralConfig,
+    "qwen2": Qwen2Config,
+    "qwen3": Qwen3Config,
+}
 
 
 def _model_type(data: Any) -> str:
@@ -334,7 +443,7 @@ def _without_tag(data: Any, validate: ValidatorFunctionWrapHandler) -> BaseModel
 
 
 ModelConfig = Annotated[
-    Annotated[LlamaConfig, Tag("llama")] | Annotated[GPT2Config, Tag("gpt2")],
+    reduce(operator.or_, (Annotated[config_class, Tag(name)] for name, config_class in ARCHITECTURES.items())),
     Discriminator(_model_type),
     WrapValidator(_without_tag),
     WithJsonSchema(_listed_schema()),

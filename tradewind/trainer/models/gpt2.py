@@ -38,11 +38,11 @@ class GPT2Attention(nnx.Module):
         self.qkv = nnx.Linear(d_model, 3 * d_model, kernel_init=init, dtype=dtype, rngs=rngs)
         self.proj = nnx.Linear(d_model, d_model, kernel_init=scaled_init(config), dtype=dtype, rngs=rngs)
 
-    def __call__(self, x, positions, layer_cache=None):
+    def __call__(self, x, positions, layer_cache=None, segments=None):
         batch, seq, _ = x.shape  # [batch, seq, d_model]
         heads = (batch, seq, self.n_heads, self.head_dim)
         q, k, v = (part.reshape(heads) for part in jnp.split(self.qkv(x), 3, axis=-1))
-        out, layer_cache = attend(q, k, v, positions, layer_cache, self.attention)  # [batch, seq, d_model]
+        out, layer_cache = attend(q, k, v, positions, layer_cache, self.attention, segments)  # [batch, seq, d_model]
         return self.proj(out), layer_cache
 
 
@@ -58,8 +58,8 @@ class GPT2Block(nnx.Module):
         self.fc = nnx.Linear(d_model, d_ff, kernel_init=init, dtype=dtype, rngs=rngs)
         self.fc_out = nnx.Linear(d_ff, d_model, kernel_init=scaled_init(config), dtype=dtype, rngs=rngs)
 
-    def __call__(self, x, positions, layer_cache=None):
-        attended, layer_cache = self.attn(self.ln_1(x), positions, layer_cache)
+    def __call__(self, x, positions, layer_cache=None, segments=None):
+        attended, layer_cache = self.attn(self.ln_1(x), positions, layer_cache, segments)
         x = x + attended  # [batch, seq, d_model]
         return x + over_token_rows(lambda rows: self.fc_out(jax.nn.gelu(self.fc(rows))), self.ln_2(x)), layer_cache
 
@@ -87,7 +87,7 @@ class GPT2(Decoder):
         self.lm_head = output_head(config, vocab, dtype=dtype, rngs=rngs)
 
     def embed_tokens(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
-        return self.wte(tokens) + self.wpe(positions)[None]
+        return self.wte(tokens) + self.wpe(positions)  # positions [seq] broadcast over the batch
 
     def final_norm(self, x: jax.Array) -> jax.Array:
         return self.ln_f(x)

@@ -24,8 +24,9 @@ from tradewind.trainer.sharding import BATCH_AXES
 
 # A key/value cache: per layer `(k, v)`, each [batch, max_len, kv_heads, head_dim], and the next position.
 KVCache = dict[str, Any]
-# One block of a model: `(x [batch, seq, d_model], positions [seq], layer cache or None) -> (x, layer cache)`.
-BlockFn = Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
+# One block of a model: `(x [batch, seq, d_model], positions [seq] or [batch, seq], layer cache or None,
+# segments [batch, seq] or None) -> (x, layer cache)`.
+BlockFn = Callable[[jax.Array, jax.Array, Any, Any], tuple[jax.Array, Any]]
 # `jax.checkpoint` policies of the `Remat` choices: what the backward pass finds saved; it recomputes the rest.
 # (Dots without batch dimensions are the projections and MLP matmuls; attention's scores are recomputed.)
 REMAT_POLICIES = {
@@ -50,15 +51,16 @@ class RMSNorm(nnx.Module):
 def rotary_angles(
     positions: jax.Array, head_dim: int, theta: float, scaling: Llama3RopeScaling | None = None
 ) -> tuple[jax.Array, jax.Array]:
-    """Cosines and sines of the rotary angles, each [seq, head_dim], for integer `positions` [seq].
+    """Cosines and sines of the rotary angles, each [..., seq, head_dim], for integer `positions` [..., seq]
+    (one row of positions for every sequence, or a row per sequence of a packed batch).
 
     Channel pairs (i, i + head_dim / 2) share an angle, so each half of the last axis repeats the other.
     """
     inv_freq = theta ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # [head_dim / 2]
     if scaling is not None:
         inv_freq = llama3_scaled(inv_freq, scaling)
-    angles = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]  # [seq, head_dim / 2]
-    angles = jnp.concatenate([angles, angles], axis=-1)  # [seq, head_dim]
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [..., seq, head_dim / 2]
+    angles = jnp.concatenate([angles, angles], axis=-1)  # [..., seq, head_dim]
     return jnp.cos(angles), jnp.sin(angles)
 
 
@@ -83,14 +85,22 @@ def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     """
     x1, x2 = jnp.split(x, 2, axis=-1)  # [batch, seq, heads, head_dim / 2] each
     rotated = jnp.concatenate([-x2, x1], axis=-1)  # [batch, seq, heads, head_dim]
-    cos, sin = cos[None, :, None, :], sin[None, :, None, :]  # [1, seq, 1, head_dim]
+    cos, sin = cos[..., None, :], sin[..., None, :]  # [seq, 1, head_dim] or [batch, seq, 1, head_dim]
     return (x * cos + rotated * sin).astype(x.dtype)
 
 
 def causal_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.Array, k_positions: jax.Array
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+    segments: jax.Array | None = None,
 ) -> jax.Array:
     """Softmax attention of queries [b, sq, heads, d] over keys/values [b, sk, kv_heads, d], causally masked.
+
+    `segments` [b, seq] (queries and keys at the same places) number the documents packed into each row: a
+    query then sees only keys of its own document.
 
     When queries and keys cover the same positions (training, or a whole prompt), the first half of the
     queries can only see the first half of the keys, so the halves are attended separately: the quarter
@@ -98,17 +108,28 @@ def causal_attention(
     """
     seq = q.shape[1]
     if seq != k.shape[1] or seq % 2:
-        return masked_attention(q, k, v, q_positions, k_positions)
+        return masked_attention(q, k, v, q_positions, k_positions, segments, segments)
     half = seq // 2
-    first = masked_attention(q[:, :half], k[:, :half], v[:, :half], q_positions[:half], k_positions[:half])
-    second = masked_attention(q[:, half:], k, v, q_positions[half:], k_positions)
+    first_segments = None if segments is None else segments[:, :half]
+    second_segments = None if segments is None else segments[:, half:]
+    first = masked_attention(
+        q[:, :half], k[:, :half], v[:, :half], q_positions[:half], k_positions[:half], first_segments, first_segments
+    )
+    second = masked_attention(q[:, half:], k, v, q_positions[half:], k_positions, second_segments, segments)
     return jnp.concatenate([first, second], axis=1)  # [b, sq, heads * d]
 
 
 def masked_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, q_positions: jax.Array, k_positions: jax.Array
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+    q_segments: jax.Array | None = None,
+    k_segments: jax.Array | None = None,
 ) -> jax.Array:
-    """`causal_attention` computed over all query/key pairs, with the mask applied to the scores.
+    """`causal_attention` computed over all query/key pairs, with the mask applied to the scores; with
+    segments ([b, sq] and [b, sk]), a query sees only keys of its own segment.
 
     With fewer key/value heads than query heads (grouped-query attention), each key/value head is
     repeated for its group of query heads. Scores and softmax are float32 whatever the compute dtype.
@@ -118,11 +139,18 @@ def masked_attention(
     if groups > 1:
         k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)  # [b, sk, heads, d]
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / math.sqrt(head_dim)  # [b, heads, sq, sk]
-    causal = k_positions[None, :] <= q_positions[:, None]  # [sq, sk]
-    scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
+    visible = (k_positions[None, :] <= q_positions[:, None])[None, None]  # [1, 1, sq, sk]
+    if q_segments is not None:
+        visible = visible & same_segment(q_segments, k_segments)
+    scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # [b, heads, sq, sk]
     out = jnp.einsum("bhqk,bkhd->bqhd", weights, v)  # [b, sq, heads, d]
     return out.reshape(batch, sq, heads * head_dim)  # [b, sq, heads * d]
+
+
+def same_segment(q_segments: jax.Array, k_segments: jax.Array) -> jax.Array:
+    """[b, 1, sq, sk]: whether each query and key belong to the same document of their packed row."""
+    return (q_segments[:, :, None] == k_segments[:, None, :])[:, None]
 
 
 def update_cache(
@@ -160,30 +188,37 @@ def init_cache(config: ModelConfig, batch: int, max_len: int, dtype: Any = jnp.f
     return {"layers": layers, "index": jnp.zeros((), jnp.int32)}
 
 
-def fused_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+def fused_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array | None = None) -> jax.Array:
     """`causal_attention` of queries and keys at the same positions by `jax.nn.dot_product_attention`, which
     takes grouped key/value heads as they are. On a GPU in 16-bit it asks for cuDNN's flash attention (the
-    score matrix is never stored); elsewhere XLA's version, which computes every score (slower than the
-    reference's halves). Scores and softmax are float32, as in the reference."""
+    score matrix is never stored); elsewhere, or with packed documents' `segments` (a mask cuDNN's kernel does
+    not take), XLA's version, which computes every score (slower than the reference's halves). Scores and
+    softmax are float32, as in the reference."""
     batch, seq, heads, head_dim = q.shape
-    flash = jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
+    flash = jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16) and segments is None
     kernel = "cudnn" if flash else "xla"
-    out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=kernel)  # [b, seq, heads, d]
+    mask = None if segments is None else same_segment(segments, segments)
+    out = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=kernel)  # [b, seq, heads, d]
     return out.reshape(batch, seq, heads * head_dim)
 
 
 SPLASH_BLOCKS = (512, 256, 128)  # block sizes splash attention tiles a sequence into, largest that divides it
 
 
-def splash_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool = False) -> jax.Array:
+def splash_causal_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array | None = None, *, interpret: bool = False
+) -> jax.Array:
     """`causal_attention` of queries and keys at the same positions by Pallas's splash kernel for TPUs: scores
     are made block by block in the chip's VMEM and never stored, and blocks above the diagonal are skipped.
     It takes grouped key/value heads as they are. XLA cannot split a Pallas kernel over devices, so under a mesh
     it runs per device (`jax.shard_map`: rows over the batch axes, heads over `tensor`). `interpret` runs it
-    in Pallas's interpreter (any platform). The sequence length must be a multiple of 128."""
+    in Pallas's interpreter (any platform). Packed documents' `segments` go to the kernel as its segment ids.
+    The sequence length must be a multiple of 128."""
     batch, seq, heads, head_dim = q.shape
+    if segments is None:
+        segments = jnp.zeros((batch, seq), jnp.int32)  # one segment: plain causal attention
 
-    def per_device(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    def per_device(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array) -> jax.Array:
         from jax.experimental.pallas.ops.tpu import splash_attention as splash  # Pallas loads only when used
 
         block = next(size for size in SPLASH_BLOCKS if seq % size == 0)
@@ -193,7 +228,10 @@ def splash_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, interpr
         kernel = splash.make_splash_mha(
             mask, block_sizes=splash.BlockSizes(**sizes), head_shards=1, q_seq_shards=1, interpret=interpret
         )
-        out = jax.vmap(kernel)(_swap_seq_heads(q * head_dim**-0.5), _swap_seq_heads(k), _swap_seq_heads(v))
+        segment_ids = splash.SegmentIds(q=segments, kv=segments)
+        out = jax.vmap(kernel)(
+            _swap_seq_heads(q * head_dim**-0.5), _swap_seq_heads(k), _swap_seq_heads(v), segment_ids=segment_ids
+        )
         return _swap_seq_heads(out)
 
     mesh = jax.sharding.get_abstract_mesh()
@@ -203,8 +241,9 @@ def splash_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, interpr
         tensor = mesh.shape["tensor"]
         split = "tensor" if heads % tensor == 0 and k.shape[2] % tensor == 0 else None
         spec = P(BATCH_AXES, None, split, None)
-        per_device = jax.shard_map(per_device, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
-    return per_device(q, k, v).reshape(batch, seq, heads * head_dim)
+        rows = P(BATCH_AXES, None)
+        per_device = jax.shard_map(per_device, in_specs=(spec, spec, spec, rows), out_specs=spec, check_vma=False)
+    return per_device(q, k, v, segments).reshape(batch, seq, heads * head_dim)
 
 
 def _swap_seq_heads(x: jax.Array) -> jax.Array:
@@ -219,16 +258,20 @@ def attend(
     positions: jax.Array,
     layer_cache: tuple[jax.Array, jax.Array] | None,
     implementation: Attention = "reference",
+    segments: jax.Array | None = None,
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
     """Causal attention of this call's queries over its keys/values, or, with a `layer_cache`, over every
     position cached so far (this call's keys and values written in first); returns the layer cache too.
-    `implementation` picks the kernel when there is no cache (`Attention`)."""
+    `implementation` picks the kernel when there is no cache (`Attention`). Without a cache, `segments`
+    [batch, seq] keep each packed document's attention to itself (its `positions` restart, so the causal
+    order is the tokens' order in the row)."""
     if layer_cache is None:
         if implementation == "dot_product":
-            return fused_causal_attention(q, k, v), None
+            return fused_causal_attention(q, k, v, segments), None
         if implementation in ("splash", "splash_interpret"):
-            return splash_causal_attention(q, k, v, interpret=implementation == "splash_interpret"), None
-        return causal_attention(q, k, v, positions, positions), None
+            return splash_causal_attention(q, k, v, segments, interpret=implementation == "splash_interpret"), None
+        order = jnp.arange(q.shape[1])
+        return causal_attention(q, k, v, order, order, segments), None
     layer_cache = update_cache(layer_cache, k, v, positions[0])
     k, v = layer_cache
     return causal_attention(q, k, v, positions, jnp.arange(k.shape[1])), layer_cache
@@ -306,13 +349,15 @@ def stacked_params(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "blocks": {"layer": jax.tree.map(lambda *xs: jnp.stack(xs), *layers)}}
 
 
-def scan_blocks(blocks: StackedBlocks, x: jax.Array, positions: jax.Array, remat: Remat) -> jax.Array:
+def scan_blocks(
+    blocks: StackedBlocks, x: jax.Array, positions: jax.Array, segments: jax.Array | None, remat: Remat
+) -> jax.Array:
     """`x` [batch, seq, d_model] through the stacked blocks in order, as one `jax.lax.scan` over their weights:
     XLA compiles the block once, whatever the depth."""
     graphdef, stacked = nnx.split(blocks.layer)
 
     def body(x: jax.Array, state: Any) -> tuple[jax.Array, None]:
-        return batch_sharded(nnx.merge(graphdef, state)(x, positions)[0]), None
+        return batch_sharded(nnx.merge(graphdef, state)(x, positions, None, segments)[0]), None
 
     if remat != "none":
         body = jax.checkpoint(body, policy=REMAT_POLICIES[remat])
@@ -328,6 +373,8 @@ def decode(
     blocks: Sequence[BlockFn] | StackedBlocks,
     norm: Callable[[jax.Array], jax.Array],
     remat: Remat = "none",
+    segments: jax.Array | None = None,
+    positions: jax.Array | None = None,
 ) -> tuple[jax.Array, KVCache | None]:
     """The body of a decoder: tokens [batch, seq] (int) -> final normalised hidden states [batch, seq, d_model].
 
@@ -335,24 +382,31 @@ def decode(
     `cache` (from `init_cache`), `tokens` continue the cached sequence at `cache["index"]`; the second
     result is the cache updated (None without one). Without a cache, `remat` says what each block keeps for
     the backward pass (`REMAT_POLICIES`), and `StackedBlocks` run as one loop (`scan_blocks`); the values
-    computed are the same.
+    computed are the same. A row of packed documents (no cache) gives their `segments` and `positions`
+    [batch, seq] (`tradewind.data.DocumentBatch`): attention stays within a document, positions restart.
     """
     seq = tokens.shape[1]
     if seq > max_seq_len:
         raise ValueError(f"sequence of {seq} tokens is longer than max_seq_len ({max_seq_len})")
-    start = 0 if cache is None else cache["index"]
-    positions = start + jnp.arange(seq)  # [seq]
+    if positions is None:
+        positions = (0 if cache is None else cache["index"]) + jnp.arange(seq)  # [seq]
     x = batch_sharded(embed(tokens, positions))  # [batch, seq, d_model]
     if cache is None and isinstance(blocks, StackedBlocks):
-        return norm(scan_blocks(blocks, x, positions, remat)), None
+        return norm(scan_blocks(blocks, x, positions, segments, remat)), None
     if cache is None and remat != "none":
-        keep = nnx.remat(lambda block, x: block(x, positions)[0], policy=REMAT_POLICIES[remat])
+        # Each block as a pure function of its state (as `scan_blocks` runs them): `nnx.remat` of the module
+        # itself fails when only part of its state is differentiated (a LoRA run's adapters).
         for block in blocks:
-            x = batch_sharded(keep(block, x))
+            graphdef, state = nnx.split(block)
+
+            def run(state: Any, x: jax.Array, graphdef: nnx.GraphDef = graphdef) -> jax.Array:
+                return nnx.merge(graphdef, state)(x, positions, None, segments)[0]
+
+            x = batch_sharded(jax.checkpoint(run, policy=REMAT_POLICIES[remat])(state, x))
         return norm(x), None
     layers = []
     for i, block in enumerate(blocks):
-        x, layer_cache = block(x, positions, None if cache is None else cache["layers"][i])
+        x, layer_cache = block(x, positions, None if cache is None else cache["layers"][i], segments)
         x = batch_sharded(x)
         layers.append(layer_cache)
     x = norm(x)
@@ -379,9 +433,15 @@ class Decoder(nnx.Module):
         raise NotImplementedError
 
     def features(
-        self, tokens: jax.Array, cache: KVCache | None = None, remat: Remat = "none"
+        self,
+        tokens: jax.Array,
+        cache: KVCache | None = None,
+        remat: Remat = "none",
+        segments: jax.Array | None = None,
+        positions: jax.Array | None = None,
     ) -> tuple[jax.Array, KVCache | None]:
-        """Final normalised hidden states [batch, seq, d_model] of tokens [batch, seq], and the cache (`decode`)."""
+        """Final normalised hidden states [batch, seq, d_model] of tokens [batch, seq], and the cache; packed
+        documents give their `segments` and `positions` (`decode`)."""
         return decode(
             tokens,
             cache,
@@ -390,6 +450,8 @@ class Decoder(nnx.Module):
             blocks=self.blocks,
             norm=self.final_norm,
             remat=remat,
+            segments=segments,
+            positions=positions,
         )
 
     def head_weight(self) -> jax.Array:

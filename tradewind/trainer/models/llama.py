@@ -1,7 +1,9 @@
 """The Llama-style decoder: RMSNorm, rotary position embeddings, grouped-query attention, a SwiGLU MLP.
 
 Token embedding, pre-norm blocks, a final RMSNorm and an output head (tied to the embedding by default); no
-biases. Model type "llama".
+biases. Model types "llama", "mistral", "qwen2" and "qwen3" all build it: what tells them apart is read from
+their config (`qkv_bias`: Qwen2's biases on the query, key and value projections; `qk_norm`: Qwen3's RMSNorm
+of each query and key head; `head_dim`, which may differ from d_model / n_heads).
 
 Example:
     model = build_model(LlamaConfig(vocab_size=258), rngs=nnx.Rngs(0))
@@ -40,22 +42,30 @@ class CausalSelfAttention(nnx.Module):
         self.kv_heads, self.attention = config.kv_heads, attention
         self.rope_theta, self.rope_scaling = config.rope_theta, config.rope_scaling
         init = nnx.initializers.normal(config.init_std)
-        kv_width = self.kv_heads * self.head_dim
-        linear = dict(use_bias=False, dtype=dtype, rngs=rngs)
-        self.q_proj = nnx.Linear(d_model, d_model, kernel_init=init, **linear)
-        self.k_proj = nnx.Linear(d_model, kv_width, kernel_init=init, **linear)
-        self.v_proj = nnx.Linear(d_model, kv_width, kernel_init=init, **linear)
-        self.o_proj = nnx.Linear(d_model, d_model, kernel_init=scaled_init(config), **linear)
+        q_width, kv_width = self.n_heads * self.head_dim, self.kv_heads * self.head_dim
+        qkv = dict(use_bias=config.qkv_bias, dtype=dtype, rngs=rngs)
+        self.q_proj = nnx.Linear(d_model, q_width, kernel_init=init, **qkv)
+        self.k_proj = nnx.Linear(d_model, kv_width, kernel_init=init, **qkv)
+        self.v_proj = nnx.Linear(d_model, kv_width, kernel_init=init, **qkv)
+        self.o_proj = nnx.Linear(
+            q_width, d_model, use_bias=False, kernel_init=scaled_init(config), dtype=dtype, rngs=rngs
+        )
+        # Qwen3 normalises each head's queries and keys (over head_dim) before rotating them.
+        self.q_norm = RMSNorm(self.head_dim, eps=config.norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, eps=config.norm_eps) if config.qk_norm else None
 
-    def __call__(self, x, positions, layer_cache=None):
+    def __call__(self, x, positions, layer_cache=None, segments=None):
         batch, seq, _ = x.shape  # [batch, seq, d_model]
         # The same angles in every layer: under jit, XLA computes them once.
-        cos, sin = rotary_angles(positions, self.head_dim, self.rope_theta, self.rope_scaling)  # [seq, head_dim]
+        cos, sin = rotary_angles(positions, self.head_dim, self.rope_theta, self.rope_scaling)  # [..., seq, head_dim]
         rows = x.reshape(batch * seq, -1)  # the projections run on 2-D rows, see `over_token_rows`
-        q = apply_rotary(self.q_proj(rows).reshape(batch, seq, self.n_heads, self.head_dim), cos, sin)
-        k = apply_rotary(self.k_proj(rows).reshape(batch, seq, self.kv_heads, self.head_dim), cos, sin)
+        q = self.q_proj(rows).reshape(batch, seq, self.n_heads, self.head_dim)  # [batch, seq, heads, head_dim]
+        k = self.k_proj(rows).reshape(batch, seq, self.kv_heads, self.head_dim)  # [batch, seq, kv_heads, head_dim]
         v = self.v_proj(rows).reshape(batch, seq, self.kv_heads, self.head_dim)  # [batch, seq, kv_heads, head_dim]
-        out, layer_cache = attend(q, k, v, positions, layer_cache, self.attention)  # [batch, seq, d_model]
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        out, layer_cache = attend(q, k, v, positions, layer_cache, self.attention, segments)  # [b, seq, heads * hd]
         return self.o_proj(out.reshape(batch * seq, -1)).reshape(batch, seq, -1), layer_cache
 
 
@@ -86,8 +96,8 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(config.d_model, eps=config.norm_eps)
         self.mlp = SwiGLU(config, dtype=dtype, rngs=rngs)
 
-    def __call__(self, x, positions, layer_cache=None):
-        attended, layer_cache = self.attn(self.attn_norm(x), positions, layer_cache)
+    def __call__(self, x, positions, layer_cache=None, segments=None):
+        attended, layer_cache = self.attn(self.attn_norm(x), positions, layer_cache, segments)
         x = x + attended  # [batch, seq, d_model]
         return x + self.mlp(self.mlp_norm(x)), layer_cache  # [batch, seq, d_model]
 
