@@ -112,11 +112,13 @@ def model_flops(cache: Path, steps: int = 4) -> tuple[float, int]:
     )
     setup = setup_training(config)
     batch = setup.put_batch(setup.train_loader.batch(0))
-    params, opt_state, metrics = setup.train_step(setup.state.params, setup.state.opt_state, batch, np.float32(3e-4))
+    params, opt_state, metrics = setup.train_step(
+        setup.state.params, setup.state.opt_state, batch, np.float32(3e-4), setup.frozen
+    )
     jax.block_until_ready(metrics)
     start = time.perf_counter()
     for _ in range(steps):
-        params, opt_state, metrics = setup.train_step(params, opt_state, batch, np.float32(3e-4))
+        params, opt_state, metrics = setup.train_step(params, opt_state, batch, np.float32(3e-4), setup.frozen)
     jax.block_until_ready(metrics)
     tokens_per_s = steps * config.tokens_per_step / (time.perf_counter() - start)
     return tokens_per_s * setup.model_config.flops_per_token(config.seq_len), setup.parameters

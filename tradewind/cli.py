@@ -8,8 +8,8 @@
     tradewind train-tokenizer INPUT [--vocab-size 32000] [--format auto] [--text-field text]
         [--max-documents N] [--min-frequency 2]
     tradewind inspect DATASET_ID [--split train] [--samples 3] [--sample-chars 400] [--json]
-    tradewind sample RUN_ID [--prompt TEXT] [--max-tokens 200] [--temperature 0.8] [--top-k 0] [--top-p 1.0]
-        [--seed 0] [--step N] [--timeout-s 300] [--json]
+    tradewind sample RUN_ID [--prompt TEXT | --messages JSON|FILE] [--max-tokens 200] [--temperature 0.8]
+        [--top-k 0] [--top-p 1.0] [--seed 0] [--step N] [--timeout-s 300] [--json]
     tradewind profile RUN_ID [--steps 5] [--start-step 2] [--timeout-s 600] [--json]
     tradewind report RUN [RUN ...] [--metric eval_loss|loss] [--no-sample] [--json]
     tradewind train CONFIG.yaml [--set key=value ...] [--detach]
@@ -215,7 +215,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sample = subcommands.add_parser(
         "sample", parents=[common], help="generate text from a run's checkpoint; prints the prompt and the text"
     )
-    from_model(sample, "SampleTextRequest", positional=("run_id",))
+    _add_sample_options(command, sample)
     sample.add_argument("--json", action="store_true", help="print the result as JSON")
     sample.set_defaults(handler=commands.sample)
 
@@ -299,6 +299,15 @@ def _add_model_options(command: str | None, parser: argparse.ArgumentParser, mod
     from tradewind.core.cli_options import add_model_options
 
     add_model_options(parser, getattr(tradewind.tools, model_name), **how)
+
+
+def _add_sample_options(command: str | None, parser: argparse.ArgumentParser) -> None:
+    """`sample`'s options, from `SampleTextRequest` as `commands.sample_options` has it (`--messages` as JSON)."""
+    if command not in (None, "sample"):
+        return
+    from tradewind.core.cli_options import add_model_options
+
+    add_model_options(parser, commands.sample_options(), positional=("run_id",))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -112,11 +112,55 @@ def inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def sample_options():
+    """`SampleTextRequest` as `tradewind sample` takes its options: a list of objects is no command-line type, so
+    `--messages` is JSON text or a JSON file's path, which `sample` reads into the request's list."""
+    from pydantic import Field
+
+    from tradewind.tools import SampleTextRequest
+
+    class SampleCommandOptions(SampleTextRequest):  # for the parser only: `sample` validates a SampleTextRequest
+        messages: str | None = Field(  # type: ignore[assignment]
+            default=None,
+            description="Chat turns to reply to, instead of prompt: JSON "
+            '[{"role": "user", "content": "..."}, ...] (or {"messages": [...]}), or the path (from the workspace '
+            "root) of a file holding it.",
+        )
+
+    return SampleCommandOptions
+
+
+def read_messages(ctx, value: str):
+    """`--messages`: the JSON list of messages in `value`, or in the file it names (relative to the workspace);
+    an object with a `messages` list (a chat record) gives that list.
+
+    Raises:
+        InvalidInputError: not JSON. PathEscapeError, NotFoundError: as `Workspace.resolve_path`.
+    """
+    import json
+
+    from tradewind.core import InvalidInputError
+
+    text, where = value, "its text"
+    if not value.lstrip().startswith(("[", "{")):
+        path = ctx.workspace.resolve_path(value, argument="messages")
+        with ctx.workspace.open(path, "r", argument="messages") as file:
+            text, where = file.read(), str(path)
+    try:
+        messages = json.loads(text)
+    except ValueError as error:
+        raise InvalidInputError(f"argument 'messages': {where} is not valid JSON ({error})") from None
+    return messages.get("messages", messages) if isinstance(messages, dict) else messages
+
+
 def sample(args: argparse.Namespace) -> int:
     from tradewind.core.cli_options import model_from_args
     from tradewind.tools import SampleTextRequest, sample_text
 
-    result = sample_text(context(args), model_from_args(SampleTextRequest, args))
+    ctx = context(args)
+    if getattr(args, "messages", None) is not None:
+        args.messages = read_messages(ctx, args.messages)
+    result = sample_text(ctx, model_from_args(SampleTextRequest, args))
     if args.json:
         print_result(result)
         return 0

@@ -130,9 +130,14 @@ async def test_tokenize_dataset_reports_bytes_within_a_file_strictly_increasing(
     assert all(0 <= p <= size for p, _, _ in seen), seen
 
 
-async def test_a_cancelled_tokenize_dataset_leaves_no_partial_cache_and_can_run_again(server, ctx, big_text):
+async def test_a_cancelled_tokenize_dataset_leaves_no_partial_cache_and_can_run_again(
+    server, ctx, big_text, monkeypatch
+):
     path = ctx.workspace.root / "big-cancel.txt"
-    path.write_text(big_text, encoding="utf-8")
+    # The cancel follows the first progress report: on a fast CPU one copy is tokenized (~0.2 s) before the
+    # build's first 0.25 s poll. Poll every 20 ms and give it four copies, so that the cancel lands mid-build.
+    monkeypatch.setattr(shard_runs, "_PROGRESS_INTERVAL_S", 0.02)
+    path.write_text(big_text * 4, encoding="utf-8")
     datasets = ctx.workspace.datasets_dir
     datasets.mkdir(parents=True, exist_ok=True)
     before = {p.name for p in datasets.iterdir()}

@@ -10,6 +10,7 @@ from mcp import Client
 
 from tradewind.server import build_server
 from tradewind.tools import TOOLS, ToolContext
+from tradewind.trainer import ARCHITECTURES
 
 pytestmark = pytest.mark.anyio
 
@@ -135,7 +136,7 @@ async def test_the_published_schema_is_still_the_request_models(server):
     assert launch["properties"]["steps"]["minimum"] == 1
     assert "n_kv_heads" in launch["properties"]["model"]["description"]  # listed by name; the resource has all
     model = whole["properties"]["model"]  # one object with every architecture's fields, tagged by type
-    assert model["properties"]["type"]["enum"] == ["llama", "gpt2"] and "n_kv_heads" in model["properties"]
+    assert model["properties"]["type"]["enum"] == list(ARCHITECTURES) and "n_kv_heads" in model["properties"]
     assert model["properties"]["d_model"]["maximum"] == 65536
     assert whole["$defs"]["OptimizerConfig"]["properties"]["learning_rate"]["exclusiveMinimum"] == 0
     assert listed["tokenize_dataset"]["required"] == ["input"]

@@ -8,7 +8,7 @@ import pytest
 from mcp import Client
 
 from tradewind.server import build_server
-from tradewind.server.app import TOOL_HINTS
+from tradewind.server.app import SPEC_DEFAULT_HINTS, TOOL_HINTS
 from tradewind.tools import TOOLS
 from tradewind.trainer import GPT2Config, LlamaConfig
 
@@ -72,19 +72,36 @@ async def test_no_schema_carries_an_automatic_title(listed):
         assert titled_properties(tool.output_schema, f"{tool.name} output") == []
 
 
-async def test_every_tool_has_a_title_and_all_four_hints(listed):
+def hint(tool, name):
+    """A listed tool's hint `name`, the spec's default where the listing leaves it out."""
+    value = getattr(tool.annotations, name)
+    return SPEC_DEFAULT_HINTS[name] if value is None else value
+
+
+async def test_every_tool_has_a_title_and_its_four_hints_as_the_table_states_them(listed):
     for tool in listed:
-        assert tool.title, tool.name
-        hints = tool.annotations
-        assert hints is not None, tool.name
-        values = (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint, hints.open_world_hint)
-        assert None not in values, tool.name
-        assert not (hints.read_only_hint and hints.destructive_hint), tool.name
+        assert tool.title == TOOL_HINTS[tool.name].title, tool.name
+        assert tool.annotations is not None, tool.name
+        for name in SPEC_DEFAULT_HINTS:
+            assert hint(tool, name) == getattr(TOOL_HINTS[tool.name], name), (tool.name, name)
+        assert not (hint(tool, "read_only_hint") and hint(tool, "destructive_hint")), tool.name
+
+
+async def test_a_hint_is_listed_only_where_it_differs_from_the_specs_default(listed):
+    for tool in listed:
+        stated = tool.annotations.model_dump(exclude_none=True)
+        assert all(value != SPEC_DEFAULT_HINTS[name] for name, value in stated.items()), tool.name
+    assert SPEC_DEFAULT_HINTS == {  # MCP's ToolAnnotations: what a client assumes for a hint left out
+        "read_only_hint": False,
+        "destructive_hint": True,
+        "idempotent_hint": False,
+        "open_world_hint": True,
+    }
 
 
 async def test_exactly_the_tools_that_change_nothing_are_read_only(listed):
-    assert {tool.name for tool in listed if tool.annotations.read_only_hint} == READ_ONLY
-    destructive = {tool.name for tool in listed if tool.annotations.destructive_hint}
+    assert {tool.name for tool in listed if hint(tool, "read_only_hint")} == READ_ONLY
+    destructive = {tool.name for tool in listed if hint(tool, "destructive_hint")}
     assert "cancel_run" in destructive and "launch_training" not in destructive
 
 

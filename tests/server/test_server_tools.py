@@ -349,6 +349,8 @@ BAD_CALLS = [
     ("list_experiments", {"changed": "x" * 5_000}, "argument 'changed'"),
     ("set_experiment_status", {"run_id": "RUN", "status": "kept", "reason": "  "}, "reason"),
     ("sample_text", {"run_id": "RUN", "prompt": "ROMEO:\x00"}, "argument 'prompt'"),
+    ("sample_text", {"run_id": "RUN", "messages": [{"role": "user", "content": "hi\x1b[2J"}]}, "'messages[0].content'"),
+    ("sample_text", {"run_id": "RUN", "prompt": "A", "messages": [{"role": "user", "content": "B"}]}, "not both"),
     ("run_pipeline", {"pipeline": "../outside.py"}, "argument 'pipeline'"),
 ]
 

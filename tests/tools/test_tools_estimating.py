@@ -2,13 +2,17 @@
 
 import math
 
+import anyio
 import pytest
+from mcp import Client
+from mcp_helpers import call
 from runs_helpers import CancelAtFirstReport
 from tpu_helpers import needs_libtpu
 
 from tradewind.cluster import JobStatus
-from tradewind.core import InvalidInputError, NotFoundError
+from tradewind.core import ConfigError, InvalidInputError, NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer
+from tradewind.server import build_server
 from tradewind.tools import ToolContext, tpu_fit
 from tradewind.tools.context import Cancelled
 from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
@@ -18,6 +22,10 @@ from tradewind.trainer.estimate import ESTIMATE_CALLABLE, EstimateJob, estimate_
 
 TINY = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}, "batch_size": 8, "seq_len": 32}
 HUGE_MODEL = {"d_model": 16384, "n_layers": 128, "n_heads": 128, "max_seq_len": 64}
+# Weights and optimizer state outweigh the activations; a LoRA run of it is sized without building it.
+WIDE = {**TINY, "model": {"d_model": 1024, "n_layers": 8, "n_heads": 8, "max_seq_len": 64}}
+LORA = {"rank": 8, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+ADAPTERS = 8 * 8 * 4 * (1024 + 1024)  # rank * layers * targets * (in + out)
 
 
 @pytest.fixture
@@ -51,6 +59,46 @@ def test_without_a_probe_or_an_earlier_run_the_estimate_is_analytic_and_says_how
         and "probe=true" in result.advice
     )
     assert estimate_jobs(cache_ctx) == [] and list(cache_ctx.workspace.runs_dir.iterdir()) == []
+
+
+def test_a_lora_estimate_counts_adapters_as_trainable_and_the_base_as_frozen_in_far_less_memory(cache_ctx):
+    full = estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "tiny", **WIDE}, probe=False))
+    lora = estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "tiny", **WIDE, "lora": LORA}, probe=False))
+
+    assert (full.parameters, full.frozen_parameters) == (lora.frozen_parameters, 0) and full.parameters > 10**8
+    assert lora.parameters == ADAPTERS
+    memory = lora.memory_bytes
+    assert memory.params == 2 * full.parameters + 2 * 4 * ADAPTERS  # bfloat16 base; float32 adapters and gradients
+    assert memory.optimizer == 2 * 4 * ADAPTERS  # adamw's two moments, of the adapters only
+    assert memory.activations == full.memory_bytes.activations
+    assert memory.total < full.memory_bytes.total / 4
+    # The compute-optimal count is the whole model's, as full fine-tuning's.
+    assert lora.compute_optimal_tokens == 20 * (ADAPTERS + full.parameters)
+    row = "parameters              "
+    assert f"{row}{ADAPTERS:,} trainable (LoRA), {full.parameters:,} frozen (bfloat16)\n" in describe_estimate(lora)
+    assert f"{row}{full.parameters:,}\n" in describe_estimate(full)
+    assert estimate_jobs(cache_ctx) == []
+
+
+def test_a_lora_estimate_through_mcp_reports_the_counts_without_building_the_model(cache_ctx):
+    config = {"dataset": "tiny", **WIDE, "lora": LORA}
+
+    async def estimate():
+        async with Client(build_server(cache_ctx)) as client:
+            return await call(client, "estimate_run", {"config": config, "probe": False})
+
+    result = anyio.run(estimate)
+
+    expected = estimate_run(cache_ctx, EstimateRunRequest(config=config, probe=False))
+    assert (result["parameters"], result["frozen_parameters"]) == (ADAPTERS, expected.frozen_parameters)
+    assert result["memory_bytes"] == expected.memory_bytes.model_dump()
+    assert result["step_time_source"] is None and estimate_jobs(cache_ctx) == []
+
+
+def test_a_lora_estimate_of_a_gpt2_model_is_refused_naming_its_projections(cache_ctx):
+    config = {"dataset": "tiny", **TINY, "model": {"type": "gpt2", "max_seq_len": 64}, "lora": LORA}
+    with pytest.raises(ConfigError, match=r"lora\.targets: a gpt2 model has no q_proj, k_proj, v_proj, o_proj"):
+        estimate_run(cache_ctx, EstimateRunRequest(config=config, probe=False))
 
 
 def test_a_model_too_big_for_memory_does_not_fit_and_the_advice_says_memory(cache_ctx):

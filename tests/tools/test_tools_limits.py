@@ -68,6 +68,19 @@ def test_a_model_too_big_for_this_machines_memory_is_refused_with_the_estimate(l
     assert run_folders(ctx) == []
 
 
+def test_a_lora_run_too_big_for_memory_is_refused_with_its_frozen_base_in_the_estimate(limited, tiny_run_settings):
+    ctx, dataset = limited
+    huge = {"d_model": 16384, "n_layers": 64, "n_heads": 64, "max_seq_len": 64}
+    settings = {**tiny_run_settings, "model": huge, "lora": {"rank": 4, "targets": ["q_proj"]}}
+    with pytest.raises(LimitReached) as refused:
+        launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=10, **settings))
+    message = str(refused.value)
+    adapters = 4 * 64 * (16384 + 16384)
+    assert f"1 x ({adapters:,} parameters with gradients and adamw state and " in message
+    assert " frozen bfloat16 ones: " in message and refused.value.limit == "memory_fraction"
+    assert run_folders(ctx) == []
+
+
 # The limits bind every job a tool starts, not only runs: each refusal comes before anything is submitted.
 
 

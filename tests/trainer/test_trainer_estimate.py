@@ -1,4 +1,5 @@
-"""estimate_training: a config's size and memory without JAX, and a probed step time against a real run's."""
+"""estimate_training: a config's size and memory without JAX (a LoRA run's trained adapters and frozen base
+apart), and a probed step time against a real run's."""
 
 import subprocess
 import sys
@@ -8,11 +9,14 @@ import pytest
 from flax import nnx
 
 from tradewind.cluster import Placement
+from tradewind.core import ConfigError
 from tradewind.data import open_token_cache
 from tradewind.trainer import TrainConfig, build_model, count_params, read_summary, train, training_memory
 from tradewind.trainer.estimate import EstimateJob, TrainEstimate, estimate_job, estimate_training
 
 HUGE_MODEL = {"d_model": 16384, "n_layers": 128, "n_heads": 128, "max_seq_len": 64}
+# Large enough that weights and optimizer state outweigh one microbatch's activations (never built here).
+WIDE_MODEL = {"d_model": 1024, "n_layers": 8, "n_heads": 8, "n_kv_heads": 2}
 
 
 def test_estimate_counts_the_parameters_of_the_built_model_and_the_configs_flops(tiny_config):
@@ -39,6 +43,48 @@ def test_estimate_splits_training_memory_into_weights_optimizer_and_activations(
     assert lion.optimizer == split.optimizer // 2
 
 
+@pytest.mark.parametrize(("optimizer", "moments"), [("adamw", 2), ("lion", 1), ("adafactor", 0)])
+def test_a_lora_run_holds_its_base_in_bfloat16_and_float32_adapters_with_gradients_and_moments(
+    tiny_config, optimizer, moments
+):
+    lora = {"rank": 8, "targets": ["q_proj", "v_proj", "down_proj"]}
+    config = tiny_config(model=WIDE_MODEL, lora=lora, optimizer={"type": optimizer})
+    vocab = open_token_cache(config.dataset).manifest.tokenizer.vocab_size
+    model = config.model.model_copy(update={"vocab_size": vocab})
+    adapters = 8 * model.n_layers * ((1024 + 1024) + (1024 + 256) + (model.ff_dim + 1024))  # r * (in + out)
+
+    memory = training_memory(config, vocab)
+    full = training_memory(config.model_copy(update={"lora": None}), vocab)
+
+    assert (memory.params, memory.frozen) == (adapters, model.count_params())
+    assert (config.lora.count_params(model), full.params) == (adapters, model.count_params())
+    assert memory.weight_bytes == 2 * model.count_params() + 4 * adapters + 4 * adapters  # base; adapter, gradient
+    assert memory.optimizer_bytes == 4 * moments * adapters
+    assert (memory.activation_bytes, memory.sequences) == (full.activation_bytes, full.sequences)
+    assert memory.total_bytes == memory.weight_bytes + memory.optimizer_bytes + memory.activation_bytes
+    assert (full.frozen, full.weight_bytes, full.optimizer_bytes) == (0, 8 * full.params, 4 * moments * full.params)
+
+
+def test_a_lora_estimate_reports_trainable_and_frozen_parameters_and_far_less_memory_than_full_fine_tuning(
+    tiny_config,
+):
+    lora = estimate_training(tiny_config(model=WIDE_MODEL, lora={"rank": 16}))
+    full = estimate_training(tiny_config(model=WIDE_MODEL))
+
+    assert (full.parameters, full.frozen_parameters) == (lora.frozen_parameters, 0)
+    assert 0 < lora.parameters < full.parameters / 100
+    assert lora.memory_bytes.activations == full.memory_bytes.activations
+    assert lora.memory_bytes.params < full.memory_bytes.params / 3  # bfloat16 base, no gradient
+    assert lora.memory_bytes.optimizer < full.memory_bytes.optimizer / 100
+    assert lora.memory_bytes.total < full.memory_bytes.total / 4
+    assert (lora.flops_per_token, lora.tokens_per_step) == (full.flops_per_token, full.tokens_per_step)
+
+
+def test_a_lora_estimate_for_gpt2_is_refused_naming_its_projections(tiny_config):
+    with pytest.raises(ConfigError, match="a gpt2 model has no q_proj, k_proj, v_proj, o_proj; its projections are"):
+        estimate_training(tiny_config(model={"type": "gpt2"}, lora={}))
+
+
 def test_a_cpu_estimate_compares_with_available_ram_and_a_huge_model_does_not_fit(tiny_config):
     small = estimate_training(tiny_config(), Placement())
     assert small.device_memory_source == "available RAM" and small.fits is True
@@ -53,13 +99,14 @@ def test_a_gpu_estimate_without_the_probe_leaves_device_memory_unknown(tiny_conf
     assert (estimate.device_memory_bytes, estimate.fits) == (None, None)
 
 
-def test_the_analytic_estimate_loads_no_jax(tiny_cache):
+def test_the_analytic_estimate_loads_no_jax_with_or_without_lora(tiny_cache):
     code = (
         "import sys\n"
         "from tradewind.trainer import TrainConfig\n"
         "from tradewind.trainer.estimate import estimate_training\n"
         f"estimate_training(TrainConfig(dataset={str(tiny_cache)!r}, model={{'d_model': 32, 'n_layers': 2, "
         "'n_heads': 2}))\n"
+        f"estimate_training(TrainConfig(dataset={str(tiny_cache)!r}, lora={{'rank': 4}}))\n"
         "print([m for m in ('jax', 'flax', 'optax') if m in sys.modules])\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -316,6 +316,33 @@ def test_lora_is_off_by_default_and_its_config_refuses_unknown_or_repeated_targe
             LoraConfig(**bad)
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        CONFIG,  # grouped-query attention: k and v narrower than q
+        model_config(type="qwen3", vocab_size=61, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, d_head=12, d_ff=40),
+        model_config(type="mistral", vocab_size=61, d_model=48, n_layers=1, n_heads=6, n_kv_heads=3),
+    ],
+    ids=["llama-gqa", "qwen3-own-head-width", "mistral"],
+)
+@pytest.mark.parametrize(
+    "lora", [LoraConfig(rank=4, targets=ALL_TARGETS), LoraConfig(rank=3, targets=["o_proj", "k_proj", "down_proj"])]
+)
+def test_the_configs_adapter_count_is_what_a_built_adapted_model_trains_and_its_base_what_it_freezes(config, lora):
+    model = build_model(config, rngs=nnx.Rngs(0))
+    add_adapters(model, lora, nnx.Rngs(1))
+
+    assert lora.count_params(config) == count_trainable(model) > 0
+    assert config.count_params() == count_frozen(model)
+
+
+def test_counting_adapters_on_a_gpt2_config_is_refused_naming_its_projections():
+    gpt2 = GPT2Config(vocab_size=61, d_model=32, n_layers=2, n_heads=2, max_seq_len=16)
+
+    with pytest.raises(ConfigError, match=r"a gpt2 model has no q_proj, v_proj; its projections are fc, fc_out, proj"):
+        LoraConfig(targets=["q_proj", "v_proj"]).count_params(gpt2)
+
+
 def test_adapters_on_a_model_without_the_target_projections_are_refused_naming_its_projections():
     gpt2 = build_model(GPT2Config(vocab_size=61, d_model=32, n_layers=2, n_heads=2, max_seq_len=16), rngs=nnx.Rngs(0))
 

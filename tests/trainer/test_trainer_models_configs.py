@@ -106,6 +106,30 @@ def test_the_llama_kin_count_their_biases_norms_and_head_width_as_the_built_mode
     assert config.count_params() == count_params(model)
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"type": "gpt2"},
+        {"type": "llama", "n_kv_heads": 1, "d_ff": 40},
+        {"type": "mistral", "n_kv_heads": 1},
+        {"type": "qwen2", "n_kv_heads": 1, "d_head": 4},
+        {"type": "qwen3", "n_kv_heads": 1, "d_head": 12},
+    ],
+)
+def test_projection_shapes_are_the_built_blocks_kernels_and_add_up_to_its_matmul_weights(fields):
+    config = model_config(**{**SHAPE, **fields})
+    block = build_model(config, rngs=nnx.Rngs(0)).blocks[0]
+    kernels = {
+        name: child.kernel.shape
+        for _, module in nnx.iter_modules(block)
+        for name, child in vars(module).items()
+        if isinstance(child, nnx.Linear)
+    }
+
+    assert kernels == config.projection_shapes()
+    assert sum(fan_in * fan_out for fan_in, fan_out in kernels.values()) == config.block_matmul_params()
+
+
 def test_qwen2_has_query_key_value_biases_and_qwen3_query_key_norms_where_llama_has_neither():
     def attention(model_type):
         return build_model(model_config(type=model_type, **SHAPE), rngs=nnx.Rngs(0)).blocks[0].attn

@@ -1,17 +1,23 @@
-"""Sampling: the key/value cache reproduces the full forward pass, and the filters keep what they promise."""
+"""Sampling: the key/value cache reproduces the full forward pass, the filters keep what they promise, and a chat's
+prompt is its template's rendering (sampling with messages end to end: tests/tools/test_tools_sample_chat.py)."""
+
+import json
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from tokenizers import Tokenizer as RawTokenizer
+from tokenizers import models, pre_tokenizers
 
 from tradewind.cluster.entry import load_callable
 from tradewind.core import ConfigError, InvalidInputError
+from tradewind.data import HFTokenizer, load_tokenizer
 from tradewind.trainer import build_model, model_config
-from tradewind.trainer.jobs import SAMPLE_CALLABLE
+from tradewind.trainer.jobs import SAMPLE_CALLABLE, SampleOptions
 from tradewind.trainer.models import init_cache
-from tradewind.trainer.sample import filter_logits, sample_job, sample_tokens
+from tradewind.trainer.sample import chat_prompt, filter_logits, sample_job, sample_tokens
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt2"])
@@ -68,3 +74,30 @@ def test_a_sampling_job_with_a_bad_or_missing_argument_names_it(tmp_path):
     with pytest.raises(ConfigError, match="sample job: run_dir: Field required"):
         sample_job(output_file=out)
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_chat_prompt_is_its_rendering_with_the_generation_prompt_and_needs_a_template(tmp_path):
+    # A template that refuses a system message, as Gemma's does.
+    template = (
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
+        "{% endif %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    tokenizer = RawTokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.add_tokens(list(pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "eos_token": "<|im_end|>"}))
+    chat = HFTokenizer.from_folder(tmp_path)
+    messages = [{"role": "user", "content": "Hi\nthere"}]
+
+    text, ids = chat_prompt(chat, SampleOptions(messages=messages).messages)
+    assert text == "<|im_start|>user\nHi\nthere<|im_end|>\n<|im_start|>assistant\n"
+    assert ids == chat.encode_chat(messages, add_generation_prompt=True) == chat.encode_batch([text])[0]
+    # The worker sends an error back by its class's name: a template's refusal must be an InvalidInputError.
+    with pytest.raises(InvalidInputError, match=r"argument 'messages': the chat template failed.*System role") as error:
+        chat_prompt(chat, SampleOptions(messages=[{"role": "system", "content": "x"}]).messages)
+    assert type(error.value) is InvalidInputError
+    with pytest.raises(InvalidInputError, match="the run's tokenizer 'byte' has no chat template; tokenize the data"):
+        chat_prompt(load_tokenizer("byte"), SampleOptions(messages=messages).messages)

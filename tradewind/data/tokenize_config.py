@@ -39,8 +39,8 @@ class TokenizeConfig(BaseModel):
 
     format: Format = Field(
         default="auto",
-        description="'auto': by extension (.jsonl/.ndjson, .parquet/.pq, else text). JSONL 'chat' {messages}, "
-        "'prompt_completion' {prompt,completion}: loss on replies.",
+        description="'auto': by extension (.jsonl/.ndjson, .parquet/.pq, else text). 'chat' (JSONL messages) and "
+        "'prompt_completion' train on replies.",
     )
     text_field: str = Field(default="text", description="JSONL/Parquet text field; dotted if nested.")
     val_fraction: float = Field(default=0.1, gt=0, lt=1, description="Share of documents held out (by content hash).")

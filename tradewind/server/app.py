@@ -47,6 +47,27 @@ def _hints(title: str, *, read_only: bool, destructive: bool, idempotent: bool, 
     )
 
 
+# What MCP takes a hint a tool leaves out to be (`ToolAnnotations`): a listing without those says the same.
+SPEC_DEFAULT_HINTS = {
+    "read_only_hint": False,
+    "destructive_hint": True,
+    "idempotent_hint": False,
+    "open_world_hint": True,
+}
+
+
+def listed_hints(hints: ToolAnnotations) -> ToolAnnotations:
+    """`hints` as tools/list carries them: without the title (the tool's own, listed once) and without each hint
+    that equals the spec's default (751 characters of the list, every tool's four hints being stated)."""
+    return ToolAnnotations(
+        **{
+            name: getattr(hints, name)
+            for name, default in SPEC_DEFAULT_HINTS.items()
+            if getattr(hints, name) != default
+        }
+    )
+
+
 # Each tool's title and what it does to the world, the one place they are stated.
 # read_only: changes nothing in the workspace or on a backend (a tool that writes a file, even a log, is not).
 # destructive: may delete or stop something that was there (cancel_run stops a run; run_pipeline runs the user's
@@ -117,7 +138,7 @@ def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
         name=tool.__name__,
         title=hints.title,
         description=" ".join(inspect.cleandoc(tool.__doc__ or "").split("\n\n")[0].split()),
-        annotations=hints.model_copy(update={"title": None}),  # the title is the tool's own, once
+        annotations=listed_hints(hints),
         structured_output=True,
         meta={"ui": {"resourceUri": DASHBOARD_URI}} if tool.__name__ in DASHBOARD_TOOLS else None,
     )

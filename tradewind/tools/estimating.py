@@ -1,12 +1,12 @@
 """The tool that sizes a run before it queues: `estimate_run`.
 
 It takes launch_training's arguments (or an earlier run's config) and answers what the run needs and what a
-time budget buys: parameters, FLOPs per token, training memory against the device's, the step time, the steps
-and tokens that fit the budget, and the compute-optimal token count for the model (20 tokens per parameter,
-Hoffmann et al. 2022). The step time comes from a finished run of the same shape in the workspace, else from
-a short probe (`tradewind.trainer.estimate`) run as a job on the local backend. For a TPU run the probe is a
-compile instead (`tradewind.trainer.compile`): the steps compiled for the slice, on this machine, give the HBM
-per chip it needs and a roofline step time. Nothing is queued as a run.
+time budget buys: parameters (a LoRA run's trainable adapters and frozen base apart), FLOPs per token, training
+memory against the device's, the step time, the steps and tokens that fit the budget, and the compute-optimal token
+count for the model (20 tokens per parameter, Hoffmann et al. 2022). The step time comes from a finished run of
+the same shape in the workspace, else from a short probe (`tradewind.trainer.estimate`) run as a job on the local
+backend. For a TPU run the probe is a compile instead (`tradewind.trainer.compile`): the steps compiled for the
+slice, on this machine, give the HBM per chip it needs and a roofline step time. Nothing is queued as a run.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class EstimateRunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     config: dict[str, Any] | None = Field(None, description="launch_training's arguments.")
-    run_id: str | None = Field(None, description="Or a run whose config to use.")
+    run_id: str | None = Field(None, description="Or an earlier run's config.")
     time_budget_s: float | None = Field(None, gt=0, le=10**8, description="null: the config's budget, else its steps.")
     probe: bool = Field(True, description="Time 3 steps (TPU: compile) if no finished run has this shape.")
     timeout_s: float = Field(600, gt=0, le=3600, description="For the probe.")
@@ -63,7 +63,7 @@ class RunEstimate(TrainEstimate):
     budget_s: float | None = Field(description="Training seconds planned for.")
     steps_in_budget: int | None
     tokens_in_budget: int | None
-    compute_optimal_tokens: int = Field(description="20 tokens per parameter.")
+    compute_optimal_tokens: int = Field(description="20 per model parameter, frozen included.")
     compute_optimal_budget_s: float | None = Field(description="Seconds to train those.")
     hbm_per_chip_bytes: int | None = Field(description="TPU, compiled: HBM per chip the train step needs.")
     estimated_mfu: float | None = Field(description="TPU, compiled: model FLOP utilisation by the roofline.")
@@ -71,9 +71,10 @@ class RunEstimate(TrainEstimate):
 
 
 def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progress = no_progress) -> RunEstimate:
-    """A run's size, memory fit, step time and what a time budget trains. Use it before launching.
+    """A run's size, memory fit, step time and what a budget trains. Use it before launching.
 
-    Give launch_training's arguments as `config` (or an earlier `run_id`). Returns parameters, FLOPs per
+    Give launch_training's arguments as `config` (or an earlier `run_id`). Returns the trainable parameters
+    (`frozen_parameters`: a LoRA run's base, held in bfloat16 without gradients or moments), FLOPs per
     token, memory against the device's, seconds per step, the steps and tokens the budget buys, the
     compute-optimal token count (20 per parameter) and one sentence of advice. The step time comes from a
     finished run of the same shape, else from a probe that compiles the model and times 3 steps (about as long
@@ -118,9 +119,10 @@ def _launch(ctx: ToolContext, request: EstimateRunRequest, progress: Progress) -
 
 
 def _shape(config: TrainConfig, placement: Placement, vocab_size: int | None) -> dict[str, Any]:
-    """What sets a step's time: the model (with its vocabulary), the batch and how it is laid on devices."""
+    """What sets a step's time: the model (with its vocabulary) and what it trains (all, or LoRA adapters), the
+    batch and how it is laid on devices."""
     model = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
-    fields = ("batch_size", "seq_len", "grad_accum", "compute_dtype", "mesh")
+    fields = ("batch_size", "seq_len", "grad_accum", "compute_dtype", "mesh", "lora")
     return {
         "model": model.model_dump(mode="json"),
         **config.model_dump(mode="json", include=set(fields)),
@@ -210,7 +212,7 @@ def _plan(
     else:
         steps = config.steps
         budget = config.steps * step_s if step_s else None
-    optimal = TOKENS_PER_PARAMETER * estimate.parameters
+    optimal = TOKENS_PER_PARAMETER * _model_parameters(estimate)
     tokens = steps * tokens_per_step if steps is not None else None
     return RunEstimate(
         **estimate.model_dump(exclude={"memory_bytes"}),
@@ -260,19 +262,26 @@ def _advice(
         return f"Unknown how many tokens the budget trains{untimed}."
     what = "The budget" if timed else f"{config.steps:,} steps"
     share = tokens / optimal
+    size = _model_parameters(estimate)
     if share < 0.5:
         verdict = (
-            f"{share:.0%} of the compute-optimal {optimal:,} for {estimate.parameters:,} parameters: a model of "
+            f"{share:.0%} of the compute-optimal {optimal:,} for {size:,} parameters: a model of "
             f"about {tokens // TOKENS_PER_PARAMETER:,} parameters would use them better, or train longer"
         )
     elif share > 2:
         verdict = (
-            f"{share:.1f}x the compute-optimal {optimal:,} for {estimate.parameters:,} parameters: a larger model "
+            f"{share:.1f}x the compute-optimal {optimal:,} for {size:,} parameters: a larger model "
             f"(about {tokens // TOKENS_PER_PARAMETER:,} parameters) would use them better"
         )
     else:
-        verdict = f"near the compute-optimal {optimal:,} for {estimate.parameters:,} parameters"
+        verdict = f"near the compute-optimal {optimal:,} for {size:,} parameters"
     return f"{what} train {tokens:,} tokens, {verdict}{untimed}."
+
+
+def _model_parameters(estimate: TrainEstimate) -> int:
+    """The model's size, which the compute-optimal token count scales with: what trains and a LoRA run's frozen
+    base together."""
+    return estimate.parameters + estimate.frozen_parameters
 
 
 def describe_estimate(result: RunEstimate) -> str:
@@ -290,8 +299,11 @@ def describe_estimate(result: RunEstimate) -> str:
     device = "unknown" if result.device_memory_bytes is None else f"{result.device_memory_bytes / GIB:,.2f} GiB"
     fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[result.fits]
     source = result.step_time_source or "not measured"
+    parameters = f"{result.parameters:,}"
+    if result.frozen_parameters:
+        parameters = f"{result.parameters:,} trainable (LoRA), {result.frozen_parameters:,} frozen (bfloat16)"
     rows = [
-        ("parameters", f"{result.parameters:,}"),
+        ("parameters", parameters),
         ("FLOPs per token", f"{result.flops_per_token:,.0f}"),
         (
             "memory",

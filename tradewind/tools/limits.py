@@ -133,11 +133,12 @@ def _admit(
         )
     if on_this_cpu:
         estimate = training_memory(config, vocab_size, processes)
+        frozen = f" and {estimate.frozen:,} frozen bfloat16 ones" if estimate.frozen else ""
         _check_memory(
             ctx,
             processes * estimate.total_bytes,
-            f"{processes} x ({estimate.params:,} parameters with gradients and {config.optimizer.type} state: "
-            f"{estimate.state_bytes / GIB:,.1f} GiB, and activations for {estimate.sequences} sequences of "
+            f"{processes} x ({estimate.params:,} parameters with gradients and {config.optimizer.type} state"
+            f"{frozen}: {estimate.state_bytes / GIB:,.1f} GiB, and activations for {estimate.sequences} sequences of "
             f"{config.seq_len} tokens: {estimate.activation_bytes / GIB:,.1f} GiB)",
             what=what,
             instead=f"{instead} shrink the model, batch_size or seq_len, raise grad_accum,",

@@ -21,7 +21,8 @@ from tradewind.tools.report_data import SAMPLE_PROMPT, SAMPLE_TOKENS, RunData, R
 from tradewind.tools.report_html import write_report
 from tradewind.tools.report_plots import plot_overlay, plot_run
 from tradewind.tools.runs import RunRequest
-from tradewind.trainer import ProfileSummary
+from tradewind.trainer import ModelConfig, ProfileSummary
+from tradewind.trainer.config import LoraConfig
 from tradewind.trainer.layout import run_url
 
 EVAL_TABLE_ROWS = 20  # eval points listed in a report; the plot shows every one
@@ -58,6 +59,14 @@ class ReportInfo(BaseModel):
     runs: list[RunFigures] = Field(description="Each run's figures, anomalies, cause of failure and sample.")
 
 
+def lora_text(lora: LoraConfig, model: ModelConfig) -> str:
+    """A LoRA run's adapters in words."""
+    return (
+        f"LoRA rank {lora.rank}, alpha {lora.alpha:g}, dropout {lora.dropout:g} on {', '.join(lora.targets)} "
+        f"({lora.count_params(model):,} adapter parameters trained; the base frozen)"
+    )
+
+
 def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
     """The markdown lines of one run's report; `level` is its heading (sections are one deeper)."""
     info, config, figures = data.info, data.config, data.figures
@@ -86,6 +95,8 @@ def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
             else []
         ),
         f"| model | {model.type}, d_model {model.d_model}, {model.n_layers} layers, {model.n_heads} heads |",
+        *([f"| base model | `{config.init_from}` |"] if config.init_from else []),
+        *([f"| fine-tuning | {lora_text(config.lora, model)} |"] if config.lora else []),
         f"| parameters | {summary.parameters:,} |" if summary else "| parameters | n/a |",
         f"| time budget | {config.time_budget_s:g} s |" if config.time_budget_s else f"| steps | {config.steps} |",
         f"| batch x sequence | {config.batch_size} x {config.seq_len} |",

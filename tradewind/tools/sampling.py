@@ -41,18 +41,28 @@ class SampleTextRequest(SampleOptions, RunRequest):
 
 class SampleTextResult(BaseModel):
     run_id: str
-    prompt: str = Field(description=f"The prompt, cut to {LINE_CHARS} characters.")
+    prompt: str = Field(
+        description=f"The prompt as the model saw it (messages rendered), cut to {LINE_CHARS} characters."
+    )
     text: str = Field(
         description=f"The generated continuation (without the prompt), cut to {MAX_TEXT_CHARS:,} characters as JSON."
     )
     truncated: bool = Field(description="True when `text` was cut; output_file holds all of it.")
-    tokens: int = Field(description="Tokens generated.")
+    tokens: int = Field(
+        description="Tokens generated; with messages, those before the first EOS (fewer than max_tokens: the reply "
+        "ended)."
+    )
     step: int = Field(description="Checkpoint step the text was sampled from.")
     output_file: str = Field(description="JSON file with the result and the token ids.")
 
 
 def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress = no_progress) -> SampleTextResult:
     """Sample text from a run's checkpoint. Use it to see what it learned.
+
+    With `messages` (a chat, instead of `prompt`; 10,000 characters of content in all) the model continues the
+    chat rendered with the run's tokenizer's chat template and its generation prompt, and the reply is cut before
+    the tokenizer's EOS. That needs a run trained on data tokenized with a Hugging Face tokenizer folder that has a
+    chat template (`format="chat"`).
 
     A run saves checkpoints at its end, or as its checkpoint policy says. Sampling runs in a
     separate worker process, kept warm per workspace, with a key/value cache: the first call on a run takes

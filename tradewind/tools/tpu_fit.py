@@ -30,7 +30,7 @@ GIB = 2**30
 COMPILE_TIMEOUT_S = 600.0
 # What a compiled step depends on besides the target: a report is reused for another run only if these match.
 STEP_FIELDS = {"model", "optimizer", "batch_size", "seq_len", "grad_accum", "compute_dtype", "mesh", "z_loss"}
-STEP_FIELDS |= {"on_nonfinite", "remat", "attention", "scan_layers"}
+STEP_FIELDS |= {"on_nonfinite", "remat", "attention", "scan_layers", "lora"}
 
 log = get_logger(__name__)
 

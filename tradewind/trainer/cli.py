@@ -1,9 +1,10 @@
 """The `export` command of the `tradewind` command line.
 
-    tradewind export RUN --format hf --out DIR [--step N]
+    tradewind export RUN --format hf|peft --out DIR [--step N]
 
-writes a run (Llama or GPT-2) as a Hugging Face directory (config, weights and tokenizer files); RUN is a run id in
-the workspace, or a run folder relative to the workspace root. `tradewind/cli.py` registers it with
+writes a run as a Hugging Face directory (config, weights and tokenizer files; a LoRA run's adapters merged in),
+or a LoRA run's adapters as a PEFT folder (`peft`); RUN is a run id in the workspace, or a run folder relative
+to the workspace root. `tradewind/cli.py` registers it with
 `add_export_command(commands, common)`; without it, `python -m tradewind.trainer.cli export ...` works the
 same. JAX loads only inside the handler. (`tradewind train` lives in `tradewind/cli.py`: it launches a run
 through the tools, as every interface does.)
@@ -24,11 +25,12 @@ def _export(args: argparse.Namespace) -> int:
 
     workspace = Workspace.from_env(args.workspace, tuple(getattr(args, "allow_path", ())))
     run_dir = workspace.run_folder(args.run)
+    peft = args.format == "peft"
     if is_remote(args.out):  # a bucket the person names on the command line
-        print(f"exported {run_dir} to {export_hf(run_dir, args.out, step=args.step)}")
+        print(f"exported {run_dir} to {export_hf(run_dir, args.out, step=args.step, peft=peft)}")
         return 0
     out = Path(args.out).expanduser()
-    out = export_hf(run_dir, out if out.is_absolute() else workspace.root / out, step=args.step)
+    out = export_hf(run_dir, out if out.is_absolute() else workspace.root / out, step=args.step, peft=peft)
     print(f"exported {run_dir} to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0
 
@@ -37,7 +39,12 @@ def add_export_command(commands: argparse._SubParsersAction, common: argparse.Ar
     """Register `export` on the `tradewind` command's subparsers."""
     export = commands.add_parser("export", parents=[common], help="export a run to Hugging Face format")
     export.add_argument("run", help="a run id in the workspace, or a run folder")
-    export.add_argument("--format", choices=["hf"], default="hf", help="hf: LlamaForCausalLM or GPT2LMHeadModel")
+    export.add_argument(
+        "--format",
+        choices=["hf", "peft"],
+        default="hf",
+        help="hf: the whole model (LoRA merged in); peft: a LoRA run's adapters for its base model",
+    )
     export.add_argument(
         "--out", required=True, help="output folder (a relative one is taken from the workspace root), or gs:// s3://"
     )

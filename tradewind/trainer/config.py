@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from tradewind.core import NotFoundError, read_json_config
+from tradewind.core import ConfigError, NotFoundError, read_json_config
 from tradewind.core.files import Opener, open_plain
 from tradewind.trainer.models.base import AttentionChoice, Remat
 from tradewind.trainer.models.configs import LlamaConfig, ModelConfig
@@ -108,6 +108,23 @@ class LoraConfig(BaseModel):
             raise ValueError(f"{', '.join(repeated)} named more than once")
         return targets
 
+    def count_params(self, model: ModelConfig) -> int:
+        """Scalars in the adapters on `model`: `rank * (in + out)` per target and layer (`lora_a` [in, rank],
+        `lora_b` [rank, out]), from the config alone (`tradewind.trainer.lora.count_trainable` counts a built model).
+
+        Raises:
+            ConfigError: `model` has no projection of some target name (GPT-2 has none); the message names its
+                projections.
+        """
+        shapes = model.projection_shapes()
+        missing = [target for target in self.targets if target not in shapes]
+        if missing:
+            raise ConfigError(
+                f"lora.targets: a {model.type} model has no {', '.join(missing)}; its projections are "
+                f"{', '.join(sorted(shapes))} (LoRA adapts the Llama family's; set lora to null to train every weight)"
+            )
+        return model.n_layers * sum(self.rank * sum(shapes[target]) for target in self.targets)
+
 
 class TrainConfig(BaseModel):
     """One training run: which token cache, which model, which optimizer, how long, on what mesh.
@@ -148,7 +165,7 @@ class TrainConfig(BaseModel):
     checkpoint: bool = Field(True, description="Save at the end and per `checkpoints`.")
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
     resume: bool = Field(True, description="Continue from the run's newest good checkpoint.")
-    init_from: str | None = Field(None, description="Start from an HF Llama/GPT-2 folder.")
+    init_from: str | None = Field(None, description="Start from a Hugging Face model folder: hf:PATH.")
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
     distributed: DistributedConfig = Field(
         default_factory=DistributedConfig, description="For a gang started by hand (SLURM, a TPU pod's own launcher)."
@@ -160,7 +177,7 @@ class TrainConfig(BaseModel):
         None,
         description="Continue this run's newest checkpoint as a new run; steps: the total.",
     )
-    lora: LoraConfig | None = Field(None, description="LoRA adapters; null: full fine-tuning.")
+    lora: LoraConfig | None = Field(None, description="LoRA; null: train all weights.")
 
     @field_validator("seq_len")
     @classmethod
@@ -172,6 +189,14 @@ class TrainConfig(BaseModel):
                 "shorten seq_len or raise model.max_seq_len"
             )
         return seq_len
+
+    @field_validator("lora")
+    @classmethod
+    def _adapts_the_model(cls, lora: LoraConfig | None, info: ValidationInfo) -> LoraConfig | None:
+        model = info.data.get("model")
+        if lora is not None and model is not None:
+            lora.count_params(model)  # refuses a target the model has not
+        return lora
 
     @field_validator("grad_accum")
     @classmethod

@@ -1,8 +1,9 @@
 """What a run will need before it queues: parameters, FLOPs per token, memory, and a measured step time.
 
-The analytic part (`estimate_training(config, placement)`) reads the dataset's manifest for the vocabulary and
-imports no JAX: parameter and FLOP counts come from the model config, memory from `training_memory`, and the
-memory it is compared against is this machine's available RAM. With `probe=True` it also builds the run as `train` does
+The analytic part (`estimate_training(config, placement)`) reads the dataset's manifest for the vocabulary,
+imports no JAX and builds no model: parameter and FLOP counts come from the model config (a LoRA run's adapters
+from its `LoraConfig`, its base frozen), memory from `training_memory`, and the memory it is compared against is
+this machine's available RAM. With `probe=True` it also builds the run as `train` does
 (`setup_training`), trains one step so that nothing one-off is timed, times `probe_steps` more in the training
 loop (`run_steps`), and takes the device's memory limit from JAX where the device reports one.
 
@@ -26,7 +27,7 @@ from tradewind.cluster.placement import Placement
 from tradewind.core import atomic_write_json, parse_config
 from tradewind.data import open_token_cache
 from tradewind.trainer.config import TrainConfig
-from tradewind.trainer.flops import training_memory
+from tradewind.trainer.flops import MemoryEstimate, training_memory
 
 ESTIMATE_CALLABLE = "tradewind.trainer.estimate:estimate_job"
 PROBE_STEPS = 3
@@ -37,8 +38,8 @@ class MemoryBytes(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    params: int = Field(description="Weights and their gradients (float32).")
-    optimizer: int = Field(description="Optimizer moments (float32).")
+    params: int = Field(description="Weights and the trained ones' gradients.")
+    optimizer: int = Field(description="Optimizer moments.")
     activations: int = Field(description="Activations of one microbatch, with the logits.")
     total: int = Field(description="All of the above.")
 
@@ -49,6 +50,7 @@ class TrainEstimate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     parameters: int = Field(description="Trainable parameters.")
+    frozen_parameters: int = Field(0, description="LoRA's frozen base.")
     flops_per_token: float = Field(description="Model FLOPs per trained token, forward and backward.")
     tokens_per_step: int = Field(description="batch_size * seq_len.")
     memory_bytes: MemoryBytes
@@ -70,13 +72,11 @@ class EstimateJob(BaseModel):
     probe_steps: int = Field(default=PROBE_STEPS, ge=1, le=100, description="Steps timed after the first.")
 
 
-def estimate_memory(config: TrainConfig, vocab_size: int, processes: int = 1) -> MemoryBytes:
-    """`training_memory` of one of the run's `processes`, split into weights, optimizer state and activations."""
-    memory = training_memory(config, vocab_size, processes)
-    params = 2 * 4 * memory.params  # the float32 weight and its gradient; the rest of the state is the optimizer's
+def memory_bytes(memory: MemoryEstimate) -> MemoryBytes:
+    """A `training_memory` estimate split into weights, optimizer state and activations."""
     return MemoryBytes(
-        params=params,
-        optimizer=memory.state_bytes - params,
+        params=memory.weight_bytes,
+        optimizer=memory.optimizer_bytes,
         activations=memory.activation_bytes,
         total=memory.total_bytes,
     )
@@ -94,16 +94,19 @@ def estimate_training(
         probe_steps: steps timed after the first.
 
     Returns:
-        The estimate; `step_time_s` and `compile_s` only with `probe`.
+        The estimate; `step_time_s` and `compile_s` only with `probe`. `parameters` are the trained ones (a LoRA
+        run's adapters), `frozen_parameters` a LoRA run's base (else 0).
 
     Raises:
         NotFoundError: no token cache at `config.dataset`.
+        ConfigError: `config.lora` targets projections the model does not have.
         ConfigError, InvalidInputError: as `setup_training` (only with `probe`).
     """
     vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
     model = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
     placement = placement or Placement()
-    memory = estimate_memory(config, vocab_size, placement.replicas)
+    counted = training_memory(config, vocab_size, placement.replicas)
+    memory = memory_bytes(counted)
     on_cpu = placement.accelerator.kind == "cpu"
     step_time_s = compile_s = None
     if probe:
@@ -116,7 +119,8 @@ def estimate_training(
     # CPU processes of one run share this machine's memory; each accelerator process has its own device.
     needed = memory.total * (placement.replicas if on_cpu else 1)
     return TrainEstimate(
-        parameters=model.count_params(),
+        parameters=counted.params,
+        frozen_parameters=counted.frozen,
         flops_per_token=model.flops_per_token(config.seq_len),
         tokens_per_step=config.tokens_per_step,
         memory_bytes=memory,

@@ -6,7 +6,9 @@ A model's own parameter and FLOP counts are methods of its config (`tradewind.tr
 
 Training memory follows Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer
 Models": a block stores `s * b * d * (34 + 5 * heads * s / d)` bytes of 16-bit activations, doubled here
-for float32, plus the logits and their gradient; weights, gradients and optimizer moments are float32.
+for float32, plus the logits and their gradient; weights, gradients and optimizer moments are float32. A LoRA run
+(`TrainConfig.lora`) trains only its adapters (float32, with gradients and moments) and holds its frozen base in
+bfloat16, with neither; its activations are counted as a full run's.
 """
 
 from __future__ import annotations
@@ -38,18 +40,27 @@ CPU_FMA_UNITS = 2
 CPU_VECTOR_LANES = {"avx512f": 16, "avx2": 8, "avx": 8, "asimd": 4, "sse2": 4}  # widest first
 
 
-# Float32 values kept per parameter while training: the weight, its gradient and the optimizer's moments.
+# Float32 values kept per trained parameter: the weight, its gradient and the optimizer's moments.
 STATE_FLOATS_PER_PARAM = {"adamw": 4, "lion": 3, "adafactor": 2}
+FROZEN_BYTES_PER_PARAM = 2  # a LoRA run's base model, held in bfloat16 and never differentiated
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes one training process holds: parameters with their gradients and optimizer state, and activations."""
+    """Bytes one training process holds: the weights with the trained ones' gradients and optimizer state, and
+    activations."""
 
-    params: int
-    state_bytes: int
+    params: int  # trained: every parameter, or a LoRA run's adapters
+    frozen: int  # only read: a LoRA run's base model; else 0
+    weight_bytes: int  # every weight, and the trained ones' gradients
+    optimizer_bytes: int  # the trained weights' optimizer moments
     activation_bytes: int
     sequences: int  # in one microbatch of one process, whose activations `activation_bytes` counts
+
+    @property
+    def state_bytes(self) -> int:
+        """Weights, gradients and optimizer state."""
+        return self.weight_bytes + self.optimizer_bytes
 
     @property
     def total_bytes(self) -> int:
@@ -57,20 +68,30 @@ class MemoryEstimate:
 
 
 def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1) -> MemoryEstimate:
-    """What one of `processes` data-parallel processes needs to train `config` in float32 (an estimate).
+    """What one of `processes` data-parallel processes needs to train `config` (an estimate).
 
     Each process holds a whole copy of the parameters and state and one microbatch of its share of the batch.
+    Trained parameters take `4 * STATE_FLOATS_PER_PARAM[optimizer]` bytes each; a LoRA run's frozen base
+    `FROZEN_BYTES_PER_PARAM`.
+
+    Raises:
+        ConfigError: `config.lora` targets projections the model does not have (`LoraConfig.count_params`).
     """
     model = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
-    params = model.count_params()
-    state_bytes = 4 * STATE_FLOATS_PER_PARAM[config.optimizer.type] * params
+    if config.lora is None:
+        params, frozen = model.count_params(), 0
+    else:
+        params, frozen = config.lora.count_params(model), model.count_params()
+    weight_bytes = 2 * 4 * params + FROZEN_BYTES_PER_PARAM * frozen  # a trained weight and its gradient in float32
+    optimizer_bytes = 4 * (STATE_FLOATS_PER_PARAM[config.optimizer.type] - 2) * params
     sequences = max(1, config.batch_size // (config.grad_accum * processes))
     tokens = sequences * config.seq_len
     attention = 5 * model.n_heads * config.seq_len / model.d_model
     per_block = 2 * tokens * model.d_model * (34 + attention)
     # The fused cross-entropy holds one block of logits at a time, with its softmax and gradient.
     logits = 3 * 4 * min(tokens * model.vocab_size, BLOCK_LOGITS)
-    return MemoryEstimate(params, state_bytes, int(model.n_layers * per_block + logits), sequences)
+    activations = int(model.n_layers * per_block + logits)
+    return MemoryEstimate(params, frozen, weight_bytes, optimizer_bytes, activations, sequences)
 
 
 def peak_flops(device_kind: str, cpu_cores: int) -> tuple[float, str]:

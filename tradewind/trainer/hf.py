@@ -248,29 +248,42 @@ def write_hf_model(
     write_safetensors(out_dir / "model.safetensors", to_hf_tensors(params, config))
 
 
-def export_hf(run_dir: Path, out_dir: Path | str, step: int | None = None) -> Path | str:
+def export_hf(run_dir: Path, out_dir: Path | str, step: int | None = None, *, peft: bool = False) -> Path | str:
     """Write the run's newest (or `step`'s) checkpoint and its tokenizer to `out_dir` in Hugging Face format.
 
-    A bucket URL (`gs://`, `s3://`) gets the folder copied whole, marker last (`core.buckets.upload_folder`).
+    A LoRA run exports its adapters merged into the base model's weights, or with `peft` as a PEFT adapter
+    folder (`adapter_config.json`, `adapter_model.safetensors`) for the base model it was trained from, which
+    `peft.PeftModel.from_pretrained` puts on that model. A bucket URL (`gs://`, `s3://`) gets the folder copied
+    whole, marker last (`core.buckets.upload_folder`).
 
     Raises:
-        ConfigError: the run's tokenizer file changed since the dataset was built.
+        ConfigError: the run's tokenizer file changed since the dataset was built; `peft` for a run without LoRA.
         NotFoundError: no run config, dataset, checkpoint or tokenizer.
     """
-    from flax import nnx
-
+    from tradewind.trainer.lora import merged_params, write_peft_adapter  # JAX loads only here
     from tradewind.trainer.restore import load_run_model
 
     if is_remote(out_dir):
         with tempfile.TemporaryDirectory() as staging:
-            upload_folder(export_hf(run_dir, Path(staging), step), str(out_dir))
+            upload_folder(export_hf(run_dir, Path(staging), step, peft=peft), str(out_dir))
         return out_dir
     loaded = load_run_model(run_dir, step)
+    lora = loaded.config.lora
+    if peft and lora is None:
+        raise ConfigError(f"export: run {run_dir} trained every weight (no lora); export it as a whole model")
     tokenizer = _dataset_tokenizer(loaded.manifest.tokenizer)
     out_dir = Path(out_dir)
-    write_hf_model(
-        out_dir, loaded.model_config, nnx.to_pure_dict(loaded.params), eos_id=tokenizer.eos_id, bos_id=tokenizer.bos_id
-    )
+    if peft:
+        base = loaded.config.init_from or "the run's seeded initial model"
+        write_peft_adapter(out_dir, loaded.model_config, lora, loaded.model(), base_model_name_or_path=base)
+    else:
+        write_hf_model(
+            out_dir,
+            loaded.model_config,
+            merged_params(loaded.model()),
+            eos_id=tokenizer.eos_id,
+            bos_id=tokenizer.bos_id,
+        )
     write_hf_tokenizer_files(tokenizer, out_dir, model_max_length=loaded.model_config.max_seq_len)
     return out_dir
 

@@ -13,9 +13,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tradewind.cluster.placement import Placement
 from tradewind.core.text import MULTILINE
@@ -25,6 +25,8 @@ TRAIN_CALLABLE = "tradewind.trainer.loop:train_job"
 SAMPLE_CALLABLE = "tradewind.trainer.sample:sample_job"
 SAMPLE_WORKER_CALLABLE = "tradewind.trainer.sample_worker:sample_worker_job"
 PROFILE_CALLABLE = "tradewind.trainer.profile:profile_job"
+PROMPT_CHARS = 10_000  # a prompt's characters, and a chat's contents' together
+CHAT_MESSAGES = 100
 
 
 class TrainJob(BaseModel):
@@ -37,13 +39,32 @@ class TrainJob(BaseModel):
     placement: Placement = Field(default_factory=Placement)
 
 
+class ChatMessage(BaseModel):
+    """One chat turn."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant"]  # `data.chat.ROLES`
+    content: Annotated[str, MULTILINE] = Field(max_length=PROMPT_CHARS)
+
+
 class SampleOptions(BaseModel):
-    """How to sample: the prompt, how many tokens, and the sampling filters."""
+    """How to sample: the prompt (or a chat to reply to), how many tokens, and the sampling filters.
+
+    `messages` is rendered with the run's tokenizer's chat template and its generation prompt, and the reply
+    is cut at the tokenizer's EOS; it is exclusive with `prompt`.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     prompt: Annotated[str, MULTILINE] = Field(
-        default="", max_length=10_000, description="Text to continue (may be empty)."
+        default="", max_length=PROMPT_CHARS, description="Text to continue (may be empty)."
+    )
+    messages: list[ChatMessage] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=CHAT_MESSAGES,
+        description="Chat turns to reply to, instead of prompt.",
     )
     max_tokens: int = Field(default=200, ge=1, le=4096, description="Tokens to generate after the prompt.")
     temperature: float = Field(default=0.8, ge=0, le=5, description="Softmax temperature; 0: always the likeliest.")
@@ -53,6 +74,17 @@ class SampleOptions(BaseModel):
     )
     seed: int = Field(default=0, ge=0, lt=2**32, description="Same seed, same text.")
     step: int | None = Field(default=None, ge=0, le=10**9, description="Checkpoint step; null: the newest.")
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> SampleOptions:
+        if self.messages is None:
+            return self
+        if self.prompt:
+            raise ValueError("give prompt or messages, not both")
+        chars = sum(len(message.content) for message in self.messages)
+        if chars > PROMPT_CHARS:
+            raise ValueError(f"messages: {chars:,} characters of content in all; the limit is {PROMPT_CHARS:,}")
+        return self
 
 
 class SampleJob(SampleOptions):

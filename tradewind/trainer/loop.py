@@ -64,7 +64,7 @@ from tradewind.trainer.metrics import MetricRow, TrainSummary, logged_updates, r
 from tradewind.trainer.plan import TimeBudget
 from tradewind.trainer.record import read_record, record_end, record_start
 from tradewind.trainer.remote import PushHook, RemoteRun, parent_files
-from tradewind.trainer.setup import TrainSetup, evaluate, setup_training
+from tradewind.trainer.setup import TrainSetup, evaluate, init_from_params, setup_training
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.validation import ValScore, fixed_val_tokens, score_val_tokens
 
@@ -168,7 +168,7 @@ def run_steps(
     timer, previous = time.perf_counter(), None
     while state.step < last():
         rate = np.float32(plan.learning_rate(state.step))
-        params, opt_state, metrics = setup.train_step(state.params, state.opt_state, batch, rate)
+        params, opt_state, metrics = setup.train_step(state.params, state.opt_state, batch, rate, setup.frozen)
         state = state.advanced(params, opt_state)
         interval.metrics.append(metrics)
         if budget is not None:
@@ -196,15 +196,10 @@ def run_steps(
 def _train(
     config: TrainConfig, layout: RunLayout, progress: TrainProgress | None, start: float, remote: RemoteRun | None
 ) -> TrainSummary:
-    initial = None
-    if config.init_from:
-        from tradewind.trainer.hf import check_matches_hf, load_hf_params
-
-        check_matches_hf(config.model, Path(config.init_from))  # never train silently with other values
-        _, initial = load_hf_params(Path(config.init_from))
-    setup = setup_training(config, initial_params=initial)
+    setup = setup_training(config, initial_params=init_from_params(config))
     print(
-        f"model {setup.model_config.type}: {setup.parameters:,} parameters, vocab {setup.model_config.vocab_size}, "
+        f"model {setup.model_config.type}: {setup.parameters:,} parameters ({setup.trainable_parameters:,} trained), "
+        f"vocab {setup.model_config.vocab_size}, "
         f"{setup.flops_per_token / 1e6:,.2f} MFLOP/token; mesh {dict(setup.mesh.shape)} over "
         f"{jax.process_count()} process(es); compiled in {setup.compile_s:.1f}s; peak FLOP/s "
         f"{setup.peak_flops:.3g}/device ({setup.peak_flops_source})",

@@ -7,7 +7,9 @@ As a job (what the `sample_text` tool submits; the keyword arguments are a `Samp
 writes a `SampleOutput` as JSON to the output file and prints the text. The prompt is encoded with the
 dataset's tokenizer, run through the model once to fill the cache (prefill), then one token at a time is
 drawn and fed back; the whole loop is one `jax.jit` program, kept (per model and options) for the next
-call in the same process, which is what the warm worker (`sample_worker.py`) relies on.
+call in the same process, which is what the warm worker (`sample_worker.py`) relies on. Given `messages`
+instead of a prompt, the job renders them with the tokenizer's chat template and its generation prompt
+(`encode_chat(messages, add_generation_prompt=True)`), and the reply ends before the first EOS drawn.
 
 Example:
     tokens = sample_tokens(graphdef, params, model_config, [72, 105], max_tokens=50, temperature=0.8)
@@ -28,8 +30,8 @@ from flax import nnx
 from pydantic import BaseModel
 
 from tradewind.core import InvalidInputError, parse_config
-from tradewind.data import Tokenizer, load_tokenizer
-from tradewind.trainer.jobs import SampleJob, SampleOptions
+from tradewind.data import ChatTemplateError, Tokenizer, load_tokenizer
+from tradewind.trainer.jobs import ChatMessage, SampleJob, SampleOptions
 from tradewind.trainer.models import init_cache
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.restore import LoadedRun, load_run_model
@@ -42,7 +44,8 @@ _compiled_lock = threading.Lock()
 
 
 class SampleOutput(BaseModel):
-    """What a sampling job produced."""
+    """What a sampling job produced: the text of `tokens`, the prompt as the model saw it (a chat rendered with
+    its template), and the checkpoint step. With messages, `tokens` stops before the first EOS."""
 
     text: str
     prompt: str
@@ -135,8 +138,16 @@ def sample_run(run_dir: Path, options: SampleOptions) -> SampleOutput:
 
 
 def sample_loaded(loaded: LoadedRun, tokenizer: Tokenizer, options: SampleOptions) -> SampleOutput:
-    """Sample from a run's model already loaded (`load_run_model`) with its dataset's tokenizer."""
-    ids = prompt_ids(tokenizer, options.prompt)
+    """Sample from a run's model already loaded (`load_run_model`) with its dataset's tokenizer.
+
+    Raises:
+        InvalidInputError: as `sample_tokens`, or `options.messages` with a tokenizer that has no chat template
+            (or whose template refuses them).
+    """
+    if options.messages is not None:
+        prompt, ids = chat_prompt(tokenizer, options.messages)
+    else:
+        prompt, ids = options.prompt, prompt_ids(tokenizer, options.prompt)
     out = sample_tokens(
         loaded.graphdef,
         loaded.params,
@@ -148,7 +159,9 @@ def sample_loaded(loaded: LoadedRun, tokenizer: Tokenizer, options: SampleOption
         top_p=options.top_p,
         seed=options.seed,
     )
-    return SampleOutput(text=tokenizer.decode(out), prompt=options.prompt, tokens=out, step=loaded.step)
+    if options.messages is not None and tokenizer.eos_id in out:
+        out = out[: out.index(tokenizer.eos_id)]  # the reply ends there; what follows is no part of it
+    return SampleOutput(text=tokenizer.decode(out), prompt=prompt, tokens=out, step=loaded.step)
 
 
 def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
@@ -158,6 +171,28 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
     if ids:
         return ids
     return [tokenizer.bos_id] if tokenizer.bos_id is not None else tokenizer.encode_batch(["\n"])[0]
+
+
+def chat_prompt(tokenizer: Tokenizer, messages: list[ChatMessage]) -> tuple[str, list[int]]:
+    """The text and token ids a reply to `messages` starts from: the chat rendered with the tokenizer's template
+    and its generation prompt (`encode_chat(messages, add_generation_prompt=True)`).
+
+    Raises:
+        InvalidInputError: the tokenizer has no chat template, or the template refuses these messages.
+    """
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise InvalidInputError(
+            f"argument 'messages': the run's tokenizer {tokenizer.name!r} has no chat template; tokenize the "
+            "data with a Hugging Face tokenizer folder that has one (tokenize_dataset's tokenizer, format 'chat') "
+            "and train on it, or sample with prompt"
+        )
+    chat = [message.model_dump() for message in messages]
+    try:
+        text = tokenizer.render_chat(chat, add_generation_prompt=True)
+        ids = tokenizer.encode_chat(chat, add_generation_prompt=True)
+    except ChatTemplateError as error:  # the worker names an error's class, and the tools know InvalidInputError
+        raise InvalidInputError(f"argument 'messages': {error}") from None
+    return text, ids
 
 
 def sample_job(**job: Any) -> None:

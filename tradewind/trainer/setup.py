@@ -8,7 +8,7 @@ compilation is timed on its own.
 Example:
     setup = setup_training(config)
     rate = setup.plan.learning_rate(0)
-    params, opt_state, metrics = setup.train_step(setup.state.params, setup.state.opt_state, batch, rate)
+    params, opt_state, metrics = setup.train_step(setup.state.params, setup.state.opt_state, batch, rate, setup.frozen)
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -31,6 +32,8 @@ from tradewind.data import CacheManifest
 from tradewind.trainer.batches import Loader, open_run_data
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.flops import peak_flops
+from tradewind.trainer.hf import check_matches_hf, load_hf_params
+from tradewind.trainer.lora import add_adapters
 from tradewind.trainer.models import build_model, count_params
 from tradewind.trainer.models.base import Attention, AttentionChoice
 from tradewind.trainer.models.configs import ModelConfig
@@ -39,7 +42,7 @@ from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.plan import StepPlan
 from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings, place
 from tradewind.trainer.state import TrainState
-from tradewind.trainer.step import EvalStep, Params, TrainStep, make_eval_step, make_train_step
+from tradewind.trainer.step import EvalStep, Params, TrainStep, make_eval_step, make_train_step, weights_and_streams
 
 
 def compute_dtype(choice: str, platform: str | None = None) -> Any:
@@ -78,17 +81,75 @@ def attention_kernel(choice: AttentionChoice, dtype: Any, seq_len: int, platform
     return choice
 
 
-def build_run_model(config: TrainConfig, model_config: ModelConfig, platform: str | None = None) -> nnx.Module:
-    """The run's model, as its steps execute it: the precision policy's compute dtype, the attention kernel
-    and scanned or unrolled blocks for `platform` (as in `compute_dtype`), weights seeded by `config.seed`."""
-    dtype = compute_dtype(config.compute_dtype, platform)
-    return build_model(
+def build_run_model(
+    config: TrainConfig,
+    model_config: ModelConfig,
+    platform: str | None = None,
+    *,
+    initial_params: dict[str, Any] | None = None,
+    dtype: Any = None,
+) -> nnx.Module:
+    """The run's model, as its steps execute it: the precision policy's compute dtype (or `dtype`), the
+    attention kernel and scanned or unrolled blocks for `platform` (as in `compute_dtype`), weights seeded by
+    `config.seed` or taken from `initial_params` (a pure dict, e.g. `init_from`'s), and a LoRA run's adapters
+    (`config.lora`, seeded by `config.seed` too, so that a rebuilt model has the run's initial adapters)."""
+    dtype = dtype or compute_dtype(config.compute_dtype, platform)
+    model = build_model(
         model_config,
         rngs=nnx.Rngs(config.seed),
         dtype=dtype,
         attention=attention_kernel(config.attention, dtype, config.seq_len, platform),
         scan_layers=config.scan_layers,
     )
+    if initial_params is not None:
+        nnx.update(model, replace_params(nnx.state(model), initial_params))
+    if config.lora is not None:
+        add_adapters(model, config.lora, nnx.Rngs(config.seed))
+    return model
+
+
+def init_from_params(config: TrainConfig) -> dict[str, Any] | None:
+    """The weights of the Hugging Face folder `config.init_from` as a pure dict, or None when it is unset.
+
+    Raises:
+        ConfigError: the folder's `config.json` describes another model than `config.model` (never train
+            silently with other values), or a tensor is missing.
+        NotFoundError: no `config.json` or weights.
+    """
+    if not config.init_from:
+        return None
+    check_matches_hf(config.model, Path(config.init_from))
+    return load_hf_params(Path(config.init_from))[1]
+
+
+# A LoRA run trains its adapters and carries their dropout streams; the rest of its model is frozen.
+LORA_TRAINED = nnx.Any(nnx.LoRAParam, nnx.RngState)
+
+
+def split_run_model(
+    model: nnx.Module, config: TrainConfig, frozen_dtype: Any = jnp.bfloat16
+) -> tuple[nnx.GraphDef, nnx.GraphDef, Params, Params]:
+    """The run's model as its steps take it: `(graphdef, eval_graphdef, params, frozen)`.
+
+    `params` is what the run trains and checkpoints: every weight, or a LoRA run's adapters (with their dropout
+    streams). `frozen` is what it only reads: a LoRA run's base model, held in `frozen_dtype` (bfloat16 for
+    training: it is only ever multiplied in the compute dtype); empty otherwise. `eval_graphdef` is `graphdef`
+    with dropout off.
+    """
+    if config.lora is None:
+        graphdef, params = nnx.split(model)
+        return graphdef, graphdef, params, nnx.State({})
+    graphdef, params, frozen = nnx.split(model, LORA_TRAINED, ...)
+    deterministic = nnx.view(model, deterministic=True, raise_if_not_found=False)
+    eval_graphdef = nnx.split(deterministic, LORA_TRAINED, ...)[0]
+    return graphdef, eval_graphdef, params, jax.tree.map(lambda x: _cast(x, frozen_dtype), frozen)
+
+
+def _cast(x: Any, dtype: Any) -> Any:
+    """`x` (an array, or an abstract one: a TPU compile's model is never materialised) in `dtype`."""
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return jax.ShapeDtypeStruct(x.shape, dtype, sharding=x.sharding)
+    return x.astype(dtype)
 
 
 def resolve_model_config(config: ModelConfig, manifest: CacheManifest) -> ModelConfig:
@@ -144,7 +205,9 @@ class TrainSetup:
     config: TrainConfig
     model_config: ModelConfig
     parameters: int
+    trainable_parameters: int
     state: TrainState
+    frozen: Params
     plan: StepPlan
     train_loader: Loader
     eval_data: list[Any]
@@ -152,7 +215,8 @@ class TrainSetup:
     eval_step: EvalStep
     compile_s: float
     mesh: Mesh
-    graphdef: nnx.GraphDef
+    graphdef: nnx.GraphDef  # what the train step merges
+    eval_graphdef: nnx.GraphDef  # what the eval step merges: dropout off
     flops_per_token: float
     peak_flops: float
     peak_flops_source: str
@@ -177,16 +241,14 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
     mesh = build_mesh(config.mesh)
     check_batch_split(config, mesh)
 
-    model = build_run_model(config, model_config)
-    parameters = count_params(model)
-    graphdef, params = nnx.split(model)
-    if initial_params is not None:
-        params = replace_params(params, initial_params)
-    params_sharding = param_shardings(mesh, params)
-    params = place(params, params_sharding)
+    model = build_run_model(config, model_config, initial_params=initial_params)
+    graphdef, eval_graphdef, params, frozen = split_run_model(model, config)
+    params = place(params, param_shardings(mesh, params))
+    frozen = place(frozen, param_shardings(mesh, frozen))
     optimizer = build_optimizer(config.optimizer)
-    opt_sharding = param_shardings(mesh, jax.eval_shape(optimizer.init, params))
-    opt_state = jax.jit(optimizer.init, out_shardings=opt_sharding)(params)
+    weights, _ = weights_and_streams(params)
+    opt_sharding = param_shardings(mesh, jax.eval_shape(optimizer.init, weights))
+    opt_state = jax.jit(optimizer.init, out_shardings=opt_sharding)(weights)
 
     rows_sharding = batch_sharding(mesh)
 
@@ -201,7 +263,9 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
 
     eval_data = [put_batch(data.val.batch(i)) for i in range(config.eval_batches)]  # same batches every eval
     start = time.perf_counter()
-    train_step, eval_step = compile_steps(config, graphdef, optimizer, mesh, params, opt_state, eval_data[0])
+    train_step, eval_step = compile_steps(
+        config, (graphdef, eval_graphdef), optimizer, mesh, params, opt_state, eval_data[0], frozen
+    )
     compile_s = time.perf_counter() - start
 
     val = data.cache.manifest.splits.get("val")
@@ -214,8 +278,10 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
     return TrainSetup(
         config=config,
         model_config=model_config,
-        parameters=parameters,
+        parameters=count_params(model),
+        trainable_parameters=sum(leaf.size for leaf in jax.tree.leaves(weights)),
         state=TrainState.start(params, opt_state, config.seed),
+        frozen=frozen,
         plan=StepPlan.of(config),
         train_loader=data.train,
         eval_data=eval_data,
@@ -224,6 +290,7 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
         compile_s=compile_s,
         mesh=mesh,
         graphdef=graphdef,
+        eval_graphdef=eval_graphdef,
         flops_per_token=model_config.flops_per_token(config.seq_len),
         peak_flops=peak,
         peak_flops_source=source,
@@ -234,20 +301,25 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
 
 def compile_steps(
     config: TrainConfig,
-    graphdef: nnx.GraphDef,
+    graphdefs: tuple[nnx.GraphDef, nnx.GraphDef],
     optimizer: optax.GradientTransformation,
     mesh: Mesh,
     params: Params,
     opt_state: optax.OptState,
     batch: Any,
+    frozen: Params,
 ) -> tuple[Any, Any]:
-    """`config`'s train and eval steps, compiled ahead of time for `mesh`.
+    """`config`'s train and eval steps, compiled ahead of time for `mesh`: `(params, opt_state, batch,
+    learning_rate, frozen)` and `(params, batch, frozen)`.
 
-    `params`, `opt_state` and `batch` (one `[batch_size, seq_len + 1]` batch) may be arrays on the mesh or
-    abstract ones (`jax.ShapeDtypeStruct`s with their shardings): `tradewind.trainer.compile` compiles the
-    same steps for a TPU slice it does not hold. The train step donates its parameters and optimizer state.
+    `graphdefs` are the train and eval steps' (`split_run_model`). `params`, `opt_state`, `batch` (one
+    `[batch_size, seq_len + 1]` batch) and `frozen` may be arrays on the mesh or abstract ones
+    (`jax.ShapeDtypeStruct`s with their shardings): `tradewind.trainer.compile` compiles the same steps for a
+    TPU slice it does not hold. The train step donates its parameters and optimizer state.
     """
+    graphdef, eval_graphdef = graphdefs
     params_sharding, opt_sharding = param_shardings(mesh, params), param_shardings(mesh, opt_state)
+    frozen_sharding = param_shardings(mesh, frozen)
     scalar = NamedSharding(mesh, PartitionSpec())
     step_fn = make_train_step(
         graphdef,
@@ -259,20 +331,20 @@ def compile_steps(
     )
     train_step = jax.jit(
         step_fn,
-        in_shardings=(params_sharding, opt_sharding, batch_sharding(mesh), scalar),
+        in_shardings=(params_sharding, opt_sharding, batch_sharding(mesh), scalar, frozen_sharding),
         out_shardings=(params_sharding, opt_sharding, None),
         donate_argnums=(0, 1),
     )
     learning_rate = jax.ShapeDtypeStruct((), jnp.float32, sharding=scalar)
-    eval_step = jax.jit(make_eval_step(graphdef))
+    eval_step = jax.jit(make_eval_step(eval_graphdef))
     with jax.set_mesh(mesh):  # the model pins its activations' batch split on this mesh (`layers.batch_sharded`)
-        train_lowered = train_step.lower(params, opt_state, batch, learning_rate)
-        eval_lowered = eval_step.lower(params, batch)
+        train_lowered = train_step.lower(params, opt_state, batch, learning_rate, frozen)
+        eval_lowered = eval_step.lower(params, batch, frozen)
     return train_lowered.compile(), eval_lowered.compile()
 
 
 def evaluate(setup: TrainSetup, params: Params) -> float:
     """Mean loss of `params` over the fixed val batches (waits for the result)."""
-    losses = [setup.eval_step(params, batch) for batch in setup.eval_data]
+    losses = [setup.eval_step(params, batch, setup.frozen) for batch in setup.eval_data]
     host = [np.asarray(x if x.is_fully_addressable else x.addressable_data(0)) for x in losses]
     return float(sum(host)) / len(host)

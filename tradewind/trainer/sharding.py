@@ -113,7 +113,10 @@ def spec_for(shape: tuple[int, ...], mesh: Mesh) -> P:
 def weight_spec(names: list[str], shape: tuple[int, ...], mesh: Mesh) -> P:
     """The partition spec of the array at a tree path of `names` (`[..., module, variable]`): by its module's
     logical axes (`WEIGHT_AXES`, `RULES`), else by `spec_for`. A weight of stacked blocks (`blocks.layer...`,
-    `models.layers.StackedBlocks`) keeps its leading layer axis whole and splits the rest as one layer's."""
+    `models.layers.StackedBlocks`) keeps its leading layer axis whole and splits the rest as one layer's. A LoRA
+    run's projection holds its weights under `base` (`trainer.lora.LoRALinear`): they split as the projection's."""
+    if "base" in names:
+        return weight_spec([name for name in names if name != "base"], shape, mesh)
     if "layer" in names and "blocks" in names:
         return P(None, *weight_spec([name for name in names if name != "layer"], shape[1:], mesh))
     variable = next((i for i in range(len(names) - 1, 0, -1) if names[i] in ("kernel", "embedding", "bias")), None)

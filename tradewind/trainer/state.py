@@ -1,14 +1,14 @@
 """The training state: everything a run continues from, and the one place the checkpoint layout is spelled.
 
-A checkpoint holds exactly a `TrainState`: the parameters and optimizer state (pytrees of arrays), `step`
-(updates done), `data_step` (the loader's position: a `PackedLoader` is a pure function of its step, so the
-step is its whole state) and `rng` (the run's PRNG key data, uint32 [2]). Nothing in training draws random
-numbers yet (there is no dropout), but the key is saved and comes back on resume, so that a stochastic part
-added later continues exactly too.
+A checkpoint holds exactly a `TrainState`: the parameters the run trains and the optimizer state (pytrees of
+arrays), `step` (updates done), `data_step` (the loader's position: a loader is a pure function of its step,
+so the step is its whole state) and `rng` (the run's PRNG key data, uint32 [2]). A LoRA run's parameters are
+its adapters and their dropout streams (which the step advances, so a resumed run draws the same masks); its
+frozen base is not in the state: it is rebuilt from `init_from` (`setup.split_run_model`).
 
 Example:
     state = TrainState.start(params, opt_state, seed=0)
-    params, opt_state, metrics = train_step(state.params, state.opt_state, batch, learning_rate)
+    params, opt_state, metrics = train_step(state.params, state.opt_state, batch, learning_rate, frozen)
     state = state.advanced(params, opt_state)  # step and data_step + 1
 """
 

@@ -101,6 +101,11 @@ def loss_and_grads(
     return loss_sum / grad_accum, jax.tree.map(lambda g: g / grad_accum, grad_sum)
 
 
+def weights_and_streams(params: Params) -> tuple[Params, Params]:
+    """`params` split into the weights the optimizer updates and a LoRA run's dropout streams (else empty)."""
+    return nnx.split_state(params, nnx.Not(nnx.RngState), nnx.RngState)
+
+
 def make_train_step(
     graphdef: nnx.GraphDef,
     optimizer: optax.GradientTransformation,
@@ -124,7 +129,7 @@ def make_train_step(
     def train_step(
         params: Params, opt_state: optax.OptState, batch: Batch, learning_rate: jax.Array, frozen: Params = None
     ):
-        weights, streams = nnx.split_state(params, nnx.Not(nnx.RngState), nnx.RngState)
+        weights, streams = weights_and_streams(params)
         rest = (streams,) if frozen is None else (streams, frozen)
         loss, grads = loss_and_grads(graphdef, weights, batch, grad_accum, z_loss, remat, *rest)
         grad_norm = optax.tree.norm(grads)

@@ -40,8 +40,9 @@ from tradewind.trainer.compile import Collective, StepEstimate, TpuCompileReport
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
-from tradewind.trainer.setup import attention_kernel, build_run_model, compile_steps, compute_dtype
+from tradewind.trainer.setup import attention_kernel, build_run_model, compile_steps, compute_dtype, split_run_model
 from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings
+from tradewind.trainer.step import weights_and_streams
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4}
@@ -85,13 +86,15 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
     check_batch_split(config, mesh)
     dtype = compute_dtype(config.compute_dtype, platform="tpu")
     model_config = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
-    graphdef, params = nnx.split(nnx.eval_shape(lambda: build_run_model(config, model_config, platform="tpu")))
+    model = nnx.eval_shape(lambda: build_run_model(config, model_config, platform="tpu"))
+    graphdef, eval_graphdef, params, frozen = split_run_model(model, config)
     optimizer = build_optimizer(config.optimizer)
     params = _laid_out(params, param_shardings(mesh, params))
-    opt_state = jax.eval_shape(optimizer.init, params)
+    frozen = _laid_out(frozen, param_shardings(mesh, frozen))
+    opt_state = jax.eval_shape(optimizer.init, weights_and_streams(params)[0])
     opt_state = _laid_out(opt_state, param_shardings(mesh, opt_state))
     batch = jax.ShapeDtypeStruct((config.batch_size, config.seq_len + 1), jnp.int32, sharding=batch_sharding(mesh))
-    arguments = _bytes_per_chip(params) + _bytes_per_chip(opt_state) + _bytes_per_chip(batch)
+    arguments = sum(map(_bytes_per_chip, (params, frozen, opt_state, batch)))
     report = {
         "target": target.tpu_type,
         "slices": slices,
@@ -104,7 +107,9 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
     }
     start = time.perf_counter()
     try:
-        train_step, eval_step = compile_steps(config, graphdef, optimizer, mesh, params, opt_state, batch)
+        train_step, eval_step = compile_steps(
+            config, (graphdef, eval_graphdef), optimizer, mesh, params, opt_state, batch, frozen
+        )
     except jax.errors.JaxRuntimeError as error:
         found = _OUT_OF_MEMORY.search(str(error))
         if "RESOURCE_EXHAUSTED" not in str(error) or found is None:

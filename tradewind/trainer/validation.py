@@ -87,13 +87,13 @@ def score_val_tokens(setup: TrainSetup, params: Params, val: ValTokens) -> ValSc
     """
     start = time.perf_counter()
     rows = setup.config.batch_size
-    rest_step = jax.jit(make_eval_step(setup.graphdef))
+    rest_step = jax.jit(make_eval_step(setup.eval_graphdef))
     total = 0.0
     count = len(jax.tree.leaves(val.windows)[0])
     for first in range(0, count, rows):
         batch = jax.tree.map(lambda windows, first=first: windows[first : first + rows], val.windows)
         step = setup.eval_step if count - first >= rows else rest_step
-        loss = step(params, setup.put_batch(batch))
+        loss = step(params, setup.put_batch(batch), setup.frozen)
         host = loss if loss.is_fully_addressable else loss.addressable_data(0)
         total += float(np.asarray(host)) * len(scored_targets(batch))  # the batch's mean, weighed by its targets
     mean = total / val.scored

@@ -169,6 +169,19 @@ class LlamaConfig(BaseModelConfig):
         d, q, kv = self.d_model, self.n_heads * self.head_dim, self.kv_heads * self.head_dim
         return 2 * d * q + 2 * d * kv + 3 * d * self.ff_dim  # q and o, k and v, gate up and down
 
+    def projection_shapes(self) -> dict[str, tuple[int, int]]:
+        """Each block's projections by module name, `(in, out)`: what LoRA may adapt (`LoraConfig.count_params`)."""
+        d, q, kv, ff = self.d_model, self.n_heads * self.head_dim, self.kv_heads * self.head_dim, self.ff_dim
+        return {
+            "q_proj": (d, q),
+            "k_proj": (d, kv),
+            "v_proj": (d, kv),
+            "o_proj": (q, d),
+            "gate_proj": (d, ff),
+            "up_proj": (d, ff),
+            "down_proj": (ff, d),
+        }
+
     def count_params(self) -> int:
         d, vocab = self.d_model, self.vocab_size or 0
         head = 0 if self.tie_embeddings else d * vocab
@@ -338,6 +351,12 @@ class GPT2Config(BaseModelConfig):
     def block_matmul_params(self) -> int:
         d = self.d_model
         return 3 * d * d + d * d + 2 * d * self.ff_dim  # qkv, out, MLP in and out
+
+    def projection_shapes(self) -> dict[str, tuple[int, int]]:
+        """Each block's projections by module name, `(in, out)`; LoRA adapts none of them (its targets are the
+        Llama family's)."""
+        d = self.d_model
+        return {"qkv": (d, 3 * d), "proj": (d, d), "fc": (d, self.ff_dim), "fc_out": (self.ff_dim, d)}
 
     def count_params(self) -> int:
         d, vocab = self.d_model, self.vocab_size or 0
