@@ -35,7 +35,8 @@ OUTSIDE = {
     "train.log", "manifest.json", "sweep.json", "controller.log", "experiments.tsv", "experiments.csv",
     "claude_desktop_config.json", "mcp.json", "pyproject.toml", "SKILL.md", "AGENTS.md", "README.md",
     "LlamaForCausalLM", "GPT2LMHeadModel", "pytest.mark.slow", "pytest.mark.ray", "nnx.Module", "nnx.Linear",
-    "nnx.Rngs", "__init__.py",
+    "nnx.Rngs", "__init__.py", "tokenizer_config.json", "chat_template.jinja", "model.safetensors.index.json",
+    "save_pretrained",
 }  # fmt: skip
 
 

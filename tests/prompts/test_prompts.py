@@ -44,6 +44,7 @@ def test_every_mcp_prompt_file_has_placeholders_only_for_its_arguments():
 
 REQUIRED_SKILLS = {
     "train-with-tradewind",
+    "fine-tune-a-model",
     "autoresearch-loop",
     "run-first-experiment",
     "tokenize-a-dataset",
