@@ -19,10 +19,12 @@ from hf_models import transformers_logits
 from tradewind.tools import (
     LaunchTrainingRequest,
     SampleTextRequest,
+    SummarizeReportRequest,
     TokenizeDatasetRequest,
     ToolContext,
     launch_training,
     sample_text,
+    summarize_report,
     tokenize_dataset,
 )
 from tradewind.trainer import RunLayout, read_metrics
@@ -137,3 +139,8 @@ def test_a_lora_fine_tune_saves_only_its_adapters_keeps_its_base_and_exports_mer
     adapter = export_hf(layout.root, tmp_path / "adapter", peft=True)
     np.testing.assert_allclose(peft_logits(ctx.workspace.root / MODEL, adapter, TOKENS), ours, rtol=0, atol=1e-4)
     assert np.abs(ours - transformers_logits(ctx.workspace.root / MODEL, TOKENS)).max() > 1e-3  # it did train
+
+    report = summarize_report(ctx, SummarizeReportRequest(run_id=run_id, sample=False))
+    text = (ctx.workspace.root / report.report_path).read_text(encoding="utf-8")
+    assert f"| base model | `{ctx.workspace.root / MODEL}` |" in text
+    assert "| fine-tuning | LoRA rank 4, alpha 8, dropout 0 on q_proj, v_proj, down_proj (" in text

@@ -351,3 +351,37 @@ def test_adapters_on_a_model_without_the_target_projections_are_refused_naming_i
     model = adapted()
     with pytest.raises(ValueError, match="has LoRA adapters already"):
         add_adapters(model, LoraConfig(), nnx.Rngs(0))
+
+
+def final_adapters(run_dir):
+    from tradewind.trainer.restore import load_run_model
+
+    return [np.asarray(leaf) for leaf in jax.tree.leaves(adapter_state(load_run_model(run_dir).model()))]
+
+
+@pytest.mark.slow
+def test_a_lora_run_with_dropout_resumed_from_its_checkpoint_ends_bitwise_as_an_uninterrupted_one(
+    tiny_config, tmp_path
+):
+    from tradewind.trainer import RunLayout, read_metrics, train
+
+    def config(steps, dropout=0.2):
+        lora = {"rank": 4, "alpha": 8, "dropout": dropout, "targets": ["q_proj", "v_proj"]}
+        optimizer = {"schedule": "constant", "warmup_steps": 0}  # the same rates whatever `steps` says
+        return tiny_config(steps=steps, lora=lora, optimizer=optimizer, log_every=2, eval_every=4)
+
+    train(config(8), tmp_path / "straight")
+    train(config(4), tmp_path / "resumed")
+    RunLayout(tmp_path / "resumed").summary.unlink()  # an unfinished run resumes from its newest checkpoint
+    summary = train(config(8), tmp_path / "resumed")
+    train(config(8, dropout=0.0), tmp_path / "no-dropout")
+
+    assert summary.resumed_from_step == 4
+    for a, b in zip(final_adapters(tmp_path / "resumed"), final_adapters(tmp_path / "straight"), strict=True):
+        np.testing.assert_array_equal(a, b)
+    losses = {
+        run.name: [row.loss for row in read_metrics(RunLayout(run).metrics) if row.loss is not None]
+        for run in tmp_path.iterdir()
+    }
+    assert losses["resumed"][-2:] == losses["straight"][-2:]  # the rows after the resume, drawn with the same masks
+    assert losses["no-dropout"][-1] != losses["straight"][-1]  # dropout is on

@@ -157,6 +157,8 @@ def place(tree: Any, shardings: Any) -> Any:
     """Put host arrays (the same on every process) onto the mesh as global arrays."""
 
     def put(x: Any, sharding: NamedSharding) -> jax.Array:
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):  # a dropout stream's key: placed as its key data
+            return jax.random.wrap_key_data(put(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x))
         host = np.asarray(x)
         return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
