@@ -342,6 +342,8 @@ BAD_CALLS = [
     ("compare_runs", {"run_ids": ["RUN"]}, "run_ids"),
     ("summarize_report", {"run_id": 42}, "run_id"),
     ("sample_text", {"run_id": "run-nope"}, "unknown run id"),
+    ("export_model", {"run_id": "run-nope"}, "unknown run id"),
+    ("export_model", {"run_id": "RUN", "format": "onnx"}, "argument 'format'"),
     ("sample_text", {"run_id": "RUN", "top_p": 0}, "top_p"),
     ("cluster_status", {"backend": "slurm"}, "backend"),
     ("launch_training", {"dataset": "DATASET", "wandb_project": "p\x00"}, "argument 'wandb_project'"),

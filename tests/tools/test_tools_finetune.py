@@ -7,7 +7,9 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import anyio
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -15,13 +17,18 @@ import pytest
 from chat_models import REPLY_PATTERN, WORDS, format_task, qwen_chat_folder, write_jsonl
 from flax import nnx
 from hf_models import transformers_logits
+from mcp import Client
+from mcp_helpers import call
 
+from tradewind.server import build_server
 from tradewind.tools import (
+    ExportModelRequest,
     LaunchTrainingRequest,
     SampleTextRequest,
     SummarizeReportRequest,
     TokenizeDatasetRequest,
     ToolContext,
+    export_model,
     launch_training,
     sample_text,
     summarize_report,
@@ -86,8 +93,17 @@ def test_a_chat_fine_tune_learns_the_reply_format_and_its_export_loads_in_transf
         reply = sample_text(ctx, request).text
         assert re.fullmatch(REPLY_PATTERN, reply), reply
 
-    out = export_hf(ctx.workspace.run_dir(run_id), tmp_path / "export")
-    np.testing.assert_allclose(transformers_logits(out, TOKENS), run_logits(ctx, run_id, TOKENS), rtol=0, atol=1e-4)
+    async def export_through_mcp():
+        async with Client(build_server(ctx)) as client:
+            return await call(client, "export_model", {"run_id": run_id})
+
+    exported = anyio.run(export_through_mcp)
+    assert exported["path"] == str(ctx.workspace.root / "exports" / f"{run_id}-hf")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(exported["files"])
+    assert "chat_template" in json.loads((Path(exported["path"]) / "tokenizer_config.json").read_text())
+    logits = transformers_logits(exported["path"], TOKENS)
+    np.testing.assert_allclose(logits, run_logits(ctx, run_id, TOKENS), rtol=0, atol=1e-4)
+    assert not list((ctx.workspace.root / "exports").glob(".*"))  # no staging folder left
 
 
 PEFT_LOGITS = """
@@ -136,7 +152,7 @@ def test_a_lora_fine_tune_saves_only_its_adapters_keeps_its_base_and_exports_mer
     ours = run_logits(ctx, run_id, TOKENS)
     merged = export_hf(layout.root, tmp_path / "merged")
     np.testing.assert_allclose(transformers_logits(merged, TOKENS), ours, rtol=0, atol=1e-4)
-    adapter = export_hf(layout.root, tmp_path / "adapter", peft=True)
+    adapter = export_model(ctx, ExportModelRequest(run_id=run_id, format="peft")).path
     np.testing.assert_allclose(peft_logits(ctx.workspace.root / MODEL, adapter, TOKENS), ours, rtol=0, atol=1e-4)
     assert np.abs(ours - transformers_logits(ctx.workspace.root / MODEL, TOKENS)).max() > 1e-3  # it did train
 

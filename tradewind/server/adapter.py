@@ -268,8 +268,8 @@ def lean_input_schema(schema: Any, _name: str | None = None) -> Any:
     Pydantic's automatic titles go (a title a person set stays), `anyOf [T, null]` becomes `type: [T, "null"]`,
     an integer's `exclusiveMinimum: n` becomes `minimum: n + 1` (and `exclusiveMaximum: n` `maximum: n - 1`),
     `default: null` goes (a field left out of `required` is optional, and null is what it then holds), and so do
-    `additionalProperties: true` and `items: {}` (what JSON Schema assumes without them). A model used more than once
-    stays one entry of the schema's `$defs`.
+    `additionalProperties: true` and `items: {}` (what JSON Schema assumes without them), and an enum's `type` (its
+    values say it). A model used more than once stays one entry of the schema's `$defs`.
     """
     if isinstance(schema, list):
         return [lean_input_schema(item) for item in schema]
@@ -295,6 +295,8 @@ def lean_input_schema(schema: Any, _name: str | None = None) -> Any:
         del lean["items"]
     if lean.get("default", 0) is None:
         del lean["default"]
+    if "enum" in lean:
+        lean.pop("type", None)
     if _name is None and lean.get("title", "").endswith("Arguments"):
         del lean["title"]  # the SDK's name for its argument model, `<tool>Arguments`, which says nothing
     return lean
@@ -446,10 +448,14 @@ def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(options, list) or len(options) != 2 or {"type": "null"} not in options:
         return schema
     (other,) = [option for option in options if option != {"type": "null"}]
-    if not isinstance(other.get("type"), str) or "const" in other or set(other) & (set(schema) - {"anyOf"}):
+    if "const" in other or set(other) & (set(schema) - {"anyOf"}):
         return schema
     merged = {key: value for key, value in schema.items() if key != "anyOf"} | other
-    merged["type"] = [other["type"], "null"]
-    if "enum" in other:
+    if "enum" in other:  # its values say its type
         merged["enum"] = [*other["enum"], None]
+        merged.pop("type", None)
+    elif isinstance(other.get("type"), str):
+        merged["type"] = [other["type"], "null"]
+    else:
+        return schema
     return merged

@@ -118,6 +118,7 @@ TOOL_HINTS: dict[str, ToolAnnotations] = {
     "sample_text": _hints(
         "Sample text from a run", read_only=False, destructive=False, idempotent=False, open_world=False
     ),
+    "export_model": _hints("Export a model", read_only=False, destructive=True, idempotent=True, open_world=False),
     "run_pipeline": _hints("Run a pipeline", read_only=False, destructive=True, idempotent=False, open_world=True),
     "cluster_status": _hints(
         "Show cluster status", read_only=True, destructive=False, idempotent=True, open_world=True

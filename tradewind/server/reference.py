@@ -90,7 +90,7 @@ def _type(schema: dict[str, Any], links: dict[str, str] | None = None) -> str:
         return " \\| ".join(_type(option, links) for option in schema["anyOf"])
     if "const" in schema:
         return _literal(schema["const"])
-    kinds = schema.get("type", "any")
+    kinds = schema.get("type") or _enum_types(schema.get("enum")) or "any"
     kinds = kinds if isinstance(kinds, list) else [kinds]
     shown = []
     for kind in kinds:
@@ -101,6 +101,12 @@ def _type(schema: dict[str, Any], links: dict[str, str] | None = None) -> str:
         else:
             shown.append(kind)
     return " \\| ".join(shown)
+
+
+def _enum_types(values: list[Any] | None) -> list[str]:
+    """The JSON types of an enum's values, in order (the lean schema lists an enum without its type)."""
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
+    return list(dict.fromkeys(names[type(value)] for value in values or ()))
 
 
 def _allowed(schema: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ from tradewind.tools.experiments import (
     list_experiments,
     set_experiment_status,
 )
+from tradewind.tools.exporting import ExportModelRequest, ExportModelResult, export_model
 from tradewind.tools.launching import LaunchTrainingRequest, launch_training
 from tradewind.tools.logs import LogHint, LogPage, TailLogsRequest, tail_logs
 from tradewind.tools.metrics import Metrics, MetricsSummary, ReadMetricsRequest, Series, read_metrics
@@ -88,6 +89,7 @@ TOOLS = (
     get_sweep,
     cancel_sweep,
     sample_text,
+    export_model,
     run_pipeline,
     cluster_status,
 )
@@ -120,10 +122,13 @@ __all__ = [
     "ClusterStatusRequest",
     "RunPipelineRequest",
     "RunPipelineResult",
+    "ExportModelRequest",
+    "ExportModelResult",
     "SampleTextRequest",
     "SampleTextResult",
     "cluster_status",
     "run_pipeline",
+    "export_model",
     "sample_text",
     "BadRecordReport",
     "DatasetInfo",

@@ -97,6 +97,6 @@ class PageRequest(BaseModel):
         default=50,
         ge=1,
         le=500,
-        description="Page size (pages end before 31,000 characters).",
+        description="Page size.",
     )
     cursor: str | None = Field(default=None, description="Last page's next_cursor; null: the first.")

@@ -37,7 +37,7 @@ class ClusterStatusRequest(BaseModel):
         default=50,
         ge=1,
         le=500,
-        description="Most jobs per list (fewer past 31,000 characters).",
+        description="Most jobs per list.",
     )
 
 

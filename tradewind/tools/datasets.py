@@ -31,7 +31,7 @@ from tradewind.tools.tokenizing import (
     tokenize_dataset,
 )
 
-DATASET_HELP = f"Dataset id, cache folder (workspace or allowed root) or {BUILTINS}."
+DATASET_HELP = f"Dataset id, cache folder or {BUILTINS}."
 
 
 def resolve_dataset(
@@ -114,7 +114,7 @@ class InspectDatasetRequest(BaseModel):
         default=400,
         ge=1,
         le=10_000,
-        description="Characters per sample; all share what is left of 31,000.",
+        description="Characters per sample.",
     )
 
 

@@ -88,7 +88,7 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
         ctx, ask, timeout_s=request.timeout_s, activity=f"sampling run {request.run_id!r}", progress=progress
     )
     if error := reply.get("error"):
-        raise _worker_error(error)
+        raise worker_error(error)
     with ctx.workspace.open(out_path, "r", argument="run_id") as file:
         output = json.load(file)
     text = cut(output["text"], MAX_TEXT_CHARS)
@@ -103,7 +103,7 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
     )
 
 
-def _worker_error(error: dict[str, Any]) -> TradewindError:
+def worker_error(error: dict[str, Any]) -> TradewindError:
     """The worker's error as the `TradewindError` subclass it raised (a `TradewindError` for any other)."""
     kind = getattr(tradewind.core, str(error.get("type")), None)
     if not (isinstance(kind, type) and issubclass(kind, TradewindError)):

@@ -77,7 +77,7 @@ class LaunchSweepRequest(BaseModel):
     halving_tokens: list[Annotated[int, Field(gt=0, le=10**15)]] = Field(
         default_factory=list,
         max_length=16,
-        description="Rungs in training tokens, increasing; at each, all but the best 1/halving_eta trials stop.",
+        description="Rungs in training tokens, increasing; at each, all but the best 1/halving_eta stop.",
     )
     halving_eta: int = Field(2, ge=2, le=16, description="Keep the best 1/eta at each rung.")
     note: str | None = Field(None, max_length=200, description="One line for the ledger.")

@@ -39,9 +39,8 @@ class TrainJob(BaseModel):
     placement: Placement = Field(default_factory=Placement)
 
 
+# One chat turn. (No docstring: pydantic would list it in tools/list, which has a character budget.)
 class ChatMessage(BaseModel):
-    """One chat turn."""
-
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["system", "user", "assistant"]  # `data.chat.ROLES`
@@ -92,6 +91,16 @@ class SampleJob(SampleOptions):
 
     run_dir: str = Field(description="The run folder whose checkpoints to sample from.")
     output_file: str = Field(description="Where the result (a `SampleOutput`) is written as JSON.")
+
+
+class ExportJob(BaseModel):
+    """An export the warm worker writes: a run's checkpoint as a Hugging Face folder (`hf.export_hf`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: str = Field(description="The run folder whose checkpoint to export.")
+    out_dir: str = Field(description="An empty folder to write into.")
+    peft: bool = Field(False, description="A LoRA run's adapters alone, as a PEFT folder.")
 
 
 class SampleWorkerJob(BaseModel):

@@ -1,4 +1,5 @@
-"""The warm sampling worker: one long-lived process per workspace that answers `sample_text` requests.
+"""The warm sampling worker: one long-lived process per workspace that answers `sample_text` and `export_model`
+requests.
 
 Started as a callable job (`SAMPLE_WORKER_CALLABLE`, keyword arguments a `SampleWorkerJob`) by the first
 `sample_text` call that finds none answering. It listens on a Unix socket (`<workspace>/jobs/sample-worker.sock`),
@@ -8,6 +9,7 @@ second call on a run skips the process start, the JAX import, the checkpoint rea
 
 Protocol: one request per connection, one JSON line each way, at most `MAX_MESSAGE_BYTES`:
     {"op": "sample", "job": SampleJob, "log_file": "runs/r1/samples/ID.log"}  -> {"pid": 123, "error": null}
+    {"op": "export", "job": ExportJob}                                        -> {"pid": 123, "error": null}
     {"op": "ping"}                                                            -> {"pid": 123, "error": null}
 A sample writes the job's output file (a `SampleOutput`) and the log file (prompt and text) as the sampling
 job does, both confined to the job's run folder; a failure answers
@@ -39,7 +41,7 @@ from typing import Any
 
 from tradewind.core import TradewindError, parse_config
 from tradewind.core.files import write_confined
-from tradewind.trainer.jobs import SampleJob, SampleWorkerJob
+from tradewind.trainer.jobs import ExportJob, SampleJob, SampleWorkerJob
 
 SOCKET_NAME = "sample-worker.sock"
 LOCK_NAME = "sample-worker.lock"
@@ -189,27 +191,44 @@ def write_sample(job: SampleJob, text: str, path: str | None = None) -> None:
     write_confined(path or job.output_file, text.encode("utf-8"), roots=(run_dir,), argument="run_id")
 
 
-def _answer(request: dict[str, Any], cache: RunCache) -> dict[str, Any]:
+def _sample(request: dict[str, Any], cache: RunCache) -> None:
     from tradewind.trainer.sample import sample_loaded
 
+    job = parse_config(SampleJob, request.get("job"), source="sample request")
+    loaded, tokenizer = cache.get(Path(job.run_dir), job.step)
+    result = sample_loaded(loaded, tokenizer, job)
+    write_sample(job, result.model_dump_json())
+    if log_file := request.get("log_file"):
+        write_sample(job, result.prompt + result.text + "\n", str(log_file))
+
+
+def _export(request: dict[str, Any], cache: RunCache) -> None:
+    from tradewind.trainer.hf import export_hf
+
+    job = parse_config(ExportJob, request.get("job"), source="export request")
+    export_hf(Path(job.run_dir), Path(job.out_dir), peft=job.peft)
+
+
+OPS = {"sample": _sample, "export": _export}
+
+
+def _answer(request: dict[str, Any], cache: RunCache) -> dict[str, Any]:
     reply: dict[str, Any] = {"pid": os.getpid(), "error": None}
     try:
         if request.get("op") == "ping":
             return reply
-        if request.get("op") != "sample":
+        if request.get("op") not in OPS:
             raise TradewindError(f"unknown sampling worker request {request.get('op')!r}")
-        job = parse_config(SampleJob, request.get("job"), source="sample request")
-        loaded, tokenizer = cache.get(Path(job.run_dir), job.step)
-        result = sample_loaded(loaded, tokenizer, job)
-        write_sample(job, result.model_dump_json())
-        if log_file := request.get("log_file"):
-            write_sample(job, result.prompt + result.text + "\n", str(log_file))
+        OPS[request["op"]](request, cache)
     except TradewindError as error:
-        print(f"sample request failed: {error}", file=sys.stderr, flush=True)
+        print(f"{request.get('op')} request failed: {error}", file=sys.stderr, flush=True)
         reply["error"] = {"type": type(error).__name__, "message": str(error)}
     except Exception as error:  # a bug: keep serving, tell the caller where the traceback is
         traceback.print_exc(file=sys.stderr)
-        reply["error"] = {"type": "TradewindError", "message": f"sampling failed: {type(error).__name__}: {error}"}
+        reply["error"] = {
+            "type": "TradewindError",
+            "message": f"{request.get('op')} failed: {type(error).__name__}: {error}",
+        }
     return reply
 
 
