@@ -3,6 +3,7 @@ random Qwen2 model, saved together in one folder as `transformers` saves them (n
 task that a random model cannot do: answer every request in one fixed format."""
 
 import json
+from pathlib import Path
 
 import pytest
 from hf_models import transformers_folder
@@ -33,7 +34,13 @@ CHATML = """{%- if tools %}
     {{- '<|im_start|>assistant\\n' }}
 {%- endif %}
 """
+# ChatML without a default system turn: what the smaller tests render.
+SIMPLE_CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 CHATML_SPECIALS = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+CHATML_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 # The task: whatever the request's wording, the reply is the requested word in one fixed format.
 WORDS = [
@@ -77,18 +84,26 @@ def write_jsonl(path, records):
     return path
 
 
-def chat_tokenizer(corpus: list[str], vocab_size: int = 400) -> RawTokenizer:
-    """A byte-level BPE trained on `corpus`, with ChatML's special tokens."""
+def chat_tokenizer(corpus: list[str], vocab_size: int = 400, specials: list[str] = CHATML_TOKENS) -> RawTokenizer:
+    """A byte-level BPE trained on `corpus`, with `specials` (ChatML's special tokens)."""
     tokenizer = RawTokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tokenizer.train_from_iterator(corpus, trainer)
     return tokenizer
+
+
+def chat_tokenizer_folder(folder, corpus: list[str], vocab_size: int) -> Path:
+    """A tokenizer folder as a chat model ships it, written without transformers: `tokenizer.json` (a BPE trained
+    on `corpus`) and a `tokenizer_config.json` with a ChatML template whose EOS is the end of a turn."""
+    folder.mkdir()
+    chat_tokenizer(corpus, vocab_size).save(str(folder / "tokenizer.json"))
+    config = {"chat_template": SIMPLE_CHATML, **CHATML_SPECIALS}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
 
 
 def qwen_chat_folder(folder, records: list[dict], **shape) -> int:

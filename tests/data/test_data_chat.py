@@ -7,8 +7,7 @@ import pickle
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer as RawTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
+from chat_models import CHATML, CHATML_SPECIALS, chat_tokenizer
 
 from tradewind.cluster import LocalTaskRunner
 from tradewind.core import InvalidInputError
@@ -22,30 +21,6 @@ from tradewind.data import (
     write_hf_tokenizer_files,
 )
 
-# Qwen2.5's template (its tool-call branches cut), as in the model's tokenizer_config.json.
-CHATML = """{%- if tools %}
-    {{- '<|im_start|>system\\n' }}
-    {{- '# Tools\\n<tools>' }}
-    {%- for tool in tools %}
-        {{- '\\n' }}{{- tool | tojson }}
-    {%- endfor %}
-    {{- '\\n</tools><|im_end|>\\n' }}
-{%- else %}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
-    {%- else %}
-        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}
-    {%- endif %}
-{%- endif %}
-{%- for message in messages %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant") %}
-        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-{%- endif %}
-"""
 # Meta-Llama-3-8B-Instruct's template.
 LLAMA3 = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
@@ -92,7 +67,7 @@ SPECIALS = [
 ]
 # The tokens each template's model ends a turn with, and its EOS and BOS.
 STYLES = {
-    "chatml": (CHATML, "<|im_end|>\n", {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}),
+    "chatml": (CHATML, "<|im_end|>\n", CHATML_SPECIALS),
     "llama3": (LLAMA3, "<|eot_id|>", {"eos_token": "<|eot_id|>", "bos_token": "<|begin_of_text|>"}),
 }
 CORPUS = [
@@ -119,16 +94,9 @@ CONVERSATIONS = [
 ]
 
 
-def raw_tokenizer() -> RawTokenizer:
+def raw_tokenizer():
     """A small byte-level BPE with every special token the templates here use."""
-    tokenizer = RawTokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=420, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tokenizer.train_from_iterator(CORPUS, trainer)
-    return tokenizer
+    return chat_tokenizer(CORPUS, vocab_size=420, specials=SPECIALS)
 
 
 def save_hf_folder(folder, template, specials):

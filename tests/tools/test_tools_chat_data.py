@@ -5,41 +5,17 @@ import json
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer as RawTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
+from chat_models import SIMPLE_CHATML, chat_tokenizer_folder
 
 from tradewind.core import InvalidInputError, PathEscapeError
 from tradewind.data import open_token_cache
 from tradewind.tools import InspectDatasetRequest, TokenizeDatasetRequest, inspect_dataset, tokenize_dataset
 
-CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-
-
-def chat_tokenizer_folder(folder):
-    """A tokenizer folder as a chat model ships it: tokenizer.json and a tokenizer_config.json with the template."""
-    folder.mkdir()
-    tokenizer = RawTokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=320,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tokenizer.train_from_iterator(["question and answer, user and assistant"] * 10, trainer)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    config = {"chat_template": CHATML, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return folder
-
 
 @pytest.fixture
 def chat_files(workspace):
     root = workspace.workspace.root
-    chat_tokenizer_folder(root / "tok")
+    chat_tokenizer_folder(root / "tok", ["question and answer, user and assistant"] * 10, vocab_size=320)
     chats = [
         {"messages": [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]}
         for i in range(40)
@@ -95,7 +71,7 @@ def test_chat_with_a_tokenizer_without_a_template_is_refused_before_any_work(cha
 def test_a_tokenizer_folder_with_a_file_linking_outside_is_refused(chat_files, tmp_path):
     root = chat_files.workspace.root
     outside = tmp_path / "chat_template.jinja"
-    outside.write_text(CHATML)
+    outside.write_text(SIMPLE_CHATML)
     (root / "tok" / "chat_template.jinja").symlink_to(outside)
 
     with pytest.raises(PathEscapeError, match="argument 'tokenizer'"):

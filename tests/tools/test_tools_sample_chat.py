@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pydantic
 import pytest
+from chat_models import chat_tokenizer_folder
 from mcp import Client
 from mcp_helpers import call
 from runs_helpers import finish
-from tokenizers import Tokenizer as RawTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from tradewind.cli import main
 from tradewind.cluster import JobStatus
@@ -28,35 +27,12 @@ from tradewind.tools import (
 )
 from tradewind.trainer.jobs import SampleOptions
 
-CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 CHATS = [
     [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}] for i in range(8)
 ]
 ASK = [{"role": "user", "content": "question 3"}]
 # Greedy, and long enough that a model which learned the replies ends one with <|im_end|> well before the limit.
 GREEDY = {"max_tokens": 24, "temperature": 0.0}
-
-
-def chat_tokenizer_folder(folder: Path) -> Path:
-    """A tokenizer folder as a chat model ships it: tokenizer.json, and tokenizer_config.json with a ChatML template
-    whose EOS is the end of a turn."""
-    folder.mkdir()
-    tokenizer = RawTokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tokenizer.train_from_iterator(["user question assistant answer 0 1 2 3 4 5 6 7"] * 10, trainer)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    config = {"chat_template": CHATML, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +42,7 @@ def chat_run(tmp_path_factory, tiny_run_settings):
     ctx = ToolContext.open(tmp_path_factory.mktemp("chat") / "workspace")
     root = ctx.workspace.root
     (root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
-    chat_tokenizer_folder(root / "tok")
+    chat_tokenizer_folder(root / "tok", ["user question assistant answer 0 1 2 3 4 5 6 7"] * 10, vocab_size=300)
     (root / "chat.jsonl").write_text("".join(json.dumps({"messages": chat}) + "\n" for chat in CHATS * 50))
     info = tokenize_dataset(ctx, TokenizeDatasetRequest(input="chat.jsonl", tokenizer="tok", format="chat"))
     run = launch_training(ctx, LaunchTrainingRequest(dataset=info.dataset_id, steps=120, **tiny_run_settings))

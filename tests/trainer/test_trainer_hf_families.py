@@ -6,16 +6,13 @@ with the key/value cache as it computes a whole sequence."""
 
 import json
 
-import jax
 import numpy as np
 import pytest
 from flax import nnx
 from hf_models import TOKENS, flat, model_with_weights, saved_by_transformers, transformers_outputs
 
 from tradewind.core import ConfigError
-from tradewind.trainer import build_model, model_config
 from tradewind.trainer.hf import load_hf_params, model_config_from_hf, write_hf_model
-from tradewind.trainer.models import init_cache
 from tradewind.trainer.step import next_token_loss
 
 # A tiny grouped-query shape; initializer_range 0.1 (and every weight jittered, biases and norms too) so that a
@@ -194,23 +191,3 @@ def test_an_absent_key_takes_the_default_of_its_family_in_transformers():
 def test_a_family_setting_tradewind_does_not_implement_is_refused_naming_the_file_and_key(data, message):
     with pytest.raises(ConfigError, match=rf"^config\.json: {message}"):
         model_config_from_hf(data)
-
-
-@pytest.mark.parametrize("model_type", ["mistral", "qwen2", "qwen3"])
-def test_each_family_decodes_token_by_token_with_the_cache_as_it_computes_the_whole_sequence(model_type):
-    config = model_config(
-        type=model_type, vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_head=16, max_seq_len=16
-    )
-    model = build_model(config, rngs=nnx.Rngs(0))
-    tokens = jax.random.randint(jax.random.key(1), (2, 10), 0, 50)
-    step = nnx.jit(lambda model, tokens, cache: model(tokens, cache))
-
-    cache = init_cache(config, batch=2, max_len=16)
-    logits, cache = step(model, tokens[:, :6], cache)
-    steps = [logits]
-    for i in range(6, 10):
-        logits, cache = step(model, tokens[:, i : i + 1], cache)
-        steps.append(logits)
-
-    whole = nnx.jit(lambda model, tokens: model(tokens))(model, tokens)
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), whole, rtol=1e-5, atol=1e-5)

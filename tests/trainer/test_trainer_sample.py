@@ -19,10 +19,16 @@ from tradewind.trainer.jobs import SAMPLE_CALLABLE, SampleOptions
 from tradewind.trainer.models import init_cache
 from tradewind.trainer.sample import chat_prompt, filter_logits, sample_job, sample_tokens
 
+# Each architecture, and the Llama family's own head width and grouped key/value heads (as Qwen3 has them).
+FAMILY_SHAPE = {"n_kv_heads": 2, "d_head": 16}
 
-@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
-def test_decoding_token_by_token_with_the_cache_gives_the_full_forward_logits(model_type):
-    config = model_config(type=model_type, vocab_size=50, d_model=32, n_layers=2, n_heads=4, max_seq_len=16)
+
+@pytest.mark.parametrize(
+    ("model_type", "shape"),
+    [("llama", {}), ("gpt2", {}), ("mistral", FAMILY_SHAPE), ("qwen2", FAMILY_SHAPE), ("qwen3", FAMILY_SHAPE)],
+)
+def test_decoding_token_by_token_with_the_cache_gives_the_full_forward_logits(model_type, shape):
+    config = model_config(type=model_type, vocab_size=50, d_model=32, n_layers=2, n_heads=4, max_seq_len=16, **shape)
     model = build_model(config, rngs=nnx.Rngs(0))
     forward = nnx.jit(lambda m, t, c: m(t, c))
     tokens = jax.random.randint(jax.random.key(1), (2, 10), 0, 50)
