@@ -292,16 +292,13 @@ class ChatExamples:
         return Example(texts=(text,), spans=tuple(spans), key=key)
 
     def encode(self, examples: Sequence[Example], tokenizer: Tokenizer) -> list[tuple[list[int], np.ndarray]]:
-        """The ids (from `tokenizer`, as every format's) and loss mask of each example."""
-        texts = [example.texts[0] for example in examples]
-        ids = tokenizer.encode_batch(texts)
-        offsets = self.tokenizer.encode_with_offsets(texts)
-        out = []
-        for example, example_ids, (offset_ids, example_offsets) in zip(examples, ids, offsets, strict=True):
-            if list(example_ids) != offset_ids:
-                raise RuntimeError(f"tokenizer {self.tokenizer.name!r}: two encoders disagree on a chat's ids")
-            out.append((list(example_ids), target_mask(example_offsets, example.spans)))
-        return out
+        """The ids and loss mask of each example, from one pass of `tokenizer` (an `HFTokenizer`, or the build's
+        wrapper of it that reports progress) that gives each id's character span too."""
+        encoded = tokenizer.encode_with_offsets([example.texts[0] for example in examples])
+        return [
+            (list(ids), target_mask(offsets, example.spans))
+            for example, (ids, offsets) in zip(examples, encoded, strict=True)
+        ]
 
 
 class PromptCompletionExamples:

@@ -121,13 +121,26 @@ class _ReportingTokenizer:
     eos_id = property(lambda self: self.inner.eos_id)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        self._check_stop()
+        ids = self.inner.encode_batch(texts)
+        self._count(texts)
+        return ids
+
+    def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """The inner tokenizer's (a chat's ids and their character spans, for its loss mask), reported alike."""
+        self._check_stop()
+        encoded = self.inner.encode_with_offsets(texts)
+        self._count(texts)
+        return encoded
+
+    def _check_stop(self) -> None:
         if os.path.exists(self.stop):
             raise _Stopped(f"the build of {os.path.dirname(self.stop)} was stopped")
-        ids = self.inner.encode_batch(texts)
+
+    def _count(self, texts: list[str]) -> None:
         self.encoded[0] += sum(len(text.encode("utf-8")) for text in texts)
         with open(self.counter, "w") as out:
             out.write(str(self.encoded[0]))
-        return ids
 
     def decode(self, ids: Any) -> str:
         return self.inner.decode(ids)
