@@ -34,7 +34,7 @@ from tradewind.tools import (
     summarize_report,
     tokenize_dataset,
 )
-from tradewind.trainer import RunLayout, read_metrics
+from tradewind.trainer import RunLayout, read_metrics, read_train_config
 from tradewind.trainer.hf import export_hf, load_hf_params
 from tradewind.trainer.lora import FROZEN
 
@@ -59,7 +59,10 @@ def chat(tmp_path_factory):
 def finished(ctx, **request):
     from runs_helpers import finish
 
-    run = launch_training(ctx, LaunchTrainingRequest(init_from=f"hf:{MODEL}", **TRAINING, **request))
+    new_run = (
+        {} if "resume_from" in request else {"init_from": f"hf:{MODEL}", **TRAINING}
+    )  # a continued one keeps its own
+    run = launch_training(ctx, LaunchTrainingRequest(**new_run, **request))
     done = finish(ctx, run.run_id, timeout_s=600)
     assert done.status == "SUCCEEDED", done.log_tail
     return run.run_id
@@ -160,3 +163,10 @@ def test_a_lora_fine_tune_saves_only_its_adapters_keeps_its_base_and_exports_mer
     text = (ctx.workspace.root / report.report_path).read_text(encoding="utf-8")
     assert f"| base model | `{ctx.workspace.root / MODEL}` |" in text
     assert "| fine-tuning | LoRA rank 4, alpha 8, dropout 0 on q_proj, v_proj, down_proj (" in text
+
+    # Continued for more steps, it keeps its base: its checkpoints hold only the adapters.
+    child = finished(ctx, resume_from=run_id, steps=40)
+    assert read_train_config(RunLayout(ctx.workspace.run_dir(child)).config).init_from == str(
+        ctx.workspace.root / MODEL
+    )
+    assert eval_losses(ctx, child)[-1] < losses[0] - 0.5, eval_losses(ctx, child)

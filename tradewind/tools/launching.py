@@ -263,7 +263,8 @@ def _continued_launch(
             f"{parent_dir.name}'s newest checkpoint (e.g. steps={saved[-1] * 2})"
         )
     merged["resume_from"] = str(parent_dir)
-    merged["init_from"] = None  # the weights come from the parent's checkpoint
+    if merged.get("lora") is None:  # the weights come from the parent's checkpoint
+        merged["init_from"] = None  # (a LoRA run's checkpoints hold only its adapters: its base comes from init_from)
     inherited_placement = run_placement(ctx, parent_dir, "resume_from")
     placement = Placement(  # validated again: a request's slices may not suit the parent's accelerator
         **{

@@ -33,8 +33,8 @@ the adapters first or filter the base with `FROZEN`):
 
 Dropout masks are a pure function of the state: a forward pass draws its mask from `fold_in(key, count)` and
 changes nothing (a scanned model's blocks run inside `jax.lax.scan`, where a count it advanced would be lost
-anyway). The trainer advances the counts with `advance_dropout` once per update (and may fold in a
-microbatch's index), so every update draws new masks and a resumed run draws the same ones. A model is in
+anyway). The trainer advances the counts with `advance_dropout` once per update, so every update draws new masks
+and a resumed run draws the same ones (the microbatches of one update share its masks). A model is in
 training mode once adapted; an evaluation or sampling pass must be deterministic: `model.eval()` (in place;
 `model.train()` undoes it) or `nnx.view(model, deterministic=True, raise_if_not_found=False)` (a view, the
 model unchanged), then split that for the eval step's graphdef. The flag is static (in the graphdef), so the

@@ -79,7 +79,8 @@ def loss_and_grads(
     *frozen: nnx.State,
 ) -> tuple[jax.Array, Params]:
     """Cross-entropy and gradient of the objective with respect to `params` (the rest of the model's state is
-    `frozen`), averaged over `grad_accum` equal microbatches."""
+    `frozen`), over `grad_accum` equal microbatches: each microbatch's mean weighed by the targets it scores, so
+    that the result is the whole batch's mean whatever the split (a microbatch of packed chats may score few)."""
 
     def one(microbatch: jax.Array) -> tuple[jax.Array, Params]:
         (_, cross_entropy), grads = jax.value_and_grad(
@@ -92,13 +93,23 @@ def loss_and_grads(
     microbatches = jax.tree.map(lambda x: x.reshape(grad_accum, -1, x.shape[-1]), batch)  # [accum, b, seq + 1]
 
     def accumulate(carry, microbatch):
-        loss_sum, grad_sum = carry
+        loss_sum, grad_sum, scored = carry
         loss, grads = one(microbatch)
-        return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads)), None
+        weight = scored_targets(microbatch)
+        grad_sum = jax.tree.map(lambda total, g: total + weight * g, grad_sum, grads)
+        return (loss_sum + weight * loss, grad_sum, scored + weight), None
 
-    zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
-    (loss_sum, grad_sum), _ = jax.lax.scan(accumulate, zeros, microbatches)
-    return loss_sum / grad_accum, jax.tree.map(lambda g: g / grad_accum, grad_sum)
+    zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.float32))
+    (loss_sum, grad_sum, scored), _ = jax.lax.scan(accumulate, zeros, microbatches)
+    scored = jnp.maximum(scored, 1.0)
+    return loss_sum / scored, jax.tree.map(lambda g: g / scored, grad_sum)
+
+
+def scored_targets(batch: Batch) -> jax.Array:
+    """How many targets `batch` scores (float32): every window's last seq_len tokens, or those its mask marks."""
+    if isinstance(batch, DocumentBatch):
+        return jnp.sum(batch.loss_mask[:, 1:] > 0).astype(jnp.float32)
+    return jnp.float32(batch.shape[0] * (batch.shape[1] - 1))
 
 
 def weights_and_streams(params: Params) -> tuple[Params, Params]:
