@@ -20,6 +20,7 @@ from tradewind.data import (
     open_token_cache,
     write_hf_tokenizer_files,
 )
+from tradewind.data.chat import reply_end_id
 
 # Meta-Llama-3-8B-Instruct's template.
 LLAMA3 = (
@@ -463,3 +464,12 @@ def test_a_text_cache_has_no_loss_mask(corpus, tmp_path):
     assert cache.manifest.splits["train"].targets is None
     assert not list((tmp_path / "cache" / "train").glob("*.mask.bin"))
     assert cache.document_starts("train")[-1] == len(cache.tokens("train"))
+
+
+def test_a_reply_ends_with_the_token_its_template_writes_after_it_whatever_the_eos(style, tmp_path):
+    folder, end_of_turn, theirs = style
+    assert reply_end_id(load_tokenizer(str(folder))) == theirs.convert_tokens_to_ids(end_of_turn.strip())
+    # A base model's tokenizer: its EOS ends documents, while its chat template ends a turn with <|im_end|>.
+    base = load_tokenizer(str(save_hf_folder(tmp_path / "base", CHATML, {"eos_token": "<|endoftext|>"})))
+    im_end = base.encode_with_offsets(["<|im_end|>"])[0][0]
+    assert [reply_end_id(base)] == im_end and im_end != [base.eos_id]

@@ -199,6 +199,22 @@ def message_problem(messages: Any) -> str | None:
     return None
 
 
+def reply_end_id(tokenizer: HFTokenizer) -> int | None:
+    """The token that ends a reply in `tokenizer`'s chat template: the first of what it writes after a reply's
+    text (ChatML's `<|im_end|>`, Llama 3's `<|eot_id|>`, or EOS itself), which a chat fine-tune learns to emit;
+    None when the template writes nothing there. A base model's EOS (`<|endoftext|>`) is often another token.
+
+    Raises:
+        ChatTemplateError: the template refuses a one-turn chat.
+    """
+    messages = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "ok"}]
+    text, spans = assistant_spans(tokenizer.render_chat, messages)
+    start, end = spans[0]
+    after = text[start:end].split("ok", 1)[-1]  # what follows the reply's text within its turn
+    ids = tokenizer.encode_with_offsets([after])[0][0] if after else []
+    return ids[0] if ids else None
+
+
 def assistant_spans(render: Callable[[Messages, bool], str], messages: Messages) -> tuple[str, list[tuple[int, int]]]:
     """The rendered conversation and the character span of each assistant turn in it (its text and the
     end-of-turn text after it).

@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from tradewind.core import InvalidInputError, parse_config
 from tradewind.data import ChatTemplateError, Tokenizer, load_tokenizer
+from tradewind.data.chat import reply_end_id
 from tradewind.trainer.jobs import ChatMessage, SampleJob, SampleOptions
 from tradewind.trainer.models import init_cache
 from tradewind.trainer.models.configs import ModelConfig
@@ -159,8 +160,9 @@ def sample_loaded(loaded: LoadedRun, tokenizer: Tokenizer, options: SampleOption
         top_p=options.top_p,
         seed=options.seed,
     )
-    if options.messages is not None and tokenizer.eos_id in out:
-        out = out[: out.index(tokenizer.eos_id)]  # the reply ends there; what follows is no part of it
+    if options.messages is not None:  # the reply ends at its end of turn (or EOS); what follows is no part of it
+        stops = {tokenizer.eos_id, reply_end_id(tokenizer)}
+        out = out[: next((i for i, token in enumerate(out) if token in stops), len(out))]
     return SampleOutput(text=tokenizer.decode(out), prompt=prompt, tokens=out, step=loaded.step)
 
 
@@ -175,7 +177,7 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str) -> list[int]:
 
 def chat_prompt(tokenizer: Tokenizer, messages: list[ChatMessage]) -> tuple[str, list[int]]:
     """The text and token ids a reply to `messages` starts from: the chat rendered with the tokenizer's template
-    and its generation prompt (`encode_chat(messages, add_generation_prompt=True)`).
+    and its generation prompt (the ids of `encode_chat(messages, add_generation_prompt=True)`).
 
     Raises:
         InvalidInputError: the tokenizer has no chat template, or the template refuses these messages.
@@ -189,10 +191,9 @@ def chat_prompt(tokenizer: Tokenizer, messages: list[ChatMessage]) -> tuple[str,
     chat = [message.model_dump() for message in messages]
     try:
         text = tokenizer.render_chat(chat, add_generation_prompt=True)
-        ids = tokenizer.encode_chat(chat, add_generation_prompt=True)
     except ChatTemplateError as error:  # the worker names an error's class, and the tools know InvalidInputError
         raise InvalidInputError(f"argument 'messages': {error}") from None
-    return text, ids
+    return text, tokenizer.encode_batch([text])[0]  # what encode_chat gives, without rendering the chat again
 
 
 def sample_job(**job: Any) -> None:
