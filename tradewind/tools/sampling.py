@@ -49,8 +49,8 @@ class SampleTextResult(BaseModel):
     )
     truncated: bool = Field(description="True when `text` was cut; output_file holds all of it.")
     tokens: int = Field(
-        description="Tokens generated; with messages, those before the first EOS (fewer than max_tokens: the reply "
-        "ended)."
+        description="Tokens generated; with messages, those before its end of turn (fewer than max_tokens: the "
+        "reply ended)."
     )
     step: int = Field(description="Checkpoint step the text was sampled from.")
     output_file: str = Field(description="JSON file with the result and the token ids.")
@@ -61,7 +61,7 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
 
     With `messages` (a chat, instead of `prompt`; 10,000 characters of content in all) the model continues the
     chat rendered with the run's tokenizer's chat template and its generation prompt, and the reply is cut before
-    the tokenizer's EOS. That needs a run trained on data tokenized with a Hugging Face tokenizer folder that has a
+    its end of turn (the token the template ends a reply with, or EOS). That needs a run trained on data tokenized with a Hugging Face tokenizer folder that has a
     chat template (`format="chat"`).
 
     A run saves checkpoints at its end, or as its checkpoint policy says. Sampling runs in a

@@ -51,7 +51,7 @@ class SampleOptions(BaseModel):
     """How to sample: the prompt (or a chat to reply to), how many tokens, and the sampling filters.
 
     `messages` is rendered with the run's tokenizer's chat template and its generation prompt, and the reply
-    is cut at the tokenizer's EOS; it is exclusive with `prompt`.
+    is cut at its end of turn (the token the template ends a reply with, or EOS); it is exclusive with `prompt`.
     """
 
     model_config = ConfigDict(extra="forbid")
