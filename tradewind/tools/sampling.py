@@ -61,8 +61,8 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
 
     With `messages` (a chat, instead of `prompt`; 10,000 characters of content in all) the model continues the
     chat rendered with the run's tokenizer's chat template and its generation prompt, and the reply is cut before
-    its end of turn (the token the template ends a reply with, or EOS). That needs a run trained on data tokenized with a Hugging Face tokenizer folder that has a
-    chat template (`format="chat"`).
+    its end of turn (the token the template ends a reply with, or EOS). That needs a run trained on data
+    tokenized with a Hugging Face tokenizer folder that has a chat template (`format="chat"`).
 
     A run saves checkpoints at its end, or as its checkpoint policy says. Sampling runs in a
     separate worker process, kept warm per workspace, with a key/value cache: the first call on a run takes
