@@ -44,7 +44,7 @@ def is_val(text, fraction):
 
 
 def decoded_documents(cache, split, tokenizer):
-    tokens, offsets = cache.tokens(split), cache.offsets(split)
+    tokens, offsets = cache.tokens(split), cache.document_starts(split)
     return [tokenizer.decode(tokens[a:b]) for a, b in itertools.pairwise(offsets)]
 
 
@@ -69,7 +69,7 @@ def test_byte_cache_holds_every_document_once_followed_by_eos_with_consistent_of
     assert train.bytes + val.bytes == sum(len(p.encode()) for p in PARAGRAPHS)
     assert 0.15 < val.documents / len(PARAGRAPHS) < 0.25
     for split in ("train", "val"):
-        tokens, offsets = cache.tokens(split), cache.offsets(split)
+        tokens, offsets = cache.tokens(split), cache.document_starts(split)
         assert offsets.dtype == np.int64 and offsets[0] == 0 and offsets[-1] == len(tokens)
         assert np.all(tokens[offsets[1:] - 1] == 256)
         assert np.count_nonzero(tokens == 256) == manifest.splits[split].documents
@@ -94,7 +94,7 @@ def test_a_large_jsonl_file_is_cut_into_shards_that_read_as_one_stream(tmp_path,
     for split in ("train", "val"):
         whole, sharded = open_token_cache(tmp_path / "one"), open_token_cache(tmp_path / "many")
         assert np.array_equal(np.asarray(whole.tokens(split)), np.asarray(sharded.tokens(split)))
-        assert np.array_equal(whole.offsets(split), sharded.offsets(split))
+        assert np.array_equal(whole.document_starts(split), sharded.document_starts(split))
         stream = sharded.tokens(split)
         assert np.array_equal(stream[7_000:19_000], np.asarray(whole.tokens(split))[7_000:19_000])
     open_token_cache(tmp_path / "many").verify()
@@ -114,7 +114,7 @@ def test_bos_and_eos_are_placed_as_asked_and_recorded(tmp_path, corpus):
     cache = open_token_cache(tmp_path / "cache")
 
     assert manifest.prepend_bos is True and manifest.append_eos is False
-    tokens, offsets = np.asarray(cache.tokens("train")), cache.offsets("train")
+    tokens, offsets = np.asarray(cache.tokens("train")), cache.document_starts("train")
     assert np.all(tokens[offsets[:-1]] == ByteTokenizer.bos_id)
     assert np.count_nonzero(tokens == ByteTokenizer.eos_id) == 0
     assert decoded_documents(cache, "train", ByteTokenizer()) == [p for p in PARAGRAPHS if not is_val(p, 0.1)]

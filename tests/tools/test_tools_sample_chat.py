@@ -13,14 +13,16 @@ from runs_helpers import finish
 
 from tradewind.cli import main
 from tradewind.cluster import JobStatus
-from tradewind.core import InvalidInputError
+from tradewind.core import InvalidInputError, PathEscapeError
 from tradewind.data import load_tokenizer
 from tradewind.server import build_server
 from tradewind.tools import (
+    ExportModelRequest,
     LaunchTrainingRequest,
     SampleTextRequest,
     TokenizeDatasetRequest,
     ToolContext,
+    export_model,
     launch_training,
     sample_text,
     tokenize_dataset,
@@ -109,6 +111,23 @@ def test_tradewind_sample_takes_messages_as_json_text_or_a_file(chat_run, capsys
     assert inline["text"] == from_file["text"] and inline["tokens"] < 24
     assert main(["sample", run_id, "--messages", "[{", "--workspace", str(root)]) == 2
     assert "argument 'messages': its text is not valid JSON" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_link_leading_out_of_the_tokenizer_folder_is_refused_before_the_worker_reads_it(chat_run, tmp_path):
+    ctx, run_id, _ = chat_run
+    outside = tmp_path / "chat_template.jinja"
+    outside.write_text("{{ 'secret' }}", encoding="utf-8")
+    link = ctx.workspace.root / "tok" / "chat_template.jinja"
+    link.symlink_to(outside)
+    try:
+        with pytest.raises(PathEscapeError, match="argument 'run_id'"):
+            sample_text(ctx, SampleTextRequest(run_id=run_id, messages=ASK, **GREEDY))
+        with pytest.raises(PathEscapeError, match="argument 'run_id'"):
+            export_model(ctx, ExportModelRequest(run_id=run_id))
+    finally:
+        link.unlink()
+    assert not (ctx.workspace.root / "exports").exists() or not any((ctx.workspace.root / "exports").iterdir())
 
 
 @pytest.mark.slow

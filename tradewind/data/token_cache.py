@@ -187,10 +187,6 @@ class TokenCache:
             base += shard.tokens
         return np.concatenate(pieces)
 
-    def offsets(self, split: str) -> np.ndarray:
-        """The same as `document_starts(split)`."""
-        return self.document_starts(split)
-
     def verify(self) -> None:
         """Check every shard's files against the manifest: checksum, counts, offsets and EOS placement.
 

@@ -14,10 +14,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from tradewind.core import NotFoundError, make_id
+from tradewind.core import NotFoundError, TradewindError, make_id
+from tradewind.data import open_token_cache
 from tradewind.tools.context import Progress, ToolContext, no_progress
+from tradewind.tools.launching import read_run_config
 from tradewind.tools.runs import RunRequest
-from tradewind.tools.sampling import ask_sample_worker, worker_error
+from tradewind.tools.sampling import ask_sample_worker, check_worker_reads, worker_error
 from tradewind.trainer import RunLayout
 from tradewind.trainer.jobs import ExportJob
 
@@ -45,7 +47,9 @@ def export_model(ctx: ToolContext, request: ExportModelRequest, progress: Progre
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     if not layout.checkpoints.is_dir():
         raise NotFoundError(f"run {request.run_id!r} has no checkpoints yet; wait until it saves one")
-    ctx.workspace.check_tree(layout.checkpoints, argument="run_id")  # the worker reads them whole
+    config = read_run_config(ctx, layout.root, argument="run_id")
+    tokenizer = open_token_cache(Path(config.dataset)).manifest.tokenizer.name
+    check_worker_reads(ctx, layout, config, tokenizer, in_bucket=False)
     name = f"{request.run_id}-{request.format}"
     staging = ctx.workspace.make_dir(Path(EXPORTS_DIR) / f".{name}.{make_id('partial')}", argument="run_id")
     job = ExportJob(run_dir=str(layout.root), out_dir=str(staging), peft=request.format == "peft")
@@ -60,9 +64,12 @@ def export_model(ctx: ToolContext, request: ExportModelRequest, progress: Progre
         if error := reply.get("error"):
             raise worker_error(error)
         final = staging.parent / name
-        if final.is_dir():
-            shutil.rmtree(final)
-        staging.rename(final)
+        try:
+            if final.is_dir():
+                shutil.rmtree(final)  # an earlier export of the run; refuses a link
+            staging.rename(final)
+        except OSError as error:
+            raise TradewindError(f"export of run {request.run_id!r}: could not replace {final}: {error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ExportModelResult(run_id=request.run_id, path=str(final), files=sorted(p.name for p in final.iterdir()))

@@ -27,7 +27,7 @@ from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_pr
 from tradewind.tools.launching import read_run_config
 from tradewind.tools.limits import check_sampling_memory
 from tradewind.tools.runs import RunRequest, run_placement
-from tradewind.trainer import RunLayout, SampleJob, SampleOptions
+from tradewind.trainer import RunLayout, SampleJob, SampleOptions, TrainConfig
 from tradewind.trainer.jobs import SAMPLE_WORKER_CALLABLE, SampleWorkerJob
 from tradewind.trainer.sample_worker import LOCK_NAME, ask, connect, idle_seconds, socket_path
 
@@ -74,11 +74,10 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
     if not in_bucket and not layout.checkpoints.is_dir():
         raise NotFoundError(f"run {request.run_id!r} has no checkpoints yet; wait until it saves one")
     config = read_run_config(ctx, layout.root, argument="run_id")
-    check_sampling_memory(ctx, config, open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size)
-    # The worker reads the checkpoints whole and writes into samples/: neither may lead out of the workspace.
-    if not in_bucket:
-        ctx.workspace.check_tree(layout.checkpoints, argument="run_id")
-    ctx.workspace.make_dir(layout.samples, argument="run_id")
+    tokenizer = open_token_cache(Path(config.dataset)).manifest.tokenizer
+    check_sampling_memory(ctx, config, tokenizer.vocab_size)
+    check_worker_reads(ctx, layout, config, tokenizer.name, in_bucket=in_bucket)
+    ctx.workspace.make_dir(layout.samples, argument="run_id")  # the worker writes into it: it may not lead out
     sample_id = make_id("sample")
     out_path = layout.samples / f"{sample_id}.json"
     options = request.model_dump(include=set(SampleOptions.model_fields))
@@ -101,6 +100,23 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
         step=output["step"],
         output_file=str(out_path),
     )
+
+
+def check_worker_reads(
+    ctx: ToolContext, layout: RunLayout, config: TrainConfig, tokenizer: str, *, in_bucket: bool
+) -> None:
+    """Refuse a link leading out of the workspace in what the worker reads whole for a run: its checkpoints (unless
+    they are in a bucket), its tokenizer folder (a chat template among its files) and a LoRA run's base.
+
+    Raises:
+        PathEscapeError: one of them holds such a link.
+    """
+    if not in_bucket:
+        ctx.workspace.check_tree(layout.checkpoints, argument="run_id")
+    if Path(tokenizer).is_dir():
+        ctx.workspace.check_tree(tokenizer, argument="run_id")
+    if config.lora is not None and config.init_from:
+        ctx.workspace.check_tree(config.init_from, argument="run_id")
 
 
 def worker_error(error: dict[str, Any]) -> TradewindError:

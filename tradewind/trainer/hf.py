@@ -271,11 +271,15 @@ def export_hf(run_dir: Path, out_dir: Path | str, step: int | None = None, *, pe
     lora = loaded.config.lora
     if peft and lora is None:
         raise ConfigError(f"export: run {run_dir} trained every weight (no lora); export it as a whole model")
+    if peft and not loaded.config.init_from:
+        raise ConfigError(
+            f"export: run {run_dir} trained LoRA adapters on a randomly initialised model (no init_from), which no "
+            f"PEFT folder can name as its base; export it as a whole model"
+        )
     tokenizer = _dataset_tokenizer(loaded.manifest.tokenizer)
     out_dir = Path(out_dir)
     if peft:
-        base = loaded.config.init_from or "the run's seeded initial model"
-        write_peft_adapter(out_dir, loaded.model_config, lora, loaded.model(), base_model_name_or_path=base)
+        write_peft_adapter(out_dir, loaded.model_config, lora, loaded.model(), loaded.config.init_from)
     else:
         write_hf_model(
             out_dir,
