@@ -277,8 +277,12 @@ class ChatExamples:
     """`chat` records: rendered with `tokenizer`'s chat template, masked to the assistant turns.
 
     Args:
-        tokenizer: the tokenizer itself, with its chat template and character offsets (a shard's tokenizer may
-            be a wrapper that reports progress; its ids are checked to match these offsets).
+        tokenizer: the tokenizer itself, with its chat template (a shard encodes through a wrapper of it that
+            reports progress).
+
+    A template must be prefix-stable: rendering the first turns gives the start of rendering them all. One that
+    rewrites earlier turns (Qwen3's drops the reasoning of every reply but the last, when a reply has some)
+    makes such a record a bad record, named with its file and line.
     """
 
     eos_target = False  # the template's end-of-turn text ends each reply; an EOS after the record is no reply

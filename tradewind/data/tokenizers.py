@@ -356,7 +356,7 @@ class HFTokenizer:
         fast = self._fast_encoder()
         if fast is not None:
             return fast.encode_batch(texts)
-        # `encode_batch_fast` skips the character offsets, which nothing here needs.
+        # `encode_batch_fast` skips the character offsets (`encode_with_offsets` gives them, for a chat's loss mask).
         return [encoding.ids for encoding in self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int]) -> str:
