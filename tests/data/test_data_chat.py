@@ -20,7 +20,7 @@ from tradewind.data import (
     open_token_cache,
     write_hf_tokenizer_files,
 )
-from tradewind.data.chat import reply_end_id
+from tradewind.data.chat import assistant_spans, reply_end_id
 
 # Meta-Llama-3-8B-Instruct's template.
 LLAMA3 = (
@@ -394,8 +394,8 @@ def test_a_template_that_raises_or_rewrites_earlier_turns_makes_a_bad_record(tmp
         f"{path}:11: the chat template failed: TemplateError: System role not supported"
     ]
     assert rewritten.bad_records.examples == [
-        f"{path}:23: the chat template is not prefix-stable at message 1: rendering later turns changes earlier "
-        "text, so the assistant turns cannot be located"
+        f"{path}:23: the chat template is not prefix-stable at message 1: rendering later turns rewrites the "
+        "reply's text, so the assistant turns cannot be located"
     ]
 
 
@@ -473,3 +473,22 @@ def test_a_reply_ends_with_the_token_its_template_writes_after_it_whatever_the_e
     base = load_tokenizer(str(save_hf_folder(tmp_path / "base", CHATML, {"eos_token": "<|endoftext|>"})))
     im_end = base.encode_with_offsets(["<|im_end|>"])[0][0]
     assert [reply_end_id(base)] == im_end and im_end != [base.eos_id]
+
+
+# Qwen3's way: an (empty) thinking block written into the last reply only, so no rendering is a prefix of the next.
+THINKS_IN_LAST_REPLY = (
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}"
+    "{% if m.role == 'assistant' and loop.last %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}"
+    "{{ m.content + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_a_template_that_thinks_in_the_last_reply_only_still_masks_each_reply_and_its_end_of_turn(tmp_path):
+    tokenizer = load_tokenizer(str(save_hf_folder(tmp_path / "thinks", THINKS_IN_LAST_REPLY, CHATML_SPECIALS)))
+    chat = [*CONVERSATIONS[0], {"role": "user", "content": "again?"}, {"role": "assistant", "content": "Yes."}]
+    text, spans = assistant_spans(tokenizer.render_chat, chat)
+    assert text == tokenizer.render_chat(chat)
+    # The last reply is the one a sampled reply continues: all the template writes for it is a target.
+    last = "<think>\n\n</think>\n\nYes.<|im_end|>\n"
+    assert [text[start:end] for start, end in spans] == ["I am fine, thank you.<|im_end|>\n", last]

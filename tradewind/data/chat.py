@@ -219,12 +219,18 @@ def assistant_spans(render: Callable[[Messages, bool], str], messages: Messages)
     """The rendered conversation and the character span of each assistant turn in it (its text and the
     end-of-turn text after it).
 
+    A turn's span is what rendering the conversation through it adds to rendering the turns before it with the
+    generation prompt. A template that renders a turn differently once later turns follow (Qwen3's writes a
+    thinking block into the last reply only) is not prefix-stable; there the span is the reply's text and its
+    end of turn, found in the whole rendering after the text the two renderings share.
+
     Args:
         render: `render(messages, add_generation_prompt)`, e.g. `HFTokenizer.render_chat`.
         messages: a valid conversation (`message_problem` is None).
 
     Raises:
-        ChatTemplateError: the template failed, or is not prefix-stable (a later turn changes earlier text).
+        ChatTemplateError: the template failed, or rewrites a reply's own text (drops past reasoning), so that the
+            reply cannot be located.
     """
     text = render(messages, False)
     spans: list[tuple[int, int]] = []
@@ -233,14 +239,31 @@ def assistant_spans(render: Callable[[Messages, bool], str], messages: Messages)
             continue
         before = render(messages[:index], True)
         through = render(messages[: index + 1], False)
-        if not (through.startswith(before) and text.startswith(through)) or (spans and len(before) < spans[-1][1]):
+        if through.startswith(before) and text.startswith(through):
+            span = (len(before), len(through))
+        else:
+            span = _found_reply(text, before, through, message["content"])
+        if span is None or (spans and span[0] < spans[-1][1]):
             raise ChatTemplateError(
-                f"the chat template is not prefix-stable at message {index}: rendering later turns changes "
-                "earlier text, so the assistant turns cannot be located"
+                f"the chat template is not prefix-stable at message {index}: rendering later turns rewrites the "
+                "reply's text, so the assistant turns cannot be located"
             )
-        if len(through) > len(before):
-            spans.append((len(before), len(through)))
+        if span[1] > span[0]:
+            spans.append(span)
     return text, spans
+
+
+def _found_reply(text: str, before: str, through: str, content: str) -> tuple[int, int] | None:
+    """Where a reply (`content` and the end of turn that follows it in `through`) sits in `text`, searched from
+    where `text` stops agreeing with `before` (the conversation up to the reply); None if it is not there."""
+    if content not in through:
+        return None
+    reply = content + through[through.rindex(content) + len(content) :]
+    shared = next(
+        (i for i, (a, b) in enumerate(zip(before, text, strict=False)) if a != b), min(len(before), len(text))
+    )
+    start = text.find(reply, shared)
+    return None if start < 0 else (start, start + len(reply))
 
 
 def target_mask(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> np.ndarray:
@@ -280,9 +303,8 @@ class ChatExamples:
         tokenizer: the tokenizer itself, with its chat template (a shard encodes through a wrapper of it that
             reports progress).
 
-    A template must be prefix-stable: rendering the first turns gives the start of rendering them all. One that
-    rewrites earlier turns (Qwen3's drops the reasoning of every reply but the last, when a reply has some)
-    makes such a record a bad record, named with its file and line.
+    A reply a template rewrites once later turns follow (dropping its past reasoning) cannot be located: such a
+    record is a bad record, named with its file and line (`assistant_spans`).
     """
 
     eos_target = False  # the template's end-of-turn text ends each reply; an EOS after the record is no reply
