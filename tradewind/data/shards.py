@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pydantic
@@ -27,6 +28,8 @@ from tradewind.data.bad_records import BadRecords
 from tradewind.data.chat import ChatExamples, Example, PromptCompletionExamples
 from tradewind.data.readers import RECORD_FORMATS, Format, is_splittable, read_file_documents, read_file_examples
 from tradewind.data.tokenizers import HFTokenizer, Tokenizer
+
+T = TypeVar("T")
 
 SPLITS = ("train", "val")
 RECORDS_DIR = "shards"
@@ -174,30 +177,37 @@ def tokenize_shard(task: ShardTask) -> ShardRecord:
     return record
 
 
+def _batched(items: Iterable[T], chars: Callable[[T], int]) -> Iterator[list[T]]:
+    """`items` in batches of `_BATCH_DOCUMENTS` items, or fewer holding `_BATCH_CHARS` characters."""
+    batch: list[T] = []
+    size = 0
+    for item in items:
+        batch.append(item)
+        size += chars(item)
+        if len(batch) >= _BATCH_DOCUMENTS or size >= _BATCH_CHARS:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _by_split(keys: list[bytes], val_fraction: float) -> Iterator[tuple[str, list[int]]]:
+    """Each split with the indices of the items whose key (their content) puts them there, if any."""
+    in_val = [_is_validation_bytes(key, val_fraction) for key in keys]
+    for split in SPLITS:
+        chosen = [i for i, flag in enumerate(in_val) if flag == (split == "val")]
+        if chosen:
+            yield split, chosen
+
+
 def _tokenize_documents(task: ShardTask, writers: dict[str, _PartWriter], bad: BadRecords) -> None:
-    batch: list[str] = []
-    chars = 0
     documents = read_file_documents(
         task.url, format=task.format, text_field=task.text_field, bad_records=bad, start=task.start, end=task.end
     )
-    for document, _ in documents:
-        batch.append(document.text)
-        chars += len(document.text)
-        if len(batch) >= _BATCH_DOCUMENTS or chars >= _BATCH_CHARS:
-            _flush(batch, writers, task)
-            batch, chars = [], 0
-    if batch:
-        _flush(batch, writers, task)
-
-
-def _flush(texts: list[str], writers: dict[str, _PartWriter], task: ShardTask) -> None:
-    ids = task.tokenizer.encode_batch(texts)
-    encoded = [text.encode("utf-8") for text in texts]
-    in_val = [_is_validation_bytes(data, task.val_fraction) for data in encoded]
-    for split in SPLITS:
-        want_val = split == "val"
-        chosen = [i for i, flag in enumerate(in_val) if flag == want_val]
-        if chosen:
+    for texts in _batched((document.text for document, _ in documents), len):
+        ids = task.tokenizer.encode_batch(texts)
+        encoded = [text.encode("utf-8") for text in texts]
+        for split, chosen in _by_split(encoded, task.val_fraction):
             writers[split].write([ids[i] for i in chosen], sum(len(encoded[i]) for i in chosen), task)
 
 
@@ -209,15 +219,8 @@ def _tokenize_examples(task: ShardTask, writers: dict[str, _PartWriter], bad: Ba
         examples: ChatExamples | PromptCompletionExamples = ChatExamples(task.chat_tokenizer)
     else:
         examples = PromptCompletionExamples()
-    batch: list[Example] = []
-    chars = 0
-    for example, _ in read_file_examples(task.url, examples.prepare, bad_records=bad, start=task.start, end=task.end):
-        batch.append(example)
-        chars += sum(len(text) for text in example.texts)
-        if len(batch) >= _BATCH_DOCUMENTS or chars >= _BATCH_CHARS:
-            _flush_examples(batch, examples, writers, task)
-            batch, chars = [], 0
-    if batch:
+    read = read_file_examples(task.url, examples.prepare, bad_records=bad, start=task.start, end=task.end)
+    for batch in _batched((example for example, _ in read), lambda example: sum(map(len, example.texts))):
         _flush_examples(batch, examples, writers, task)
 
 
@@ -231,17 +234,14 @@ def _flush_examples(
     bos = task.tokenizer.bos_id
     if task.prepend_bos:  # a template that writes BOS itself gets no second one
         encoded = [(ids[1:], mask[1:]) if ids[:1] == [bos] else (ids, mask) for ids, mask in encoded]
-    in_val = [_is_validation_bytes(example.key, task.val_fraction) for example in batch]
-    for split in SPLITS:
-        chosen = [i for i, flag in enumerate(in_val) if flag == (split == "val")]
-        if chosen:
-            writers[split].write(
-                [encoded[i][0] for i in chosen],
-                sum(batch[i].text_bytes for i in chosen),
-                task,
-                masks=[encoded[i][1] for i in chosen],
-                eos_target=examples.eos_target,
-            )
+    for split, chosen in _by_split([example.key for example in batch], task.val_fraction):
+        writers[split].write(
+            [encoded[i][0] for i in chosen],
+            sum(batch[i].text_bytes for i in chosen),
+            task,
+            masks=[encoded[i][1] for i in chosen],
+            eos_target=examples.eos_target,
+        )
 
 
 class _PartWriter:
