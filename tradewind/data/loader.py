@@ -122,14 +122,16 @@ class TokenWindows(WindowOrder):
 class StepLoader(Generic[BatchT]):
     """What every loader shares: per-process row slicing and step-addressed, prefetching iteration.
 
-    A subclass sets its sizes with `_init_processes` and defines `batch(step)`; `BatchT` is what that
+    A subclass sets its sizes and seed with `_init_sizes` and defines `batch(step)`; `BatchT` is what that
     returns (an int32 array for `PackedLoader`, a `DocumentBatch` for `DocumentLoader`).
     """
 
     batch_size: int
     seq_len: int
 
-    def _init_processes(self, batch_size: int, seq_len: int, process_index: int, process_count: int) -> None:
+    def _init_sizes(self, batch_size: int, seq_len: int, seed: int, process_index: int, process_count: int) -> None:
+        if seed < 0:
+            raise InvalidInputError(f"seed must be non-negative (got {seed})")
         if batch_size < 1 or seq_len < 1:
             raise InvalidInputError(f"batch_size and seq_len must be at least 1 (got {batch_size} and {seq_len})")
         if process_count < 1 or not 0 <= process_index < process_count:
@@ -143,6 +145,7 @@ class StepLoader(Generic[BatchT]):
             )
         self.batch_size = batch_size
         self.seq_len = seq_len
+        self.seed = seed
         self.process_index = process_index
         self.process_count = process_count
         self.local_batch_size = batch_size // process_count
@@ -247,9 +250,7 @@ class PackedLoader(StepLoader[np.ndarray]):
         process_index: int = 0,
         process_count: int = 1,
     ):
-        self._init_processes(batch_size, seq_len, process_index, process_count)
-        if seed < 0:
-            raise InvalidInputError(f"seed must be non-negative (got {seed})")
+        self._init_sizes(batch_size, seq_len, seed, process_index, process_count)
         self.windows = TokenWindows(tokens, seq_len, (seed,), shuffle)
         if self.windows.num_windows < batch_size:
             num = self.windows.num_windows
@@ -259,7 +260,6 @@ class PackedLoader(StepLoader[np.ndarray]):
                 f"seq_len, or more data (a batch needs at least {batch_size * seq_len + 1:,} tokens)"
             )
         self.tokens = tokens
-        self.seed = seed
         self.shuffle = shuffle
 
     @property

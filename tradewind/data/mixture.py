@@ -54,7 +54,7 @@ class MixtureLoader(StepLoader):
         process_count: int = 1,
         block: int = DEFAULT_BLOCK,
     ):
-        self._init_processes(batch_size, seq_len, process_index, process_count)
+        self._init_sizes(batch_size, seq_len, seed, process_index, process_count)
         if len(sources) != len(weights) or not sources:
             raise InvalidInputError(f"give one weight per source (got {len(sources)} sources, {len(weights)} weights)")
         w = np.asarray(weights, dtype=np.float64)
@@ -63,7 +63,6 @@ class MixtureLoader(StepLoader):
         if block < 1:
             raise InvalidInputError(f"block must be at least 1 (got {block})")
         self.weights = w / w.sum()
-        self.seed = seed
         self.block = block
         self.sources = [
             TokenWindows(tokens, seq_len, (seed, index), shuffle, name=f"source {index}")

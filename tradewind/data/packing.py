@@ -145,9 +145,7 @@ class DocumentLoader(StepLoader[DocumentBatch]):
         process_index: int = 0,
         process_count: int = 1,
     ):
-        self._init_processes(batch_size, seq_len, process_index, process_count)
-        if seed < 0:
-            raise InvalidInputError(f"seed must be non-negative (got {seed})")
+        self._init_sizes(batch_size, seq_len, seed, process_index, process_count)
         if np.ndim(tokens) != 1:
             raise InvalidInputError(f"tokens must be a 1-D stream, got shape {np.shape(tokens)}")
         if loss_mask is not None and (np.ndim(loss_mask) != 1 or len(loss_mask) != len(tokens)):
@@ -167,7 +165,6 @@ class DocumentLoader(StepLoader[DocumentBatch]):
         self.tokens = tokens
         self.loss_mask = loss_mask
         self.document_starts = starts
-        self.seed = seed
         self.shuffle = shuffle
 
     @property
