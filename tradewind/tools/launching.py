@@ -54,7 +54,6 @@ from tradewind.trainer import (
 )
 
 # What a continued run must share with its parent, so that its data order and results are those of one run.
-HF_PREFIX = "hf:"  # init_from="hf:PATH": a Hugging Face model folder (the only kind init_from reads)
 INHERITED = ("dataset", "model", "seed", "batch_size", "seq_len", "init_from")
 
 
@@ -223,11 +222,10 @@ def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: P
 def _new_launch(ctx: ToolContext, request: LaunchTrainingRequest, ledger: LedgerEntry, progress: Progress) -> Launch:
     values = request.train_values()
     if request.init_from is not None:  # before the dataset, which may take a tokenization to resolve
-        source = request.init_from.removeprefix(HF_PREFIX)  # `hf:PATH` says what PATH holds; the folder is read
-        if is_remote(source):
-            folder = fetch_model(ctx, source, progress)
+        if is_remote(request.init_from):  # (`hf:PATH` is PATH already: `TrainConfig` drops the prefix)
+            folder = fetch_model(ctx, request.init_from, progress)
         else:
-            folder = ctx.workspace.resolve_input(source, argument="init_from")
+            folder = ctx.workspace.resolve_input(request.init_from, argument="init_from")
             ctx.workspace.check_tree(folder, argument="init_from")  # read whole by the trainer
         values["init_from"] = str(folder)
         values["model"] = model_for_init_from(request.model, request.model.model_fields_set, folder).model_dump()

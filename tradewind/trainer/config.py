@@ -190,6 +190,12 @@ class TrainConfig(BaseModel):
             )
         return seq_len
 
+    @field_validator("init_from")
+    @classmethod
+    def _a_folder(cls, init_from: str | None) -> str | None:
+        """`hf:PATH` is PATH: the prefix says what the folder holds (a Hugging Face model), the only kind read."""
+        return None if init_from is None else init_from.removeprefix("hf:")
+
     @field_validator("lora")
     @classmethod
     def _adapts_the_model(cls, lora: LoraConfig | None, info: ValidationInfo) -> LoraConfig | None:
