@@ -6,6 +6,7 @@ Layout::
     <root>/runs/<id>/       one folder per training run (config, metrics, logs, checkpoints, profiles)
     <root>/sweeps/<id>/     a sweep's state and its controller's log
     <root>/reports/         markdown reports and their plots, experiment-ledger exports
+    <root>/exports/         export_model's Hugging Face (or PEFT) folders of runs
     <root>/cache/xla/       compiled programs local training jobs reuse
     <root>/jobs/            job records of the local cluster backend (cluster.sqlite) and job logs
     <root>/steps/           outputs of pipeline steps, addressed by a hash of their inputs
