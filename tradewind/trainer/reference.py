@@ -11,21 +11,29 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from tradewind.cluster.placement import Placement
-from tradewind.trainer.config import CheckpointConfig, DistributedConfig, MeshConfig, OptimizerConfig, TrainConfig
+from tradewind.trainer.config import (
+    CheckpointConfig,
+    DistributedConfig,
+    LoraConfig,
+    MeshConfig,
+    OptimizerConfig,
+    TrainConfig,
+)
 from tradewind.trainer.models.base import PRESETS
-from tradewind.trainer.models.configs import GPT2Config, LlamaConfig, model_config
+from tradewind.trainer.models.configs import ARCHITECTURES, model_config
 
 # (heading, field prefix, models): a config file's top level holds the launch's placement beside the TrainConfig.
 SECTIONS: list[tuple[str, str, tuple[type[BaseModel], ...]]] = [
     ("top level", "", (TrainConfig,)),
     ("top level: the placement (launches only)", "", (Placement,)),
-    ("model.", "model.", (LlamaConfig, GPT2Config)),  # one table of all architectures' fields, each once
+    ("model.", "model.", tuple(ARCHITECTURES.values())),  # one table of all architectures' fields, each once
     ("optimizer.", "optimizer.", (OptimizerConfig,)),
     ("checkpoints.", "checkpoints.", (CheckpointConfig,)),
     ("mesh.", "mesh.", (MeshConfig,)),
     ("distributed.", "distributed.", (DistributedConfig,)),
+    ("lora.", "lora.", (LoraConfig,)),
 ]
-NESTED = {"model", "optimizer", "checkpoints", "mesh", "distributed"}
+NESTED = {"model", "optimizer", "checkpoints", "mesh", "distributed", "lora"}
 
 
 def _default(field) -> str:
