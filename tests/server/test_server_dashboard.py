@@ -112,6 +112,9 @@ def during(replies: list[tuple[float, float]], polls: list[tuple[float, float, i
     return [took for sent, took in replies if any(sent < end and sent + took > start + 0.1 for start, end, _ in polls)]
 
 
+STEPS = 2_000
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="needs chromium (.ci/run installs it)")
 def test_the_page_draws_the_runs_real_numbers_and_updates_as_rows_arrive(tmp_path, small_corpus, tiny_run_settings):
@@ -123,14 +126,15 @@ def test_the_page_draws_the_runs_real_numbers_and_updates_as_rows_arrive(tmp_pat
     dataset = tokenize_dataset(ctx, TokenizeDatasetRequest(input="corpus.txt")).dataset_id
     settings = {**tiny_run_settings, "log_every": 1, "eval_every": 100}
     with running_server(ctx.workspace.root) as server, sync_playwright() as playwright:
-        run = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=600, **settings))
+        # Long enough (a few seconds of training) that the page, loading alongside, sees the run before it ends.
+        run = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=STEPS, **settings))
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()
         page.goto(f"http://127.0.0.1:{server.port}/dashboard/runs/{run.run_id}?token={server.token()}")
         assert "token=" not in page.url  # dropped from the address bar at once
         loss_line = f'#chart-loss polyline[data-series="loss"][data-run="{run.run_id}"]'
         seen_steps = []
-        while not seen_steps or seen_steps[-1] < 600:  # ends: the run finishes within finish()'s 300 s below
+        while not seen_steps or seen_steps[-1] < STEPS:  # ends: the run finishes within finish()'s 300 s below
             page.wait_for_function(
                 f"() => {{ const l = document.querySelector('{loss_line}');"
                 f" return l && +l.dataset.lastStep > {seen_steps[-1] if seen_steps else 0}; }}",
@@ -153,4 +157,4 @@ def test_the_page_draws_the_runs_real_numbers_and_updates_as_rows_arrive(tmp_pat
     last = {name: next(getattr(r, name) for r in reversed(rows) if getattr(r, name) is not None) for name in drawn}
     for name, value in drawn.items():  # read_metrics rounds to 6 significant digits
         assert math.isclose(value, last[name], rel_tol=1e-5), (name, value, last[name])
-    assert "SUCCEEDED" in status_row and "600/600" in status_row and "workspace" in status_row
+    assert "SUCCEEDED" in status_row and f"{STEPS}/{STEPS}" in status_row and "workspace" in status_row
