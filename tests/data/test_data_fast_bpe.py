@@ -8,8 +8,9 @@ import pytest
 import tokenizers as hf
 
 from tradewind.data import builtin_corpus_path, read_documents
+from tradewind.data.bpe_training import train_bpe_tokenizer
 from tradewind.data.fast_bpe import build_fast_encoder
-from tradewind.data.tokenizers import HFTokenizer, train_bpe_tokenizer
+from tradewind.data.tokenizers import HFTokenizer
 
 pytest.importorskip("tiktoken")
 

@@ -107,20 +107,6 @@ def logits(model):
     return np.asarray(model(jnp.asarray(TOKENS)))
 
 
-def projection_shapes(config):
-    """(in, out) of each Llama projection."""
-    d, kv, ff = config.d_model, config.kv_heads * config.head_dim, config.ff_dim
-    return {
-        "q_proj": (d, d),
-        "k_proj": (d, kv),
-        "v_proj": (d, kv),
-        "o_proj": (d, d),
-        "gate_proj": (d, ff),
-        "up_proj": (d, ff),
-        "down_proj": (ff, d),
-    }
-
-
 @pytest.mark.parametrize("scan_layers", [False, True])
 @pytest.mark.parametrize("targets", [["q_proj", "v_proj"], ALL_TARGETS])
 def test_fresh_adapters_leave_the_logits_unchanged_and_count_rank_times_in_plus_out_per_layer(scan_layers, targets):
@@ -130,7 +116,7 @@ def test_fresh_adapters_leave_the_logits_unchanged_and_count_rank_times_in_plus_
     paths = add_adapters(model, LoraConfig(rank=4, targets=targets), nnx.Rngs(1))
 
     np.testing.assert_array_equal(logits(model), before)
-    shapes = projection_shapes(CONFIG)
+    shapes = CONFIG.projection_shapes()
     assert count_trainable(model) == sum(4 * sum(shapes[name]) * CONFIG.n_layers for name in targets)
     assert count_frozen(model) == CONFIG.count_params()
     assert len(paths) == len(targets) * (1 if scan_layers else CONFIG.n_layers)

@@ -12,6 +12,7 @@ on machines without an accelerator. See `docs/data.md`.
 """
 
 from tradewind.data.bad_records import BadRecords
+from tradewind.data.bpe_training import train_bpe_tokenizer, train_tokenizer
 from tradewind.data.cache import build_token_cache, cache_id
 from tradewind.data.chat import ChatTemplateError
 from tradewind.data.corpora import BUILTIN_CORPORA, builtin_corpus_path
@@ -31,8 +32,6 @@ from tradewind.data.tokenizers import (
     HFTokenizerConfig,
     Tokenizer,
     load_tokenizer,
-    train_bpe_tokenizer,
-    train_tokenizer,
     write_hf_tokenizer_files,
 )
 
