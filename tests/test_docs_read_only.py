@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tradewind.server.app import TOOL_HINTS
+from tradewind.tools import TOOLS
+from tradewind.tools.spec import spec_of
 
 TOOLS_PAGE = Path(__file__).parents[1] / "docs" / "tools.md"
 
@@ -15,4 +16,4 @@ def test_the_read_only_tool_list_in_the_docs_names_every_read_only_tool_and_no_o
     listed = re.search(r"lists only the tools whose `readOnlyHint` is true\s*\(([^)]*)\)", section)
     assert listed, "docs/tools.md's read-only section no longer lists the tools in parentheses"
     named = set(re.findall(r"`(\w+)`", listed.group(1)))
-    assert named == {name for name, hints in TOOL_HINTS.items() if hints.read_only_hint}
+    assert named == {tool.__name__ for tool in TOOLS if spec_of(tool).read_only}

@@ -52,6 +52,8 @@ async def test_every_resource_template_is_listed_with_its_mime_type(server):
     expected["tradewind://datasets/{dataset_id}/manifest"] = "application/json"
     expected["tradewind://skills/{name}"] = "text/markdown"
     expected["tradewind://schema/{tool}"] = "application/json"
+    expected["tradewind://reports/{report_id}"] = "text/markdown"
+    expected["tradewind://reports/{report_id}/plot"] = "image/png"
     assert {uri: t.mime_type for uri, t in templates.items()} == expected
     assert all(t.description for t in templates.values())
 
@@ -74,7 +76,7 @@ async def test_a_finished_runs_config_metrics_logs_and_report_read_as_resources(
 
 async def links_of(result) -> dict[str, str]:
     assert not result.is_error, result.content
-    return {block.uri.rsplit("/", 1)[1]: block.uri for block in result.content if block.type == "resource_link"}
+    return {block.name.split(" ", 1)[1]: block.uri for block in result.content if block.type == "resource_link"}
 
 
 @pytest.mark.slow
@@ -84,10 +86,13 @@ async def test_tool_results_link_the_resources_that_hold_more_and_each_link_read
         run_links = await links_of(await client.call_tool("get_run", {"run_id": run_id}))
         report_links = await links_of(await client.call_tool("summarize_report", {"run_id": run_id}))
         assert run_links == {part: f"tradewind://runs/{run_id}/{part}" for part in ("logs", "metrics")}
-        assert set(report_links) == {"report", "plot"}
+        assert report_links == {
+            "report": f"tradewind://reports/{run_id}",
+            "report plot": f"tradewind://reports/{run_id}/plot",
+        }
         assert (await read(client, run_links["logs"])).text.strip()
         assert (await read(client, report_links["report"])).text.startswith(f"# Training report: {run_id}")
-        plot = await read(client, report_links["plot"])
+        plot = await read(client, report_links["report plot"])
     assert plot.mime_type == "image/png" and base64.b64decode(plot.blob).startswith(b"\x89PNG")
 
 

@@ -2,19 +2,21 @@
 fields (the whole schemas are resources), and each tool's title and hints."""
 
 import json
+import subprocess
+import sys
 import typing
 
 import pytest
 from mcp import Client
 
 from tradewind.server import build_server
-from tradewind.server.app import SPEC_DEFAULT_HINTS, TOOL_HINTS
+from tradewind.server.app import SPEC_DEFAULT_HINTS, tool_hints
 from tradewind.tools import TOOLS
 from tradewind.trainer import GPT2Config, LlamaConfig
 
 pytestmark = pytest.mark.anyio
 
-BUDGET = 25_000  # characters of the compact tools/list JSON, every tool
+BUDGET = 25_000  # characters of the tools/list answer as the server sends it, every tool
 READ_ONLY = {
     "inspect_dataset",
     "tail_logs",
@@ -26,6 +28,8 @@ READ_ONLY = {
     "read_metrics",
     "cluster_status",
 }
+
+DECLARED = {tool.__name__: tool_hints(tool) for tool in TOOLS}  # each tool's @tool declaration, as hints
 
 
 @pytest.fixture
@@ -53,17 +57,30 @@ def titled_properties(schema, where="schema"):
     return found
 
 
-def test_every_tool_has_one_entry_in_the_hints_table():
-    assert set(TOOL_HINTS) == {tool.__name__ for tool in TOOLS}
+def wire_answer(workspace, method):
+    """The line `tradewind serve` (stdio, a real subprocess) answers a `method` request with, as sent."""
+    serve = [sys.executable, "-m", "tradewind", "serve", "--workspace", str(workspace)]
+    with subprocess.Popen(serve, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as server:
+        for message in (
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INITIALIZE},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 1, "method": method},
+        ):
+            server.stdin.write(json.dumps(message) + "\n")
+        server.stdin.flush()
+        line = next(line for line in server.stdout if json.loads(line).get("id") == 1)
+        server.stdin.close()
+    return line.rstrip("\n")
 
 
-async def test_the_whole_tool_list_fits_its_budget(listed):
-    size = len(
-        json.dumps(
-            [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in listed], separators=(",", ":")
-        )
-    )
-    assert size <= BUDGET
+INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
+
+
+def test_the_tool_list_as_a_client_receives_it_fits_its_budget(tmp_path):
+    """Measured as sent: the serialised JSON-RPC answer to tools/list, every character on the wire."""
+    line = wire_answer(tmp_path, "tools/list")
+    assert len(json.loads(line)["result"]["tools"]) == len(TOOLS)
+    assert len(line) <= BUDGET, f"tools/list is {len(line):,} characters on the wire"
 
 
 async def test_no_schema_carries_an_automatic_title(listed):
@@ -80,10 +97,10 @@ def hint(tool, name):
 
 async def test_every_tool_has_a_title_and_its_four_hints_as_the_table_states_them(listed):
     for tool in listed:
-        assert tool.title == TOOL_HINTS[tool.name].title, tool.name
+        assert tool.title == DECLARED[tool.name].title, tool.name
         assert tool.annotations is not None, tool.name
         for name in SPEC_DEFAULT_HINTS:
-            assert hint(tool, name) == getattr(TOOL_HINTS[tool.name], name), (tool.name, name)
+            assert hint(tool, name) == getattr(DECLARED[tool.name], name), (tool.name, name)
         assert not (hint(tool, "read_only_hint") and hint(tool, "destructive_hint")), tool.name
 
 
@@ -177,3 +194,36 @@ async def test_a_compacted_section_says_where_its_whole_schema_is_and_that_resou
         for name, field in tool.input_schema["properties"].items():
             if "Fields: " not in field.get("description", ""):
                 assert field == whole["properties"][name], (tool.name, name)
+
+
+async def test_a_tool_is_served_from_its_declaration_alone(ctx, monkeypatch):
+    """Adding a tool touches its module and `TOOLS`: the server finds its title, hints, result links and dashboard
+    in its `@tool` declaration, with no table of its own to update."""
+    from pydantic import BaseModel, ConfigDict
+
+    from tradewind.server import app
+    from tradewind.server.dashboard import DASHBOARD_URI
+    from tradewind.tools.spec import tool
+
+    class EchoRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        run_id: str
+
+    class EchoResult(BaseModel):
+        run_id: str
+        dataset_id: str
+
+    @tool("Echo ids", read_only=True, idempotent=True, links=("logs", "manifest"), dashboard=True)
+    def echo_ids(ctx, request: EchoRequest) -> EchoResult:
+        """Return the ids given. Use it to test."""
+        return EchoResult(run_id=request.run_id, dataset_id="ds-1")
+
+    monkeypatch.setattr(app, "TOOLS", (echo_ids,))
+    async with Client(build_server(ctx)) as client:
+        (listed,) = (await client.list_tools()).tools
+        result = await client.call_tool("echo_ids", {"run_id": "run-1"})
+    assert listed.title == "Echo ids" and listed.annotations.read_only_hint is True
+    assert listed.annotations.destructive_hint is False and listed.annotations.open_world_hint is False
+    assert listed.meta == {"ui": {"resourceUri": DASHBOARD_URI}}
+    links = [block.uri for block in result.content if block.type == "resource_link"]
+    assert links == ["tradewind://runs/run-1/logs", "tradewind://datasets/ds-1/manifest"]

@@ -197,7 +197,7 @@ def test_a_report_on_the_most_failed_runs_with_the_longest_ids_fits_with_its_ima
 @pytest.mark.slow
 def test_summarize_report_names_the_report_resource_instead_of_inlining_it(ctx, finished_run):
     report = answer(ctx, "summarize_report", {"run_id": finished_run.run_id})
-    assert report["report_uri"] == f"tradewind://runs/{finished_run.run_id}/report" and "markdown" not in report
+    assert report["report_uri"] == f"tradewind://reports/{finished_run.run_id}" and "markdown" not in report
 
 
 def test_cluster_status_with_dozens_of_long_named_queued_jobs_fits(fresh, tmp_path):

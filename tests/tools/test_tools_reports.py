@@ -73,7 +73,7 @@ def fresh(tmp_path) -> ToolContext:
 def test_a_finished_runs_report_has_its_config_figures_and_a_png_plot(fresh):
     write_run(fresh, "run-done", JobStatus.SUCCEEDED, ROWS, SUMMARY)
     report = summarize_report(fresh, RunRequest(run_id="run-done"))
-    assert report.status is JobStatus.SUCCEEDED and report.report_uri == "tradewind://runs/run-done/report"
+    assert report.status is JobStatus.SUCCEEDED and report.report_uri == "tradewind://reports/run-done"
     assert (report.final_loss, report.final_eval_loss) == (2.5, 2.75)
     (figures,) = report.runs  # from the metrics rows, not summary.json
     assert (figures.first_eval_loss, figures.best_eval_loss, figures.best_eval_step) == (5.5, 2.75, 30)
@@ -195,7 +195,7 @@ def test_a_report_on_several_runs_compares_them_and_has_each_runs_section(fresh)
     write_run(fresh, "run-b", JobStatus.SUCCEEDED, ROWS[:3])
     report = summarize_report(fresh, SummarizeReportRequest(run_ids=["run-a", "run-b"], sample=False))
     markdown = Path(report.report_path).read_text(encoding="utf-8")
-    assert report.report_uri is None and [run.run_id for run in report.runs] == ["run-a", "run-b"]
+    assert report.report_uri == "tradewind://reports/compare-run-a-run-b" and [run.run_id for run in report.runs] == ["run-a", "run-b"]
     assert Path(report.report_path).name == "compare-run-a-run-b.md"
     assert "## Training report: run-a" in markdown and "## Training report: run-b" in markdown
     assert "The runs' configs are the same." in markdown and "at 5,120 tokens seen" in markdown

@@ -46,6 +46,7 @@ from tradewind.server.resources import result_links
 from tradewind.tools import ToolContext
 from tradewind.tools.bounds import MAX_IMAGE_BYTES, MAX_IMAGES, RESULT_CHARS, SUMMARY_CHARS, cut
 from tradewind.tools.context import Cancelled, Progress
+from tradewind.tools.spec import spec_of
 
 CANCEL_GRACE_S = 0.8  # a cancelled call is answered within this, whether or not its tool has stopped by then
 SUMMARY_STRING_CHARS = 160  # a string field longer than this is summarized by its length (a 128-character id is not)
@@ -160,7 +161,7 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
     async def call(mcp_context: Context, **arguments: Any) -> Any:
         result = await _run_cancellable(run, mcp_context, threading.Event(), arguments)
         structured = result.model_dump(mode="json")
-        links = result_links(tool.__name__, structured)
+        links = result_links(spec_of(tool).links, structured)
         text_budget = SUMMARY_CHARS - sum(_json_chars(link) for link in links)
         text = TextContent(type="text", text=summarize(tool.__name__, structured, text_budget))
         images = result_images(result, ctx)

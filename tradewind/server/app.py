@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import sys
 import typing
+from collections.abc import Callable
 from typing import Any, Literal
 
 from mcp.server.apps import Apps
@@ -24,7 +25,7 @@ from starlette.applications import Starlette
 from tradewind import __version__
 from tradewind.prompts import server_instructions
 from tradewind.server.adapter import as_mcp_tool, compact_sections, lean_input_schema, request_schema
-from tradewind.server.dashboard import DASHBOARD_TOOLS, DASHBOARD_URI, dashboard_app_html, dashboard_routes
+from tradewind.server.dashboard import DASHBOARD_URI, dashboard_app_html, dashboard_routes
 from tradewind.server.http import MAX_CONNECTIONS, READ_TIMEOUT_S, run_http
 from tradewind.server.resources import register_prompts, register_resources, schema_uri
 from tradewind.server.security import (
@@ -35,17 +36,7 @@ from tradewind.server.security import (
     transport_security,
 )
 from tradewind.tools import TOOLS, ToolContext
-
-
-def _hints(title: str, *, read_only: bool, destructive: bool, idempotent: bool, open_world: bool) -> ToolAnnotations:
-    return ToolAnnotations(
-        title=title,
-        read_only_hint=read_only,
-        destructive_hint=destructive,
-        idempotent_hint=idempotent,
-        open_world_hint=open_world,
-    )
-
+from tradewind.tools.spec import spec_of
 
 # What MCP takes a hint a tool leaves out to be (`ToolAnnotations`): a listing without those says the same.
 SPEC_DEFAULT_HINTS = {
@@ -54,6 +45,18 @@ SPEC_DEFAULT_HINTS = {
     "idempotent_hint": False,
     "open_world_hint": True,
 }
+
+
+def tool_hints(tool: Callable[..., Any]) -> ToolAnnotations:
+    """The title and four hints of `tool`, as its `@tool` declaration states them (`tradewind.tools.spec`)."""
+    spec = spec_of(tool)
+    return ToolAnnotations(
+        title=spec.title,
+        read_only_hint=spec.read_only,
+        destructive_hint=spec.destructive,
+        idempotent_hint=spec.idempotent,
+        open_world_hint=spec.open_world,
+    )
 
 
 def listed_hints(hints: ToolAnnotations) -> ToolAnnotations:
@@ -68,64 +71,6 @@ def listed_hints(hints: ToolAnnotations) -> ToolAnnotations:
     )
 
 
-# Each tool's title and what it does to the world, the one place they are stated.
-# read_only: changes nothing in the workspace or on a backend (a tool that writes a file, even a log, is not).
-# destructive: may delete or stop something that was there (cancel_run stops a run; run_pipeline runs the user's
-#   own step code, which may do anything). Writing new files, or rewriting a file the tool owns, is not.
-# idempotent: calling again with the same arguments changes nothing more (caches reused, a report rewritten).
-# open_world: may reach outside the workspace and this machine's processes: a Ray cluster (runs go to one when
-#   the backend is 'ray', and run tools ask the run's backend about its job) or user code (run_pipeline). Dataset
-#   tools read only files under the workspace's allowed roots, so they are closed-world.
-TOOL_HINTS: dict[str, ToolAnnotations] = {
-    "tokenize_dataset": _hints(
-        "Tokenize a dataset", read_only=False, destructive=False, idempotent=True, open_world=False
-    ),
-    "train_tokenizer": _hints(
-        "Train a BPE tokenizer", read_only=False, destructive=False, idempotent=True, open_world=False
-    ),
-    "inspect_dataset": _hints(
-        "Inspect a dataset", read_only=True, destructive=False, idempotent=True, open_world=False
-    ),
-    "list_datasets": _hints("List datasets", read_only=True, destructive=False, idempotent=True, open_world=False),
-    "estimate_run": _hints("Estimate a run", read_only=False, destructive=False, idempotent=True, open_world=True),
-    "launch_training": _hints(
-        "Launch a training run", read_only=False, destructive=False, idempotent=False, open_world=True
-    ),
-    "get_run": _hints("Get a run's status", read_only=True, destructive=False, idempotent=True, open_world=True),
-    "wait_for_run": _hints("Wait for a run", read_only=True, destructive=False, idempotent=True, open_world=True),
-    "list_runs": _hints("List runs", read_only=True, destructive=False, idempotent=True, open_world=True),
-    "cancel_run": _hints("Cancel a run", read_only=False, destructive=True, idempotent=True, open_world=True),
-    "read_metrics": _hints(
-        "Read a run's metrics", read_only=True, destructive=False, idempotent=True, open_world=False
-    ),
-    "tail_logs": _hints("Read a run's log", read_only=True, destructive=False, idempotent=True, open_world=False),
-    "profile_run": _hints(
-        "Profile a run's steps", read_only=False, destructive=False, idempotent=False, open_world=False
-    ),
-    "summarize_report": _hints(
-        "Write a run report", read_only=False, destructive=False, idempotent=True, open_world=False
-    ),
-    "compare_runs": _hints("Compare runs", read_only=False, destructive=False, idempotent=True, open_world=False),
-    "list_experiments": _hints(
-        "List experiments", read_only=False, destructive=False, idempotent=True, open_world=True
-    ),
-    "set_experiment_status": _hints(
-        "Keep or discard an experiment", read_only=False, destructive=False, idempotent=True, open_world=True
-    ),
-    "launch_sweep": _hints("Launch a sweep", read_only=False, destructive=False, idempotent=False, open_world=True),
-    "get_sweep": _hints("Get a sweep", read_only=True, destructive=False, idempotent=True, open_world=True),
-    "cancel_sweep": _hints("Cancel a sweep", read_only=False, destructive=True, idempotent=True, open_world=True),
-    "sample_text": _hints(
-        "Sample text from a run", read_only=False, destructive=False, idempotent=False, open_world=False
-    ),
-    "export_model": _hints("Export a model", read_only=False, destructive=True, idempotent=True, open_world=False),
-    "run_pipeline": _hints("Run a pipeline", read_only=False, destructive=True, idempotent=False, open_world=True),
-    "cluster_status": _hints(
-        "Show cluster status", read_only=True, destructive=False, idempotent=True, open_world=True
-    ),
-}
-
-
 def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
     """`tool` as the SDK lists it: its table entry, its docstring's first paragraph, and lean schemas.
 
@@ -133,7 +78,7 @@ def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
     resource `tradewind://schema/{tool}`, which the description then names. The rest of the docstring, and the result
     fields' types and meanings, are for the reference page (`tradewind.server.reference`).
     """
-    hints = TOOL_HINTS[tool.__name__]
+    hints = tool_hints(tool)
     listed = Tool.from_function(
         as_mcp_tool(tool, ctx),
         name=tool.__name__,
@@ -141,7 +86,7 @@ def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
         description=" ".join(inspect.cleandoc(tool.__doc__ or "").split("\n\n")[0].split()),
         annotations=listed_hints(hints),
         structured_output=True,
-        meta={"ui": {"resourceUri": DASHBOARD_URI}} if tool.__name__ in DASHBOARD_TOOLS else None,
+        meta={"ui": {"resourceUri": DASHBOARD_URI}} if spec_of(tool).dashboard else None,
     )
     listed.parameters, sections = compact_sections(lean_input_schema(listed.parameters))
     if sections:  # named once for all of them, not in each section's description
@@ -178,7 +123,7 @@ READ_ONLY_NOTE = (
 
 def build_server(ctx: ToolContext, *, read_only: bool = False) -> MCPServer:
     """An MCP server whose tools act on `ctx`'s workspace; with `read_only`, only the tools that change nothing."""
-    tools = [tool for tool in TOOLS if TOOL_HINTS[tool.__name__].read_only_hint or not read_only]
+    tools = [tool for tool in TOOLS if spec_of(tool).read_only or not read_only]
     listed_results: dict[type, str] = {}
     # MCP Apps hosts render the dashboard beside get_run and read_metrics; other hosts ignore it.
     apps = Apps()

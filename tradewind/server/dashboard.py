@@ -8,9 +8,10 @@ Over HTTP (`tradewind serve --transport http`), beside `/mcp`:
 A browser cannot send the bearer token as a header when it opens a link, so these GET routes also take it
 as `?token=`; the page then drops it from the address bar and sends it as a header when it polls.
 
-In MCP hosts with MCP Apps, the same page is the `ui://` resource `DASHBOARD_URI`, attached to `get_run`
-and `read_metrics`: the host hands the page each result of those tools, and the page asks the host to call
-`read_metrics` again while the run trains. Hosts without Apps get the tools' text results as before.
+In MCP hosts with MCP Apps, the same page is the `ui://` resource `DASHBOARD_URI`, attached to the tools
+declared with `dashboard=True` (`get_run`, `read_metrics`): the host hands the page each result of those tools,
+and the page asks the host to call `read_metrics` again while the run trains. Hosts without Apps get the tools'
+text results as before.
 
 Every number on the page is a tool's result (`get_run`, `read_metrics`): the page draws, it computes nothing.
 """
@@ -45,7 +46,6 @@ from tradewind.tools import (
 )
 
 DASHBOARD_URI = "ui://tradewind/dashboard"
-DASHBOARD_TOOLS = ("get_run", "read_metrics")  # the tools whose results the page draws in MCP Apps hosts
 # The series each chart draws, as read_metrics names them.
 SERIES = ["loss", "eval_loss", "lr", "tokens_per_s", "mfu"]
 MAX_RUNS = 8  # runs on one page: more would make the charts unreadable

@@ -27,7 +27,7 @@ from mcp.types import Tool
 
 from tradewind.core.markdown import table_cell
 from tradewind.server.adapter import lean_output_schema
-from tradewind.server.app import TOOL_HINTS, build_server
+from tradewind.server.app import build_server, tool_hints
 from tradewind.server.resources import schema_uri
 from tradewind.tools import TOOLS, ToolContext
 
@@ -37,7 +37,7 @@ PAGES_DIR = Path(__file__).resolve().parents[2] / "docs" / "reference" / "tools"
 REGENERATE = "python -m tradewind.server.reference --write"
 _HEADER = f"<!-- Generated from the server's tool schemas by `{REGENERATE}`; do not edit by hand. -->"
 _CONFIG_REFERENCE = "../../trainer.md#config-reference"
-_HINTS = (  # the annotation, its name on the wire, and what `yes` means (as TOOL_HINTS in app.py states it)
+_HINTS = (  # the annotation, its name on the wire, and what `yes` means (as `tradewind.tools.spec` states it)
     ("read_only_hint", "readOnlyHint", "changes nothing in the workspace or on a backend"),
     ("destructive_hint", "destructiveHint", "may delete or stop something that was there"),
     ("idempotent_hint", "idempotentHint", "calling again with the same arguments changes nothing more"),
@@ -185,7 +185,7 @@ def _result_fields(name: str) -> list[tuple[str, dict[str, Any], str]]:
 
 def tool_page(tool: Tool, schema: dict[str, Any]) -> str:
     """The markdown page of one listed tool, whose whole input schema is `schema`."""
-    hints = TOOL_HINTS[tool.name]
+    hints = tool_hints(_tool_function(tool.name))
     _, _, rest = inspect.cleandoc(_tool_function(tool.name).__doc__ or "").partition("\n\n")
     lines = [
         f"# `{tool.name}`",

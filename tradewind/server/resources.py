@@ -5,15 +5,18 @@ Resource templates, all read through the workspace's id rules and each bounded t
     tradewind://runs/{run_id}/config        application/json   the run's training configuration
     tradewind://runs/{run_id}/metrics       text/plain         metrics.jsonl, its last part when long
     tradewind://runs/{run_id}/logs          text/plain         the training log, its last part when long
-    tradewind://runs/{run_id}/report        text/markdown      the report `summarize_report` wrote
-    tradewind://runs/{run_id}/plot          image/png          the report's plots (loss, lr, grad norm, tokens/s)
+    tradewind://runs/{run_id}/report        text/markdown      the run's report, once `summarize_report` wrote it
+    tradewind://runs/{run_id}/plot          image/png          its plots (val_bpb, loss, lr, grad norm, tokens/s)
+    tradewind://reports/{report_id}         text/markdown      any report, on one run or several (`report_id`)
+    tradewind://reports/{report_id}/plot    image/png          its figure
     tradewind://runs/{run_id}/profile       application/json   what `profile_run` measured, and where the trace is
     tradewind://datasets/{dataset_id}/manifest  application/json  the token cache's manifest
     tradewind://skills/{name}               text/markdown      an agent skill's SKILL.md
     tradewind://schema/{tool}               application/json   a tool's whole input schema, nested sections too
 
-Tool results link the resources that hold more than the result itself (`result_links`): a report, a log,
-all the metrics, a plot, a profile; the result stays small and the client reads a link when it wants it.
+Tool results link the resources that hold more than the result itself (`result_links`, from the links each
+tool declares in `tradewind.tools.spec`): a report, a log, all the metrics, a plot, a profile; the result stays
+small and the client reads a link when it wants it.
 
 Prompts are the markdown templates of `tradewind.prompts`; a `prompts/get` for an unknown prompt, or
 without a required argument, or with one it does not take, is answered with an INVALID_PARAMS error.
@@ -35,10 +38,11 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, ResourceLink
 from pydantic import Field, ValidationError
 
-from tradewind.core import NotFoundError, TradewindError
+from tradewind.core import NotFoundError, TradewindError, check_id
 from tradewind.core.files import Opener
 from tradewind.prompts import load_skill, render_prompt, skill_names
 from tradewind.tools import ToolContext
+from tradewind.tools.spec import Link
 from tradewind.trainer import RunLayout
 
 MAX_RESOURCE_CHARS = 32_000
@@ -56,18 +60,6 @@ RUN_PARTS = {
     "report": ("Run report", MARKDOWN),
     "plot": ("Loss curve", PNG),
     "profile": ("Profile summary", JSON),
-}
-
-# The run resources each tool's result links to.
-RESULT_LINKS = {
-    "launch_training": ("config", "logs"),
-    "get_run": ("logs", "metrics"),
-    "wait_for_run": ("logs", "metrics"),
-    "cancel_run": ("logs",),
-    "read_metrics": ("metrics",),
-    "tail_logs": ("logs",),
-    "summarize_report": ("report", "plot"),
-    "profile_run": ("profile",),
 }
 
 T = TypeVar("T")
@@ -88,27 +80,36 @@ def skill_uri(name: str) -> str:
     return f"tradewind://skills/{name}"
 
 
+def report_uri(report_id: str, part: str | None = None) -> str:
+    """The URI of a report (one run's or several runs'), or of its `part` ("plot")."""
+    return f"tradewind://reports/{report_id}" + (f"/{part}" if part else "")
+
+
 def schema_uri(tool: str) -> str:
     """The URI of a tool's whole input schema, which the tool list compacts (`adapter.compact_sections`)."""
     return f"tradewind://schema/{tool}"
 
 
-def result_links(tool: str, result: dict[str, Any]) -> list[ResourceLink]:
-    """Links to the resources that hold more than `tool`'s `result` shows: a run's files, a dataset's manifest."""
-    links = []
-    if isinstance(run_id := result.get("run_id"), str):
-        for part in RESULT_LINKS.get(tool, ()):
-            title, mime_type = RUN_PARTS[part]
-            links.append(
-                ResourceLink(name=f"{run_id} {part}", title=title, uri=run_uri(run_id, part), mime_type=mime_type)
-            )
-    if isinstance(dataset_id := result.get("dataset_id"), str) and tool in ("tokenize_dataset", "inspect_dataset"):
-        links.append(
-            ResourceLink(
-                name=f"{dataset_id} manifest", title="Dataset manifest", uri=dataset_uri(dataset_id), mime_type=JSON
-            )
-        )
-    return links
+# Each kind of link a tool declares (`tradewind.tools.spec.Link`): the result field holding the id it needs, the
+# URI with `{id}` standing for that id, and the linked resource's title and MIME type. A run's report is linked
+# as a report (`report_id`), as several runs' reports are.
+LINKS: dict[str, tuple[str, str, str, str]] = {
+    **{part: ("run_id", run_uri("{id}", part), *RUN_PARTS[part]) for part in ("config", "metrics", "logs", "profile")},
+    "manifest": ("dataset_id", dataset_uri("{id}"), "Dataset manifest", JSON),
+    "report": ("report_id", report_uri("{id}"), "Report", MARKDOWN),
+    "report_plot": ("report_id", report_uri("{id}", "plot"), "Report plots", PNG),
+}
+
+
+def result_links(links: tuple[Link, ...], result: dict[str, Any]) -> list[ResourceLink]:
+    """The `links` a tool declares, for its `result`: each resource that holds more than the result shows."""
+    found = []
+    for kind in links:
+        field, uri, title, mime_type = LINKS[kind]
+        if isinstance(value := result.get(field), str):
+            name = f"{value} {kind.replace('_', ' ')}"
+            found.append(ResourceLink(name=name, title=title, uri=uri.replace("{id}", value), mime_type=mime_type))
+    return found
 
 
 def _run_resource(server: MCPServer, part: str, description: str) -> Callable[[Callable[..., Any]], Any]:
@@ -126,6 +127,7 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
     # Every file a resource serves is opened through the workspace's confined open: a symlink in a run folder,
     # a dataset or reports/ that leads outside is refused, never followed.
     read_run, read_dataset = workspace.reader("run_id"), workspace.reader("dataset_id")
+    read_report = workspace.reader("report_id")
 
     def run_file(run_id: str, pick: Callable[[RunLayout], Path], what: str) -> Path:
         layout = RunLayout(_found(lambda: workspace.run_dir(run_id)))
@@ -159,8 +161,8 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
 
     @_run_resource(server, "report", "A run's markdown report, once the `summarize_report` tool has written it.")
     def run_report(run_id: str) -> str:
-        path = report_file(run_id, f"{run_id}.md")
-        return _head(read_run, path, f"the whole report is {path}")
+        _found(lambda: workspace.run_dir(run_id))
+        return report_text(run_id)
 
     @_run_resource(
         server,
@@ -168,11 +170,8 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         "A run's loss, learning-rate, grad-norm and throughput plots (PNG), once `summarize_report` has drawn them.",
     )
     def run_plot(run_id: str) -> bytes:
-        path = report_file(run_id, f"{run_id}-loss.png")
-        with _found(lambda: read_run(path)) as f:
-            if os.fstat(f.fileno()).st_size > MAX_IMAGE_BYTES:
-                raise ResourceError(f"{path} is over the {MAX_IMAGE_BYTES:,} bytes an image resource serves")
-            return f.read()
+        _found(lambda: workspace.run_dir(run_id))
+        return report_plot(run_id)
 
     @_run_resource(
         server,
@@ -183,12 +182,36 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         profile = run_file(run_id, lambda layout: layout.profile / "summary.json", "profile")
         return _whole_json(read_run, profile, "profile_run")
 
-    def report_file(run_id: str, name: str) -> Path:
-        _found(lambda: workspace.run_dir(run_id))
-        path = workspace.reports_dir / name
-        if not (path.exists() or path.is_symlink()):
+    @server.resource(
+        report_uri("{report_id}"),
+        name="report",
+        title="Report",
+        description="A report `summarize_report` wrote, on one run or several (its result's report_id).",
+        mime_type=MARKDOWN,
+    )
+    def report_text(report_id: str) -> str:
+        path = report_file(report_id, ".md")
+        return _head(read_report, path, f"the whole report is {path}")
+
+    @server.resource(
+        report_uri("{report_id}", "plot"),
+        name="report-plot",
+        title="Report plots",
+        description="A report's figure (PNG): one run's curves, or several runs' overlaid.",
+        mime_type=PNG,
+    )
+    def report_plot(report_id: str) -> bytes:
+        path = report_file(report_id, "-loss.png")
+        with _found(lambda: read_report(path)) as f:
+            if os.fstat(f.fileno()).st_size > MAX_IMAGE_BYTES:
+                raise ResourceError(f"{path} is over the {MAX_IMAGE_BYTES:,} bytes an image resource serves")
+            return f.read()
+
+    def report_file(report_id: str, suffix: str) -> Path:
+        path = workspace.reports_dir / (_found(lambda: check_id(report_id, "report_id")) + suffix)
+        if not (path.exists() or path.is_symlink()):  # a link is opened to be refused
             raise ResourceNotFoundError(
-                f"run {run_id!r} has no report yet: call the `summarize_report` tool with run_id {run_id!r} first"
+                f"no report {report_id!r} yet: call the `summarize_report` tool (run_id, or run_ids for several runs)"
             )
         return path
 

@@ -23,6 +23,7 @@ from tradewind.core import ConfigError, InvalidInputError, TradewindError, make_
 from tradewind.core.buckets import check_access
 from tradewind.tools.bounds import LINE_CHARS, RESULT_CHARS, cut, cut_path, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
+from tradewind.tools.spec import tool
 
 PLAN_TIMEOUT_S = 120
 # A backend's JSON less its job lists: name, detail (cut), counts and its resource totals (a few dozen kinds).
@@ -136,6 +137,7 @@ def _ray_info(ctx: ToolContext, limit: int, budget: int) -> BackendInfo:
         return BackendInfo(name="ray", available=False, detail=cut(f"{type(error).__name__}: {error}"))
 
 
+@tool("Show cluster status", read_only=True, idempotent=True, open_world=True)
 def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterStatus:
     """The job backends' capacity, use, queued and running jobs. Use it to see why a run waits.
 
@@ -203,6 +205,7 @@ def _pipeline_result(path: Path, steps: list[PlannedStep], **fields: Any) -> Run
     return result
 
 
+@tool("Run a pipeline", destructive=True, open_world=True)
 def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progress = no_progress) -> RunPipelineResult:
     """Plan or run a pipeline file's cached steps. Use it for multi-step work; its folder needs --allow-code,
     also to plan.

@@ -21,6 +21,7 @@ from tradewind.tools.report_data import (
 )
 from tradewind.tools.report_html import write_report
 from tradewind.tools.report_plots import plot_overlay
+from tradewind.tools.spec import tool
 
 MAX_RUNS = 8
 CompareMetric = Literal["eval_loss", "loss"]
@@ -127,6 +128,7 @@ def load_runs(ctx: ToolContext, run_ids: list[str], *, sample: bool, progress: P
     return runs
 
 
+@tool("Compare runs", idempotent=True)
 def compare_runs(ctx: ToolContext, request: CompareRunsRequest) -> Comparison:
     """Compare runs: config diff, figures, anomalies, losses at equal tokens. Use it to pick a run.
 

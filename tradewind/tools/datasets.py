@@ -19,6 +19,7 @@ from tradewind.data import load_tokenizer, open_token_cache
 from tradewind.tools.bounds import PAGE_CHARS, RESULT_CHARS, PageRequest, cut, cut_path, fitting
 from tradewind.tools.buckets import dataset_copies, fetch_dataset
 from tradewind.tools.context import Progress, ToolContext, no_progress
+from tradewind.tools.spec import tool
 from tradewind.tools.tokenizing import (
     BUILTIN_PREFIX,
     BUILTINS,
@@ -159,6 +160,7 @@ class DatasetReport(BaseModel):
     bad_records: BadRecordReport
 
 
+@tool("Inspect a dataset", read_only=True, idempotent=True, links=("manifest",))
 def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> DatasetReport:
     """A token cache's counts, length histogram, samples and bad records. Use it before training on it.
 
@@ -246,6 +248,7 @@ class DatasetList(BaseModel):
     )
 
 
+@tool("List datasets", read_only=True, idempotent=True)
 def list_datasets(ctx: ToolContext, request: ListDatasetsRequest) -> DatasetList:
     """Token caches, newest first. Use it to find a dataset id.
 

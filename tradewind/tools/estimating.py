@@ -25,6 +25,7 @@ from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.launching import LaunchTrainingRequest, resolve_launch, training_env
 from tradewind.tools.limits import admit_job
 from tradewind.tools.runs import run_placement
+from tradewind.tools.spec import tool
 from tradewind.tools.tpu_fit import can_compile_for_tpu, compile_for_slice
 from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_config
 from tradewind.trainer.compile import TpuCompileReport
@@ -70,6 +71,7 @@ class RunEstimate(TrainEstimate):
     advice: str
 
 
+@tool("Estimate a run", idempotent=True, open_world=True)
 def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progress = no_progress) -> RunEstimate:
     """A run's size, memory fit, step time and what a budget trains. Use it before launching.
 

@@ -29,6 +29,7 @@ from tradewind.core import InvalidInputError, TradewindError, check_id, read_jso
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import ToolContext
 from tradewind.tools.runs import RunInfo, RunRequest, get_run, run_record
+from tradewind.tools.spec import tool
 from tradewind.trainer import RunLayout
 from tradewind.trainer.record import RunRecord, update_record
 
@@ -92,6 +93,7 @@ class SetExperimentStatusRequest(BaseModel):
     reason: str = Field(min_length=1, max_length=REASON_CHARS, description="Why, in one line.")
 
 
+@tool("List experiments", idempotent=True, open_world=True)
 def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> ExperimentList:
     """Runs by val_bpb with status, parent, changes, note, crash cause. Use it to pick the run to
     build on.
@@ -117,6 +119,7 @@ def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> Exper
     )
 
 
+@tool("Keep or discard an experiment", idempotent=True, open_world=True)
 def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest) -> Experiment:
     """Keep or discard an ended run, with a reason. Use it after comparing its val_bpb with its parent's.
 

@@ -20,6 +20,7 @@ from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.launching import read_run_config
 from tradewind.tools.runs import RunRequest
 from tradewind.tools.sampling import ask_sample_worker, check_worker_reads, worker_error
+from tradewind.tools.spec import tool
 from tradewind.trainer import RunLayout
 from tradewind.trainer.jobs import ExportJob
 
@@ -37,6 +38,7 @@ class ExportModelResult(BaseModel):
     files: list[str]
 
 
+@tool("Export a model", destructive=True, idempotent=True)
 def export_model(ctx: ToolContext, request: ExportModelRequest, progress: Progress = no_progress) -> ExportModelResult:
     """Export a run's model for transformers or peft. Use it to hand a trained model back.
 

@@ -38,6 +38,7 @@ from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.limits import active_runs, check_launch_limits
 from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_placement
+from tradewind.tools.spec import tool
 from tradewind.tools.tpu_fit import check_fits_slice
 from tradewind.trainer import (
     TRAIN_CALLABLE,
@@ -108,6 +109,7 @@ class Launch:
     parent_step: int | None = None
 
 
+@tool("Launch a training run", open_world=True, links=("config", "logs"))
 def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> RunInfo:
     """Train a model on a tokenized dataset; returns the run id at once. Use it after tokenize_dataset,
     then wait_for_run.

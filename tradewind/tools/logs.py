@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tradewind.tools.bounds import fitting_prefix
 from tradewind.tools.context import ToolContext
 from tradewind.tools.runs import RunRequest, get_run
+from tradewind.tools.spec import tool
 from tradewind.trainer import RunLayout
 
 MAX_PAGE_BYTES = 32_000
@@ -77,6 +78,7 @@ _KNOWN_FAILURES = (
 )
 
 
+@tool("Read a run's log", read_only=True, idempotent=True, links=("logs",))
 def tail_logs(ctx: ToolContext, request: TailLogsRequest) -> LogPage:
     """A run's log, paged, with hints for common failures. Use it when a run failed or looks stuck.
 

@@ -17,6 +17,7 @@ from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies, 
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import ToolContext
 from tradewind.tools.runs import MAX_STEP, RunRequest, run_record
+from tradewind.tools.spec import tool
 from tradewind.trainer import MetricRow, RunLayout, RunRecord
 from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, load_metrics
 
@@ -106,6 +107,7 @@ class Metrics(BaseModel):
     )
 
 
+@tool("Read a run's metrics", read_only=True, idempotent=True, links=("metrics",), dashboard=True)
 def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
     """A run's metric curves, downsampled, with a summary and anomalies. Use it to read loss curves.
 

@@ -15,6 +15,7 @@ from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.launching import read_run_config
 from tradewind.tools.limits import admit_job
 from tradewind.tools.runs import RunRequest, run_placement
+from tradewind.tools.spec import tool
 from tradewind.trainer import PROFILE_CALLABLE, ProfileJob, ProfileOptions, ProfileSummary, RunLayout
 from tradewind.trainer.layout import run_url
 
@@ -28,6 +29,7 @@ class ProfileResult(ProfileSummary):
     log_file: str
 
 
+@tool("Profile a run's steps", links=("profile",))
 def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress = no_progress) -> ProfileResult:
     """Profile a few training steps: where the time goes, what to change. Use it when training is slow.
 

@@ -21,6 +21,7 @@ from tradewind.tools.report_data import SAMPLE_PROMPT, SAMPLE_TOKENS, RunData, R
 from tradewind.tools.report_html import write_report
 from tradewind.tools.report_plots import plot_overlay, plot_run
 from tradewind.tools.runs import RunRequest
+from tradewind.tools.spec import tool
 from tradewind.trainer import ModelConfig, ProfileSummary
 from tradewind.trainer.config import LoraConfig
 from tradewind.trainer.layout import run_url
@@ -52,7 +53,8 @@ class ReportInfo(BaseModel):
     report_path: str = Field(description="The markdown report.")
     html_path: str = Field(description="The same, one self-contained HTML file.")
     plot_paths: list[str] = Field(description="PNG plots beside the report.")
-    report_uri: str | None = Field(description="The resource serving a one-run report's text (null for several).")
+    report_id: str = Field(description="The report's name: the run id, or compare-... for several runs.")
+    report_uri: str = Field(description="The resource serving the report's text (its plot: report_uri + '/plot').")
     final_loss: float | None
     final_eval_loss: float | None
     anomalies: list[Anomaly] = Field(description=f"The first run's (the first {MAX_ANOMALIES}).")
@@ -161,12 +163,13 @@ def _sample_lines(figures: RunFigures) -> list[str]:
     ]
 
 
+@tool("Write a run report", idempotent=True, links=("report", "report_plot"))
 def summarize_report(ctx: ToolContext, request: SummarizeReportRequest, progress: Progress = no_progress) -> ReportInfo:
     """Write a report on runs (markdown, HTML, PNG plots). Use it to hand results to a person.
 
     Works on finished, failed and running runs (a running one is reported as it stands). Figures come from
     the metrics file; a failed run's cause from its log. Returns the first run's figures and the report's
-    paths; `tradewind://runs/{run_id}/report` serves a one-run report's text.
+    paths; `report_uri` (`tradewind://reports/{report_id}`) serves the report's text, one run's or several's.
     """
     run_ids = getattr(request, "run_ids", None) or [request.run_id]
     runs = load_runs(ctx, run_ids, sample=getattr(request, "sample", True), progress=progress)
@@ -203,8 +206,8 @@ def summarize_report(ctx: ToolContext, request: SummarizeReportRequest, progress
         report_path=str(report_path),
         html_path=str(html_path),
         plot_paths=[str(plot) for plot in plots],
-        # served by tradewind.server.resources, which reads reports/<run_id>.md
-        report_uri=f"tradewind://runs/{name}/report" if len(runs) == 1 else None,
+        report_id=name,
+        report_uri=f"tradewind://reports/{name}",  # served by tradewind.server.resources from reports/<name>.md
         final_loss=first.final_loss,
         final_eval_loss=first.final_eval_loss,
         anomalies=first.anomalies,

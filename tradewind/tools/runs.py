@@ -26,6 +26,7 @@ from tradewind.core.buckets import is_remote
 from tradewind.tools.bounds import LINE_CHARS, PAGE_CHARS, PageRequest, cut, fitting
 from tradewind.tools.buckets import pull_run_outputs
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
+from tradewind.tools.spec import tool
 from tradewind.trainer import RunLayout, RunRecord, TrainSummary, read_record, read_summary, read_train_config
 from tradewind.trainer.layout import bucket_checkpoint_steps
 from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, load_metrics, planned_steps
@@ -123,6 +124,7 @@ class RunList(BaseModel):
     )
 
 
+@tool("Get a run's status", read_only=True, idempotent=True, open_world=True, links=("logs", "metrics"), dashboard=True)
 def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
     """A run's status and losses (a summary once done). Use it to check a run without waiting."""
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
@@ -235,6 +237,7 @@ def _alive_here(record: RunRecord) -> bool:
     )
 
 
+@tool("Wait for a run", read_only=True, idempotent=True, open_world=True, links=("logs", "metrics"))
 def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progress = no_progress) -> WaitForRunResult:
     """Wait for a run to end, up to timeout_s, reporting steps. Use it instead of polling get_run.
 
@@ -260,6 +263,7 @@ def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progres
         info = get_run(ctx, request)
 
 
+@tool("Cancel a run", destructive=True, idempotent=True, open_world=True, links=("logs",))
 def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
     """Stop a run (checkpoints stay). Use it on a diverging or unneeded run.
 
@@ -279,6 +283,7 @@ def cancel_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
     return get_run(ctx, request)
 
 
+@tool("List runs", read_only=True, idempotent=True, open_world=True)
 def list_runs(ctx: ToolContext, request: ListRunsRequest) -> RunList:
     """Runs, newest first. Use it to find a run id.
 

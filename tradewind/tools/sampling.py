@@ -27,6 +27,7 @@ from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_pr
 from tradewind.tools.launching import read_run_config
 from tradewind.tools.limits import check_sampling_memory
 from tradewind.tools.runs import RunRequest, run_placement
+from tradewind.tools.spec import tool
 from tradewind.trainer import RunLayout, SampleJob, SampleOptions, TrainConfig
 from tradewind.trainer.jobs import SAMPLE_WORKER_CALLABLE, SampleWorkerJob
 from tradewind.trainer.sample_worker import LOCK_NAME, ask, connect, idle_seconds, socket_path
@@ -56,6 +57,7 @@ class SampleTextResult(BaseModel):
     output_file: str = Field(description="JSON file with the result and the token ids.")
 
 
+@tool("Sample text from a run")
 def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress = no_progress) -> SampleTextResult:
     """Sample text from a run's checkpoint. Use it to see what it learned.
 

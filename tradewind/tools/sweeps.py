@@ -33,6 +33,7 @@ from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.launching import LaunchTrainingRequest, run_folder
 from tradewind.tools.runs import RunRequest, cancel_run, run_record
+from tradewind.tools.spec import tool
 from tradewind.tools.sweep_controller import (
     CONTROLLER_CALLABLE,
     ENDED,
@@ -157,6 +158,7 @@ class SweepInfo(BaseModel):
     log_file: str
 
 
+@tool("Launch a sweep", open_world=True)
 def launch_sweep(ctx: ToolContext, request: LaunchSweepRequest, progress: Progress = no_progress) -> SweepInfo:
     """Runs over a grid or random sample of config values; returns at once. Use it to tune
     hyperparameters.
@@ -313,6 +315,7 @@ def _short(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else json.dumps(value) if not isinstance(value, str) else value
 
 
+@tool("Get a sweep", read_only=True, idempotent=True, open_world=True)
 def get_sweep(ctx: ToolContext, request: SweepRequest) -> SweepInfo:
     """A sweep's status, best trial and trials. Use it to follow a sweep.
 
@@ -367,6 +370,7 @@ def _info(ctx: ToolContext, state: SweepState) -> SweepInfo:
     )
 
 
+@tool("Cancel a sweep", destructive=True, idempotent=True, open_world=True)
 def cancel_sweep(ctx: ToolContext, request: SweepRequest) -> SweepInfo:
     """Stop a sweep and its running trials. Use it to end a sweep early.
 

@@ -41,6 +41,7 @@ from tradewind.data.token_cache import MANIFEST  # its presence marks a finished
 from tradewind.tools.bounds import cut, cut_path
 from tradewind.tools.buckets import dataset_copies, publish_dataset
 from tradewind.tools.context import Progress, ToolContext, no_progress
+from tradewind.tools.spec import tool
 
 BUILTIN_PREFIX = "builtin:"
 TOKENIZERS_DIR = "tokenizers"
@@ -187,6 +188,7 @@ def loss_targets(manifest: CacheManifest) -> dict[str, int] | None:
     return {split: stats.targets or 0 for split, stats in manifest.splits.items()}
 
 
+@tool("Tokenize a dataset", idempotent=True, links=("manifest",))
 def tokenize_dataset(
     ctx: ToolContext, request: TokenizeDatasetRequest, progress: Progress = no_progress
 ) -> DatasetInfo:
@@ -257,6 +259,7 @@ class TrainedTokenizer(BaseModel):
     bad_records: BadRecordReport
 
 
+@tool("Train a BPE tokenizer", idempotent=True)
 def train_tokenizer(
     ctx: ToolContext, request: TrainTokenizerRequest, progress: Progress = no_progress
 ) -> TrainedTokenizer:
