@@ -25,9 +25,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import JobStatus
-from tradewind.core import InvalidInputError, TradewindError, check_id, read_json
+from tradewind.core import InvalidInputError, TradewindError, check_id
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import ToolContext
+from tradewind.tools.report_data import changes_from
 from tradewind.tools.runs import RunInfo, RunRequest, get_run, run_record
 from tradewind.tools.spec import tool
 from tradewind.trainer import RunLayout
@@ -35,7 +36,6 @@ from tradewind.trainer.record import RunRecord, update_record
 
 Status = Literal["running", "finished", "kept", "discarded", "crashed"]
 REASON_CHARS = 300  # a crash cause in the ledger; get_run and tail_logs have the whole story
-MAX_CHANGES = 20  # changed fields listed per experiment
 FIELD_CHARS = 200  # a dotted config field name, far longer than any TrainConfig has
 _FIELD_NAME = re.compile(rf"(?=.{{1,{FIELD_CHARS}}}$)[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 EXPORT_COLUMNS = (
@@ -137,7 +137,6 @@ def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest)
 
 def experiment(ctx: ToolContext, run_id: str, info: RunInfo | None = None) -> Experiment:
     """Run `run_id` as the ledger shows it (`info`: its `get_run`, if the caller has it already)."""
-    layout = RunLayout(ctx.workspace.run_dir(run_id))
     record = run_record(ctx, run_id)
     info = info or get_run(ctx, RunRequest(run_id=run_id))
     summary = info.summary
@@ -150,7 +149,7 @@ def experiment(ctx: ToolContext, run_id: str, info: RunInfo | None = None) -> Ex
         val_bpb=summary.val_bpb if summary else None,
         val_loss=summary.val_loss if summary else None,
         parent=parent,
-        changes=_changes(ctx, layout, parent),
+        changes=changes_from(ctx, run_id, parent),
         note=record.note,
         reason=reason,
         sweep_id=record.sweep_id,
@@ -192,29 +191,6 @@ def _matches(entry: Experiment, request: ListExperimentsRequest) -> bool:
         and (request.changed is None or request.changed in entry.changes)
         and (request.sweep_id is None or entry.sweep_id == request.sweep_id)
     )
-
-
-def _changes(ctx: ToolContext, layout: RunLayout, parent: str | None) -> dict[str, Any]:
-    """The dotted config fields whose values differ from the parent run's (the new values)."""
-    if parent is None:
-        return {}
-    try:
-        mine = _flat(read_json(layout.config))
-        theirs = _flat(read_json(RunLayout(ctx.workspace.run_dir(parent)).config))
-    except (TradewindError, ValueError, OSError):
-        return {}
-    differing = {name: value for name, value in mine.items() if theirs.get(name) != value and name != "resume_from"}
-    return dict(sorted(differing.items())[:MAX_CHANGES])
-
-
-def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def _export(ctx: ToolContext, entries: list[Experiment], form: Literal["tsv", "csv"]) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tradewind.cluster import JobStatus
-from tradewind.core import NotFoundError, TradewindError, read_json_config, tail_lines
+from tradewind.core import NotFoundError, TradewindError, read_json, read_json_config, tail_lines
 from tradewind.core.files import Opener
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies, failure_anomaly
 from tradewind.tools.bounds import cut
@@ -33,6 +33,7 @@ SAMPLE_TIMEOUT_S = 180
 LOG_LINES_READ = 400  # of a failed run's log, searched for its cause
 # Config fields that differ between any two runs whatever was changed on purpose.
 UNCOMPARED_FIELDS = frozenset({"resume_from", "init_from", "run_id", "output_dir"})
+MAX_CHANGES = 20  # changed fields listed per run
 
 
 class RunFigures(BaseModel):
@@ -155,6 +156,19 @@ def config_differences(configs: dict[str, TrainConfig]) -> dict[str, dict[str, A
         if len({repr(value) for value in values.values()}) > 1:
             differing[name] = values
     return differing
+
+
+def changes_from(ctx: ToolContext, run_id: str, parent: str | None) -> dict[str, Any]:
+    """The dotted config fields of run `run_id` whose values differ from run `parent`'s (its new values), at most
+    `MAX_CHANGES` of them; empty with no parent or when either config is unreadable."""
+    if parent is None:
+        return {}
+    try:
+        mine, theirs = (flatten(read_json(RunLayout(ctx.workspace.run_dir(run)).config)) for run in (run_id, parent))
+    except (TradewindError, ValueError, OSError):
+        return {}
+    differing = {name: value for name, value in mine.items() if theirs.get(name) != value}
+    return dict(sorted(item for item in differing.items() if item[0] not in UNCOMPARED_FIELDS)[:MAX_CHANGES])
 
 
 def value_at_tokens(data: RunData, name: str, tokens: int) -> tuple[float | None, int | None]:
