@@ -1,20 +1,28 @@
-"""How much of an experiment's wall time is training: budgeted runs launched and awaited as an agent does.
+"""Experiments as an agent runs them: their wall time against their training, the token budget that matches a
+60 s run, experiments per hour at that budget, and how often the ledger's rule would call two runs of one config
+different.
 
 Command:
-    .venv/bin/python benchmarks/experiments.py [--experiments 3] [--budget-s 60]
+    .venv/bin/python benchmarks/experiments.py [--budget-s 60] [--runs 6]
 
-Issue 14 asks that a fixed-budget experiment (`time_budget_s`) spend its time training: on 2 CPU cores with
-a 60 s budget, at most 15% of the wall time outside training (process start, compilation, evaluation,
-bookkeeping) and at least 50 experiments per hour. This opens a fresh workspace on the local backend,
-tokenizes Tiny Shakespeare (untimed), then runs `--experiments` experiments one after the other, each the
-demo's model (1.3M parameters, batch 16, sequence 128) with a `time_budget_s` budget, through the tools'
-Python API: `launch_training`, then `wait_for_run` until it ends. The workspace's runs share a persistent
-XLA compilation cache, so the first experiment compiles cold and the rest warm; both are reported.
+A fresh workspace on the local backend; Tiny Shakespeare tokenized first, untimed. Every experiment is the
+demo's model (1.3M parameters, batch 16, sequence 128) through the tools' Python API, launched and awaited one
+at a time, alone on the machine:
+
+1. Calibration (issue 14): one run with `time_budget_s` (`--budget-s`). Its wall time is split into training
+   and the rest (below). The tokens it trained, in whole steps, become the token budget: the same work as
+   `--budget-s` of training on this machine as it is now (idle, for the figures that count).
+2. Token budget (issue 27): `--runs` runs with that `token_budget`: the first launched as the calibration run
+   was, the rest with `rerun_baseline` (new seeds), each awaited before the next. Experiments per hour =
+   3600 / their mean wall.
+3. Decision error (issue 27): for every choice of 3 of those runs as a baseline and its reruns, and one of the
+   others as a candidate of the same config, whether the ledger's rule (`tradewind.tools.noise`) calls the
+   candidate's delta beyond noise; the error rate is the share called so (target at most 5%). The same count
+   for a bare 2-sigma rule, and for the baseline with every other run behind it, are printed beside it.
 
 Per experiment, `wall` runs from the `launch_training` call to `wait_for_run` returning the finished run
 (what an agent waits), and `train_s` is the summary's seconds of training (the updates and the loop's
-periodic evaluations). Overhead fraction = 1 - train_s / wall; experiments per hour = 3600 / mean wall.
-The overhead is broken down as:
+periodic evaluations). Overhead fraction = 1 - train_s / wall. The overhead is broken down as:
 
 - launch: the `launch_training` call itself (config, data check, limits, submit);
 - process start: `launch_training` returning to the record's started_at (the job's process start, JAX
@@ -26,13 +34,14 @@ The overhead is broken down as:
 - end: what remains of the wall (the process's exit, `wait_for_run` noticing, the clock gap between
   the record's started_at and the trainer's own start).
 
-Last line: one JSON object with `value` = `overhead_fraction` (mean), `overhead_fraction_warm` (mean after the
-first), `experiments_per_hour`, the targets, `met`, and the per-experiment figures.
+Last line: one JSON object with the calibration run, the token budget, experiments per hour at it, the
+decision error rates, the targets and `met`.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -45,36 +54,34 @@ from pathlib import Path
 from tradewind.demo import DEMO_MODEL, DEMO_TRAINING
 from tradewind.tools import (
     LaunchTrainingRequest,
+    RerunBaselineRequest,
+    RunInfo,
+    RunRequest,
     TokenizeDatasetRequest,
     ToolContext,
     WaitForRunRequest,
+    get_run,
     launch_training,
+    rerun_baseline,
     tokenize_dataset,
     wait_for_run,
 )
+from tradewind.tools.noise import MIN_RUNS, pooled
 from tradewind.trainer.metrics import TrainSummary
 from tradewind.trainer.record import read_record
 
 DATASET = "builtin:tinyshakespeare"
 TARGET_OVERHEAD = 0.15
 TARGET_PER_HOUR = 50.0
+TARGET_DECISION_ERROR = 0.05
 
 
-def run_experiment(ctx: ToolContext, index: int, budget_s: float) -> dict:
-    """Launch one budgeted run, wait for it, and split its wall time into training and the rest."""
+def run_experiment(ctx: ToolContext, launch) -> dict:
+    """Launch one run (`launch()` returns it), wait for it, and split its wall time into training and the rest."""
     start = time.perf_counter()
-    run = launch_training(
-        ctx,
-        LaunchTrainingRequest(
-            dataset=DATASET,
-            model=DEMO_MODEL,
-            time_budget_s=budget_s,
-            note=f"benchmark experiment {index}",
-            **DEMO_TRAINING,
-        ),
-    )
+    run: RunInfo = launch()
     launch_s, launched_at = time.perf_counter() - start, datetime.now(UTC)
-    done = wait_for_run(ctx, WaitForRunRequest(run_id=run.run_id, timeout_s=max(600, 10 * budget_s)))
+    done = wait_for_run(ctx, WaitForRunRequest(run_id=run.run_id, timeout_s=3600))
     wall = time.perf_counter() - start
     if done.status != "SUCCEEDED":
         raise SystemExit(f"run {run.run_id} ended {done.status}: {done.reason}\n" + "\n".join(done.log_tail or []))
@@ -89,7 +96,9 @@ def run_experiment(ctx: ToolContext, index: int, budget_s: float) -> dict:
         "train_s": round(summary.train_s, 2),
         "overhead_fraction": round(1 - summary.train_s / wall, 4),
         "steps": summary.steps,
+        "tokens_seen": summary.tokens_seen,
         "val_bpb": summary.val_bpb,
+        "load": os.getloadavg()[0] / (os.cpu_count() or 1),
         "breakdown_s": {
             "launch": round(launch_s, 2),
             "process_start": round(process_start_s, 2),
@@ -98,6 +107,39 @@ def run_experiment(ctx: ToolContext, index: int, budget_s: float) -> dict:
             "in_run_rest": round(in_run_rest_s, 2),
             "end": round(wall - launch_s - process_start_s - summary.wall_s, 2),
         },
+    }
+
+
+def launched(ctx: ToolContext, run_id: str) -> RunInfo:
+    return get_run(ctx, RunRequest(run_id=run_id))
+
+
+def demo_run(ctx: ToolContext, **budget) -> RunInfo:
+    return launch_training(ctx, LaunchTrainingRequest(dataset=DATASET, model=DEMO_MODEL, **DEMO_TRAINING, **budget))
+
+
+def decision_errors(values: list[float]) -> dict:
+    """How often runs of one config are called different: every choice of `MIN_RUNS` of `values` as a baseline
+    and its reruns, with each other value as a candidate; by the ledger's rule, by a bare 2-sigma rule, and with
+    every other value behind the baseline (leave one out)."""
+    ledger = bare = decisions = 0
+    for chosen in itertools.combinations(range(len(values)), MIN_RUNS):
+        baseline = [values[i] for i in chosen]
+        noise = pooled([baseline])
+        for candidate in (values[i] for i in range(len(values)) if i not in chosen):
+            delta = abs(candidate - statistics.fmean(baseline))
+            decisions += 1
+            ledger += delta > noise.threshold(1, len(baseline))
+            bare += delta > 2 * noise.sigma
+    left_out = 0
+    for index, candidate in enumerate(values):
+        rest = values[:index] + values[index + 1 :]
+        left_out += abs(candidate - statistics.fmean(rest)) > pooled([rest]).threshold(1, len(rest))
+    return {
+        "decisions": decisions,
+        "error_rate": round(ledger / decisions, 4),
+        "error_rate_bare_2_sigma": round(bare / decisions, 4),
+        "error_rate_leave_one_out": round(left_out / len(values), 4),
     }
 
 
@@ -112,49 +154,63 @@ def describe(result: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--experiments", type=int, default=3, help="experiments in sequence (default 3)")
-    parser.add_argument("--budget-s", type=float, default=60.0, help="time_budget_s of each (default 60)")
+    parser.add_argument("--budget-s", type=float, default=60.0, help="the calibration run's time_budget_s (60)")
+    parser.add_argument("--runs", type=int, default=6, help="runs at the matching token budget (default 6)")
     args = parser.parse_args()
+    if args.runs <= MIN_RUNS:
+        parser.error(f"--runs must be more than {MIN_RUNS}: a baseline of {MIN_RUNS} and a candidate")
 
     root = Path(tempfile.mkdtemp(prefix="tradewind-experiments-"))
     try:
         ctx = ToolContext.open(root / "workspace")
         (ctx.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
         tokenize_dataset(ctx, TokenizeDatasetRequest(input=DATASET))  # untimed: the first launch would do it
-        print(f"{args.experiments} experiments of {args.budget_s:g}s on {os.cpu_count()} CPUs, demo model")
-        results = []
-        for index in range(args.experiments):
-            results.append(run_experiment(ctx, index, args.budget_s))
-            print(("cold  " if index == 0 else "warm  ") + describe(results[-1]), flush=True)
+        print(f"on {os.cpu_count()} CPUs, demo model; calibration: time_budget_s {args.budget_s:g}")
+        calibration = run_experiment(ctx, lambda: demo_run(ctx, time_budget_s=args.budget_s))
+        print("time   " + describe(calibration), flush=True)
+        token_budget = calibration["tokens_seen"]
+        print(f"token budget: {token_budget:,} tokens ({calibration['steps']} steps)")
+        first = run_experiment(ctx, lambda: demo_run(ctx, token_budget=token_budget))
+        runs = [first]
+        print("tokens " + describe(first), flush=True)
+        rerun = RerunBaselineRequest(run_id=first["run_id"], count=1)
+        for _ in range(args.runs - 1):
+            runs.append(run_experiment(ctx, lambda: launched(ctx, rerun_baseline(ctx, rerun).run_ids[0])))
+            print("rerun  " + describe(runs[-1]), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    overhead = statistics.mean(r["overhead_fraction"] for r in results)
-    warm = [r["overhead_fraction"] for r in results[1:]]
-    overhead_warm = statistics.mean(warm) if warm else None
-    per_hour = 3600 / statistics.mean(r["wall_s"] for r in results)
-    mean_breakdown = {
-        name: round(statistics.mean(r["breakdown_s"][name] for r in results), 2) for name in results[0]["breakdown_s"]
-    }
-    met = overhead <= TARGET_OVERHEAD and per_hour >= TARGET_PER_HOUR
-    print(f"overhead: mean {overhead:.1%}" + (f", warm {overhead_warm:.1%}" if warm else ""))
-    print(f"experiments per hour: {per_hour:.1f}")
-    print("mean overhead breakdown (s): " + ", ".join(f"{k} {v:.1f}" for k, v in mean_breakdown.items()))
+    per_hour = 3600 / statistics.mean(run["wall_s"] for run in runs)
+    values = [run["val_bpb"] for run in runs]
+    errors = decision_errors(values)
+    overhead = calibration["overhead_fraction"]
+    met = overhead <= TARGET_OVERHEAD and per_hour >= TARGET_PER_HOUR and errors["error_rate"] <= TARGET_DECISION_ERROR
+    print(f"calibration overhead: {overhead:.1%}")
+    print(f"experiments per hour at {token_budget:,} tokens: {per_hour:.1f}")
+    print(f"val_bpb over {len(values)} seeds: mean {statistics.fmean(values):.4f}, sd {statistics.stdev(values):.4f}")
+    print(
+        f"decision error: {errors['error_rate']:.1%} of {errors['decisions']} (bare 2 sigma: "
+        f"{errors['error_rate_bare_2_sigma']:.1%}; leave one out: {errors['error_rate_leave_one_out']:.1%})"
+    )
     print(
         json.dumps(
             {
                 "benchmark": "experiments",
-                "value": round(overhead, 4),
-                "unit": "fraction of wall time not training",
+                "value": errors["error_rate"],
+                "unit": "share of identical-config pairs called different",
                 "budget_s": args.budget_s,
-                "experiments": args.experiments,
-                "overhead_fraction": round(overhead, 4),
-                "overhead_fraction_warm": None if overhead_warm is None else round(overhead_warm, 4),
+                "calibration": calibration,
+                "token_budget": token_budget,
                 "experiments_per_hour": round(per_hour, 1),
-                "targets": {"overhead_fraction": TARGET_OVERHEAD, "experiments_per_hour": TARGET_PER_HOUR},
+                "val_bpb_sd": round(statistics.stdev(values), 5),
+                **errors,
+                "targets": {
+                    "overhead_fraction": TARGET_OVERHEAD,
+                    "experiments_per_hour": TARGET_PER_HOUR,
+                    "error_rate": TARGET_DECISION_ERROR,
+                },
                 "met": met,
-                "mean_breakdown_s": mean_breakdown,
-                "runs": results,
+                "runs": runs,
             }
         )
     )

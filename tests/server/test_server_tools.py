@@ -318,6 +318,8 @@ BAD_CALLS = [
     ("set_experiment_status", {"run_id": "RUN", "status": "kept"}, "reason"),
     ("set_experiment_status", {"run_id": "RUN", "status": "maybe", "reason": "x"}, "status"),
     ("set_experiment_status", {"run_id": "run-nope", "status": "kept", "reason": "x"}, "unknown run id 'run-nope'"),
+    ("rerun_baseline", {"run_id": "run-nope"}, "unknown run id 'run-nope'"),
+    ("rerun_baseline", {"run_id": "RUN", "count": 0}, "count"),
     ("launch_sweep", {"base": {"dataset": "DATASET"}, "space": {}}, "space"),
     ("launch_sweep", {"base": {"steps": 10}, "space": {"optimizer.learning_rate": [-1]}}, "optimizer.learning_rate"),
     ("get_sweep", {"sweep_id": "sweep-nope"}, "sweep-nope"),

@@ -23,9 +23,10 @@ from tradewind.tools import (
     launch_training,
     list_experiments,
 )
+from tradewind.tools.experiments import experiment
 from tradewind.tools.sweep_controller import SweepState, TrialState, halving_verdict, read_state, write_state
 from tradewind.tools.sweeps import LaunchSweepRequest, SweepRequest, cancel_sweep, get_sweep, launch_sweep
-from tradewind.trainer import RunLayout, RunRecord, TrainConfig, read_record
+from tradewind.trainer import RunLayout, RunRecord, TrainConfig, read_record, read_train_config
 
 TINY = {
     "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64},
@@ -175,8 +176,10 @@ def test_cancel_sweep_stops_the_controller_and_every_running_trial_and_baseline(
         assert get_run(sweep_ctx, RunRequest(run_id=trial.run_id)).status is JobStatus.CANCELLED
         record = read_record(RunLayout(sweep_ctx.workspace.run_dir(trial.run_id)).record)
         assert (record.decision, record.decision_reason, record.parent_run) == ("discarded", "sweep cancelled", parent)
-    baseline_record = read_record(RunLayout(sweep_ctx.workspace.run_dir(baseline.run_id)).record)
-    assert baseline_record.baseline and baseline_record.note == f"baseline rerun of {parent}"
+    rerun = RunLayout(sweep_ctx.workspace.run_dir(baseline.run_id))
+    seed = read_train_config(rerun.config).seed
+    assert read_record(rerun.record).note == f"rerun of {parent} (seed {seed})" and seed != config.seed
+    assert experiment(sweep_ctx, baseline.run_id).rerun_of == parent  # its only change is its seed
     assert cancel_sweep(sweep_ctx, SweepRequest(sweep_id=launched.sweep_id)) == done
     runs = [p.name for p in sweep_ctx.workspace.runs_dir.iterdir() if p.name != parent]
     assert sorted(runs) == sorted([first.run_id, baseline.run_id])

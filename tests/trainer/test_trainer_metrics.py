@@ -2,7 +2,7 @@
 
 import json
 
-from tradewind.trainer import MetricRow, TrainSummary, read_metrics, read_summary
+from tradewind.trainer import MetricRow, TrainConfig, TrainSummary, read_metrics, read_summary
 from tradewind.trainer.metrics import planned_steps
 
 
@@ -45,7 +45,10 @@ def test_a_budgeted_runs_planned_steps_are_what_fits_in_the_budget_left_at_its_l
         MetricRow(step=10, loss=4.0, step_time_s=0.2, elapsed=3.0),  # 2 s of updates
         MetricRow(step=20, loss=3.0, step_time_s=0.1, elapsed=4.0),  # 1 s more
     ]
-    assert planned_steps(200, None, rows) == 200  # a run of steps makes its steps
-    assert planned_steps(200, 10.0, rows) == 20 + 70  # 7 s left at 0.1 s a step
-    assert planned_steps(200, 2.0, rows) == 20  # spent: at least the step reached
-    assert planned_steps(200, 10.0, rows[:1]) == 0  # no step time yet
+    def config(**length):
+        return TrainConfig(dataset="data", **length)
+
+    assert planned_steps(config(steps=200), rows) == 200  # a run of steps makes its steps
+    assert planned_steps(config(time_budget_s=10.0), rows) == 20 + 70  # 7 s left at 0.1 s a step
+    assert planned_steps(config(time_budget_s=2.0), rows) == 20  # spent: at least the step reached
+    assert planned_steps(config(time_budget_s=10.0), rows[:1]) == 0  # no step time yet

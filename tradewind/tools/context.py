@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,6 +31,11 @@ class LaunchLimits(BaseModel):
         gt=0,
         le=1,
         description="Share of this machine's available memory a local CPU run's estimated need may take.",
+    )
+    shared_devices: Literal["refuse", "wait"] = Field(
+        default="refuse",
+        description="A run on a time budget and another run on this machine's devices at once: refuse the later "
+        "launch, or queue it until the devices are free.",
     )
 
 

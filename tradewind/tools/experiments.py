@@ -1,5 +1,6 @@
-"""The experiment ledger: every run of the workspace as an experiment, its metric, what it changed, and what
-became of it. Tools `list_experiments` (a leaderboard) and `set_experiment_status` (keep or discard).
+"""The experiment ledger: every run of the workspace as an experiment, its metric, what it changed, whether
+that beats the noise, and what became of it. Tools `list_experiments` (a leaderboard), `set_experiment_status`
+(keep or discard) and `rerun_baseline` (measure the noise).
 
 Nothing is kept anywhere else: an experiment is a run folder, read from its record (`run.json`: the note,
 parent run, sweep, decision and machine load, see `tradewind.trainer.record`), its `config.json` and its
@@ -11,36 +12,48 @@ parent run, sweep, decision and machine load, see `tradewind.trainer.record`), i
     discarded  discarded, with the reason; a run cancelled without a decision is discarded as "cancelled"
     crashed    it failed; `reason` is the cause, in the trainer's words
 
-The metric is `val_bpb`, bits per byte on the dataset's fixed val tokens, lower is better and comparable
-across tokenizers; `changes` lists the config fields (dotted) whose values differ from the parent run's.
+The metric is `val_bpb` (`VAL_BPB_MEANING`), lower is better and comparable across tokenizers; `changes` lists
+the config fields (dotted) whose values differ from the parent run's. A run whose only change is its seed is a
+*rerun* of its parent's config (`rerun_of`, the config's first run): it measures noise and never ranks as an
+improvement. A run's `delta` is the mean val_bpb of it and its reruns minus its parent's, judged against the
+spread of reruns at its dataset and budget by the rule in `tradewind.tools.noise`; runs of different budgets
+or datasets are not compared.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import random
 import re
+import statistics
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, TradewindError, check_id
 from tradewind.tools.bounds import cut
-from tradewind.tools.context import ToolContext
+from tradewind.tools.context import Progress, ToolContext, no_progress
+from tradewind.tools.launching import LaunchTrainingRequest, launch_training, rerun_arguments, run_folder
+from tradewind.tools.noise import MIN_RUNS, Noise, pooled
 from tradewind.tools.report_data import changes_from
 from tradewind.tools.runs import RunInfo, RunRequest, get_run, run_record
 from tradewind.tools.spec import tool
-from tradewind.trainer import RunLayout
+from tradewind.trainer import RunLayout, read_train_config
+from tradewind.trainer.config import Budget
 from tradewind.trainer.record import RunRecord, update_record
 
 Status = Literal["running", "finished", "kept", "discarded", "crashed"]
 REASON_CHARS = 300  # a crash cause in the ledger; get_run and tail_logs have the whole story
 FIELD_CHARS = 200  # a dotted config field name, far longer than any TrainConfig has
+MAX_RERUNS = 8  # reruns one rerun_baseline call launches
 _FIELD_NAME = re.compile(rf"(?=.{{1,{FIELD_CHARS}}}$)[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 EXPORT_COLUMNS = (
-    "run_id", "status", "val_bpb", "val_loss", "parent", "changes", "note", "reason", "sweep_id", "baseline",
-    "steps", "train_s", "load", "concurrent_runs", "created_at",
+    "run_id", "status", "val_bpb", "budget", "parent", "changes", "rerun_of", "delta", "sigma", "reruns",
+    "beyond_noise", "verdict", "val_loss", "note", "reason", "sweep_id", "steps", "train_s", "load",
+    "concurrent_runs", "created_at",
 )  # fmt: skip
 
 
@@ -49,14 +62,22 @@ class Experiment(BaseModel):
 
     run_id: str
     status: Status
-    val_bpb: float | None = Field(default=None, description="The metric: bits per byte on the fixed val tokens.")
-    val_loss: float | None = None
+    val_bpb: float | None = Field(
+        default=None, description="The decision metric: bits per byte on the fixed val tokens."
+    )
+    budget: str | None = Field(default=None, description="What fixed its length: tokens, FLOPs, seconds or steps.")
     parent: str | None = Field(default=None, description="The run it changes (parent_run) or continues.")
     changes: dict[str, Any] = Field(default_factory=dict, description="Config fields that differ from the parent's.")
+    rerun_of: str | None = Field(default=None, description="The run whose config it reruns with another seed.")
+    delta: float | None = Field(default=None, description="Mean val_bpb of it and its reruns minus its parent's.")
+    sigma: float | None = Field(default=None, description="One run's val_bpb spread at its dataset and budget.")
+    reruns: int = Field(default=0, description="Runs of rerun configs behind sigma.")
+    beyond_noise: bool | None = Field(default=None, description="Whether |delta| beats the noise; null: unknown.")
+    verdict: str | None = Field(default=None, description="The comparison with its parent, in words.")
+    val_loss: float | None = None
     note: str | None = None
     reason: str | None = Field(default=None, description="The crash cause, or why it was kept or discarded.")
     sweep_id: str | None = None
-    baseline: bool = Field(default=False, description="A rerun of its parent, to compare under the same load.")
     steps: int | None = None
     train_s: float | None = None
     load: float | None = Field(default=None, description="Highest 1-minute load per core seen at its start or end.")
@@ -68,18 +89,14 @@ class ListExperimentsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: Status | None = Field(default=None, description="Only this status.")
-    changed: str | None = Field(
-        default=None, description="Only runs changing this dotted field (e.g. optimizer.learning_rate)."
-    )
+    changed: str | None = Field(default=None, description="Only runs changing this dotted field.")
     sweep_id: str | None = Field(default=None, description="Only this sweep's runs.")
     limit: int = Field(default=20, ge=1, le=100, description="Best first.")
-    export: Literal["tsv", "csv"] | None = Field(
-        default=None, description="Also write matches to reports/experiments.<tsv|csv>."
-    )
+    export: Literal["tsv", "csv"] | None = Field(default=None, description="Also write reports/experiments.<ext>.")
 
 
 class ExperimentList(BaseModel):
-    experiments: list[Experiment] = Field(description="Best val_bpb first; runs without one last, newest first.")
+    experiments: list[Experiment] = Field(description="Best val_bpb first (reruns after), then runs without one.")
     total: int = Field(description="Experiments that match.")
     truncated: bool
     export_file: str | None = None
@@ -92,13 +109,35 @@ class SetExperimentStatusRequest(BaseModel):
     status: Literal["kept", "discarded"]
     reason: str = Field(min_length=1, max_length=REASON_CHARS, description="Why, in one line.")
 
+    @field_validator("status", mode="before")
+    @classmethod
+    def _verb(cls, status: Any) -> Any:
+        """'keep' and 'discard' say the same as the statuses they set."""
+        return {"keep": "kept", "discard": "discarded"}.get(status, status)
+
+
+class RerunBaselineRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(description="The baseline (or one of its reruns).")
+    count: int = Field(default=2, ge=1, le=MAX_RERUNS, description="Reruns to launch.")
+
+
+class Reruns(BaseModel):
+    rerun_of: str = Field(description="The config's first run.")
+    run_ids: list[str] = Field(description="The reruns launched, one per seed.")
+    seeds: list[int]
+
 
 @tool("List experiments", idempotent=True, open_world=True)
 def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> ExperimentList:
-    """Runs by val_bpb with status, parent, changes, note, crash cause. Use it to pick the run to
-    build on.
+    """Runs by val_bpb with their change, its delta against the measured noise, and status. Use it to pick
+    the run to build on.
 
-    Filter by status, by a changed config field or by sweep; export writes every match as TSV or CSV.
+    Filter by status, by a changed config field or by sweep; export writes every match as TSV or CSV. A run's
+    `delta` is its mean val_bpb (with its reruns) minus its parent's; `sigma` is the spread of one run at its
+    dataset and budget, from `reruns` runs of rerun configs; `beyond_noise` says whether the delta beats it
+    (null: not enough reruns, or not comparable). Reruns are listed after every other run with a val_bpb.
     """
     if request.sweep_id is not None:
         check_id(request.sweep_id, "sweep_id")
@@ -107,9 +146,9 @@ def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> Exper
             f"argument 'changed': {cut(request.changed, 80)!r} is not a config field; give a dotted field name of "
             f"at most {FIELD_CHARS} characters, such as optimizer.learning_rate"
         )
-    entries = [entry for entry in _experiments(ctx) if _matches(entry, request)]
+    entries = [entry for entry in ledger(ctx).values() if _matches(entry, request)]
     entries.sort(key=lambda entry: entry.created_at, reverse=True)
-    entries.sort(key=lambda entry: (entry.val_bpb is None, entry.val_bpb or 0.0))
+    entries.sort(key=lambda entry: (entry.val_bpb is None, entry.rerun_of is not None, entry.val_bpb or 0.0))
     export_file = _export(ctx, entries, request.export) if request.export else None
     return ExperimentList(
         experiments=entries[: request.limit],
@@ -121,9 +160,11 @@ def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> Exper
 
 @tool("Keep or discard an experiment", idempotent=True, open_world=True)
 def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest) -> Experiment:
-    """Keep or discard an ended run, with a reason. Use it after comparing its val_bpb with its parent's.
+    """Keep or discard an ended run, with a reason. Use it after list_experiments shows its delta and noise.
 
-    The ledger keeps both the status and the reason."""
+    The ledger keeps both the status and the reason. Keeping a run whose delta does not beat the noise (or
+    whose noise is not measured: fewer than 3 runs of rerun configs) succeeds, and its `verdict` says so. A
+    rerun cannot be kept: it measures noise; keep or discard the run it reruns."""
     if not request.reason.strip():
         raise InvalidInputError("argument 'reason': it is blank; say in one line why the run is kept or discarded")
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
@@ -131,35 +172,90 @@ def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest)
         raise InvalidInputError(
             f"argument 'run_id': run {request.run_id} is still running; wait_for_run first, or cancel_run it"
         )
+    before = ledger(ctx)[request.run_id]
+    if request.status == "kept" and before.rerun_of is not None:
+        raise InvalidInputError(
+            f"argument 'run_id': run {request.run_id} reruns {before.rerun_of}'s config with another seed: it "
+            f"measures noise, so it is not an improvement to keep; keep or discard {before.rerun_of} instead"
+        )
     update_record(layout.record, decision=request.status, decision_reason=request.reason)
-    return experiment(ctx, request.run_id)
+    entry = ledger(ctx)[request.run_id]
+    if request.status == "kept" and not (entry.beyond_noise and (entry.delta or 0.0) < 0):
+        entry.verdict = f"Kept, but not shown better than its parent beyond noise. {entry.verdict or ''}".strip()
+    return entry
+
+
+@tool("Rerun a baseline", open_world=True)
+def rerun_baseline(ctx: ToolContext, request: RerunBaselineRequest, progress: Progress = no_progress) -> Reruns:
+    """Launch reruns of a run's config with new seeds, to measure noise. Use it on a baseline before
+    deciding on changes (3 runs at least).
+
+    Each rerun is launch_training with the run's config and placement, a seed no run of that config has had,
+    and parent_run set to the config's first run, so the ledger counts it as a rerun (`rerun_of`). Reruns of a
+    run on a time budget wait for each other or are refused, as `limits.shared_devices` says.
+    """
+    folder = run_folder(ctx, request.run_id, "run_id")
+    entries = ledger(ctx)
+    first = entries[folder.name].rerun_of or folder.name if folder.name in entries else folder.name
+    config_runs = [first, *(run_id for run_id, entry in entries.items() if entry.rerun_of == first)]
+    used = {_seed(ctx, run_id) for run_id in config_runs}
+    draw, seeds = random.SystemRandom(), []
+    while len(seeds) < request.count:
+        if (seed := draw.randrange(2**32)) not in used:
+            used.add(seed)
+            seeds.append(seed)
+    run_ids = []
+    for index, seed in enumerate(seeds):
+        progress(index, len(seeds), f"launching rerun {index + 1} of {first}")
+        arguments = rerun_arguments(ctx, first, seed=seed, argument="run_id")
+        run_ids.append(launch_training(ctx, LaunchTrainingRequest.model_validate(arguments), progress).run_id)
+    return Reruns(rerun_of=first, run_ids=run_ids, seeds=seeds)
 
 
 def experiment(ctx: ToolContext, run_id: str, info: RunInfo | None = None) -> Experiment:
-    """Run `run_id` as the ledger shows it (`info`: its `get_run`, if the caller has it already)."""
+    """Run `run_id` as the ledger shows it, without comparing it with other runs (`ledger` does that);
+    `info` is its `get_run`, if the caller has it already."""
+    return _read(ctx, run_id, info)[0]
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What judging a run needs beyond its `Experiment`: where its noise is measured, and its seed."""
+
+    dataset: str
+    budget: Budget
+    seed: int
+
+
+def _read(ctx: ToolContext, run_id: str, info: RunInfo | None = None) -> tuple[Experiment, _Facts]:
     record = run_record(ctx, run_id)
+    config = read_train_config(RunLayout(ctx.workspace.run_dir(run_id)).config, ctx.workspace.reader("run_id"))
     info = info or get_run(ctx, RunRequest(run_id=run_id))
     summary = info.summary
     status, reason = _status(record, info)
     parent = record.parent_run or record.parent
+    changes = changes_from(ctx, run_id, parent)
     loads = [load for load in (record.load_start, record.load_end) if load is not None]
-    return Experiment(
+    entry = Experiment(
         run_id=run_id,
         status=status,
         val_bpb=summary.val_bpb if summary else None,
-        val_loss=summary.val_loss if summary else None,
+        budget=config.budget.describe(),
         parent=parent,
-        changes=changes_from(ctx, run_id, parent),
+        changes=changes,
+        # a new run of its parent's config (not a continuation of it) whose only change is its seed
+        rerun_of=parent if record.parent_run and record.parent is None and set(changes) <= {"seed"} else None,
+        val_loss=summary.val_loss if summary else None,
         note=record.note,
         reason=reason,
         sweep_id=record.sweep_id,
-        baseline=record.baseline,
         steps=summary.steps if summary else info.step,
         train_s=summary.train_s if summary else None,
         load=max(loads) if loads else None,
         concurrent_runs=record.concurrent_runs,
         created_at=record.created_at,
     )
+    return entry, _Facts(config.dataset, config.budget, config.seed)
 
 
 def _status(record: RunRecord, info: RunInfo) -> tuple[Status, str | None]:
@@ -174,15 +270,102 @@ def _status(record: RunRecord, info: RunInfo) -> tuple[Status, str | None]:
     return "crashed", cut(info.reason or info.status.value.lower(), REASON_CHARS)
 
 
-def _experiments(ctx: ToolContext) -> list[Experiment]:
-    """Every readable run of the workspace (list_runs reports the unreadable ones)."""
-    found = []
+def ledger(ctx: ToolContext) -> dict[str, Experiment]:
+    """Every readable run of the workspace (list_runs reports the unreadable ones), each judged against its
+    parent and the noise at its dataset and budget."""
+    read = {}
     for folder in sorted(ctx.workspace.runs_dir.iterdir()):
         try:
-            found.append(experiment(ctx, folder.name))
+            read[folder.name] = _read(ctx, folder.name)
         except (TradewindError, ValueError, OSError):
             continue
-    return found
+    _judge(read)
+    return {run_id: entry for run_id, (entry, _) in read.items()}
+
+
+def _judge(read: dict[str, tuple[Experiment, _Facts]]) -> None:
+    """Fill in each run's rerun root, delta, noise and verdict, from every run in `read`."""
+    entries = {run_id: entry for run_id, (entry, _) in read.items()}
+    for entry in entries.values():  # a rerun of a rerun reruns the config's first run
+        while entry.rerun_of in entries and entries[entry.rerun_of].rerun_of is not None:
+            entry.rerun_of = entries[entry.rerun_of].rerun_of
+    values = {run_id: _group_values(run_id, read) for run_id, entry in entries.items() if entry.rerun_of is None}
+    place = {run_id: (facts.dataset, facts.budget) for run_id, (_, facts) in read.items()}
+    noise: dict[tuple[str, Budget], Noise] = {}
+    for key in set(place.values()):
+        noise[key] = pooled(group for run_id, group in values.items() if place[run_id] == key)
+    for run_id, entry in entries.items():
+        if entry.rerun_of is not None:
+            entry.verdict = f"rerun of {entry.rerun_of}'s config: it measures noise and is not ranked"
+            continue
+        measured = noise[place[run_id]]
+        entry.sigma, entry.reruns = measured.sigma, measured.runs
+        entry.delta, entry.beyond_noise, entry.verdict = _compare(run_id, entry, entries, values, place, measured)
+
+
+def _group_values(first: str, read: dict[str, tuple[Experiment, _Facts]]) -> list[float]:
+    """The val_bpb of `first` and of its reruns that have one. A run that fixes its work (tokens, FLOPs, steps)
+    repeats itself exactly from one seed, so each seed counts once there; a run on a time budget does not."""
+    by_seed: dict[int, float] = {}
+    times: list[float] = []
+    for run_id, (entry, facts) in read.items():
+        if (run_id == first or entry.rerun_of == first) and entry.val_bpb is not None:
+            if facts.budget.kind == "time":
+                times.append(entry.val_bpb)
+            else:
+                by_seed.setdefault(facts.seed, entry.val_bpb)
+    return [*by_seed.values(), *times]
+
+
+def _compare(
+    run_id: str,
+    entry: Experiment,
+    entries: dict[str, Experiment],
+    values: dict[str, list[float]],
+    place: dict[str, tuple[str, Budget]],
+    noise: Noise,
+) -> tuple[float | None, bool | None, str | None]:
+    """The run's delta against its parent's config, whether it beats `noise`, and the verdict in words."""
+    mine = values[run_id]
+    parent = entry.parent
+    if parent is None or parent not in entries:
+        return (
+            None,
+            None,
+            (f"baseline: mean {statistics.fmean(mine):.4f} over {len(mine)} runs" if len(mine) > 1 else None),
+        )
+    first = entries[parent].rerun_of or parent
+    theirs = values.get(first, [])
+    (dataset, budget), (parent_dataset, parent_budget) = place[run_id], place[first]
+    if budget != parent_budget or dataset != parent_dataset:
+        budgets = f"{parent_budget.describe()}, not {budget.describe()}"
+        other = "dataset" if budget == parent_budget else f"budget ({budgets})"
+        return None, None, f"not compared with {first}, which has another {other}: compare runs of one budget"
+    if not mine or not theirs:
+        return None, None, None
+    delta = statistics.fmean(mine) - statistics.fmean(theirs)
+    said = f"delta {delta:+.4f} against {first} (means of {len(mine)} and {len(theirs)} runs)"
+    if not noise.measured:
+        return (
+            delta,
+            None,
+            (
+                f"{said}; noise not measured: {noise.runs} runs of rerun configs at this budget, {MIN_RUNS} needed; "
+                f"rerun_baseline {first}"
+            ),
+        )
+    threshold = noise.threshold(len(mine), len(theirs))
+    beyond = abs(delta) > threshold
+    judged = "beyond noise" if beyond else "within noise"
+    return (
+        delta,
+        beyond,
+        f"{said}: {judged} (sigma {noise.sigma:.4f} from {noise.runs} runs; it must exceed {threshold:.4f})",
+    )
+
+
+def _seed(ctx: ToolContext, run_id: str) -> int:
+    return read_train_config(RunLayout(ctx.workspace.run_dir(run_id)).config, ctx.workspace.reader("run_id")).seed
 
 
 def _matches(entry: Experiment, request: ListExperimentsRequest) -> bool:

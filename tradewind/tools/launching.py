@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from tradewind.cluster import Backend, JobSpec, Placement
@@ -29,6 +29,7 @@ from tradewind.core import (
     InvalidInputError,
     NotFoundError,
     TradewindError,
+    describe_validation_error,
     make_id,
     parse_config,
 )
@@ -36,7 +37,7 @@ from tradewind.core.buckets import ENDPOINT_SETTINGS, is_remote
 from tradewind.tools.buckets import fetch_model, stage_in_bucket
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
-from tradewind.tools.limits import active_runs, check_launch_limits
+from tradewind.tools.limits import active_runs, check_launch_limits, holds_devices_alone
 from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_placement
 from tradewind.tools.spec import tool
 from tradewind.tools.tpu_fit import check_fits_slice
@@ -68,7 +69,6 @@ class LaunchTrainingRequest(LedgerEntry, Placement, TrainConfig):  # fields: Tra
     )
     # Set by the sweep that launches a run (Python), not by an agent.
     sweep_id: SkipJsonSchema[str | None] = None
-    baseline: SkipJsonSchema[bool] = False
 
     @field_validator("distributed", mode="before")
     @classmethod
@@ -117,7 +117,7 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
     The run trains as a job on the backend it names (local processes, or a Ray cluster with GPUs or TPU
     slices); stop it with cancel_run. A run killed from outside
     restarts from its newest checkpoint (max_retries). resume_from continues a run for more steps as a new
-    run. `sweep_id` and `baseline` (Python only) mark a run a sweep launched and a baseline rerun, for the ledger.
+    run. `sweep_id` (Python only) marks a run a sweep launched, for the ledger.
     A small model on this machine's CPU trains at several thousand tokens per second
     (a 1.3M-parameter model: about 3 steps of 16 x 128 tokens per second on 2 cores).
     """
@@ -132,6 +132,7 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
     check_launch_limits(
         ctx, config, placement, vocab_size=vocab_size, on_this_machine=on_this_machine, active_runs=active
     )
+    alone = holds_devices_alone(config, on_this_machine)
     if placement.accelerator.kind == "tpu" and not on_this_machine:  # the local backend refuses a TPU at once
         check_fits_slice(ctx, config, placement, vocab_size, progress)
     backend = ctx.job_backend(placement.backend)
@@ -165,7 +166,8 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         callable=TRAIN_CALLABLE,
         kwargs=TrainJob(run_dir=run_dir, config=job_config, placement=placement).model_dump(mode="json"),
         log_path=str(layout.log),
-        resources=placement.resources(),
+        # a run on a time budget holds every CPU of this machine, so that no other job starts beside it
+        resources=placement.resources(cpus=backend.capacity.cpus / placement.processes if alone else 1.0),
         replicas=placement.processes,
         env=training_env(ctx, placement, backend),
         max_retries_preemption=placement.max_retries,
@@ -278,6 +280,31 @@ def _continued_launch(
             f"({inherited_placement.storage or 'this workspace'}); leave storage out, or launch a new run instead"
         )
     return Launch(TrainConfig.model_validate(merged), placement, ledger, parent_dir.name, saved[-1])
+
+
+def rerun_arguments(ctx: ToolContext, run_id: str, *, seed: int, argument: str) -> dict[str, Any]:
+    """launch_training's arguments that rerun run `run_id`'s config and placement with `seed`, as a rerun of it
+    (its parent_run, no other change), for request argument `argument`.
+
+    Raises:
+        InvalidInputError: the run's config cannot be launched again (made by an older Tradewind); the message
+            names its file and fields.
+    """
+    folder = run_folder(ctx, run_id, argument)
+    layout = RunLayout(folder)
+    with ctx.workspace.open(layout.config, "r", argument=argument) as file:
+        arguments = json.load(file)
+    arguments.pop("distributed", None)  # a launch finds its processes through its backend
+    placement = run_placement(ctx, folder, argument).model_dump(mode="json", exclude_defaults=True)
+    arguments.update(placement, seed=seed, parent_run=folder.name, note=f"rerun of {folder.name} (seed {seed})")
+    try:
+        LaunchTrainingRequest.model_validate(arguments)
+    except ValidationError as error:
+        raise InvalidInputError(
+            f"argument {argument!r}: run {folder.name}'s config cannot be rerun: "
+            + describe_validation_error(error, str(layout.config))
+        ) from None
+    return arguments
 
 
 def run_folder(ctx: ToolContext, value: str, argument: str) -> Path:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import psutil
 
 from tradewind.cluster import Placement
+from tradewind.cluster.backends import BACKEND_TYPES
 from tradewind.core import InvalidInputError, TradewindError
 from tradewind.tools.context import LaunchLimits, ToolContext
 from tradewind.tools.runs import RunRequest, get_run, run_record
-from tradewind.trainer import TrainConfig, training_memory
+from tradewind.trainer import RunLayout, TrainConfig, read_train_config, training_memory
+from tradewind.trainer.config import Budget
 
 GIB = 2**30
 
@@ -65,15 +67,58 @@ def check_launch_limits(
         InvalidInputError: naming the limit, what was asked for, and how to raise it.
     """
     limits = ctx.settings().limits
-    if config.steps > limits.max_steps:
+    steps = config.total_steps or config.steps  # a time budget's steps are what fits: no limit to check first
+    if steps > limits.max_steps:
+        field = config.budget.field if config.budget.fixes_work else "steps"
         raise InvalidInputError(
-            f"argument 'steps': {config.steps} is more than the limit of {limits.max_steps} steps per run; ask for "
-            f"fewer, or raise {_setting(ctx, 'max_steps', limits)}"
+            f"argument {field!r}: {config.budget.describe()} is {steps:,} steps, more than the limit of "
+            f"{limits.max_steps:,} steps per run; ask for fewer, or raise {_setting(ctx, 'max_steps', limits)}"
         )
+    if on_this_machine and limits.shared_devices == "refuse":
+        _check_devices_free(ctx, config, placement, active_runs, limits)
     on_this_cpu = on_this_machine and placement.accelerator.kind == "cpu"
     _admit(
         ctx, config, vocab_size, placement.processes, active_runs, what="the run", on_this_cpu=on_this_cpu, instead=""
     )
+
+
+def holds_devices_alone(config: TrainConfig, on_this_machine: bool) -> bool:
+    """Whether a run must have this machine's devices to itself: one on a time budget, whose result is what it
+    trains in its seconds, so that a run beside it would change. Its job asks the backend for every CPU, so no
+    other job starts beside it, and it starts only once none runs (`limits.shared_devices: wait` queues it)."""
+    return on_this_machine and config.budget.kind == "time"
+
+
+def _check_devices_free(
+    ctx: ToolContext, config: TrainConfig, placement: Placement, active: list[str], limits: LaunchLimits
+) -> None:
+    """Refuse a run on a time budget while another run holds this machine's devices of its kind, and any run
+    while one on a time budget does: two runs beside each other would each train at a speed the other sets."""
+    beside = [run_id for run_id in active if _devices_of(ctx, run_id) == placement.accelerator.kind]
+    timed = config.budget.kind == "time"
+    clashing = beside if timed else [run_id for run_id in beside if _budget_of(ctx, run_id).kind == "time"]
+    if not clashing:
+        return
+    whose = "it is on a time budget, and" if timed else "they are on a time budget, and"
+    raise LimitReached(
+        f"run(s) {', '.join(clashing)} use this machine's {placement.accelerator.kind} devices; {whose} runs side "
+        f"by side would each train at a speed the other sets; wait for them (wait_for_run), give this run a "
+        f"token_budget instead of time_budget_s, or set {_setting(ctx, 'shared_devices', limits)} to 'wait' to "
+        "queue it until they end",
+        "shared_devices",
+    )
+
+
+def _devices_of(ctx: ToolContext, run_id: str) -> str | None:
+    """The kind of device run `run_id` trains on, if it runs on this machine (None on a cluster)."""
+    record = run_record(ctx, run_id)
+    here = record.backend == "process" or BACKEND_TYPES[record.backend].on_this_machine  # a Python train() call
+    return record.placement.accelerator.kind if here else None
+
+
+def _budget_of(ctx: ToolContext, run_id: str) -> Budget:
+    layout = RunLayout(ctx.workspace.run_dir(run_id))
+    return read_train_config(layout.config, ctx.workspace.reader("run_id")).budget
 
 
 def admit_job(

@@ -154,7 +154,7 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         run_dir=str(layout.root),
         log_file=str(layout.log),
         dataset=config.dataset,
-        total_steps=summary.steps if summary else planned_steps(config.steps, config.time_budget_s, rows),
+        total_steps=summary.steps if summary else planned_steps(config, rows),
         step=rows[-1].step if rows else 0,
         loss=losses[-1] if losses else None,
         eval_loss=eval_losses[-1] if eval_losses else None,

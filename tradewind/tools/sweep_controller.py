@@ -249,9 +249,7 @@ class Controller:
 
     def launch(self, trial: TrialState, active: int) -> bool:
         """Launch one trial; False when a workspace limit says to wait (it stays pending)."""
-        request = LaunchTrainingRequest.model_validate(
-            {**trial.arguments, "sweep_id": self.state.sweep_id, "baseline": trial.baseline}
-        )
+        request = LaunchTrainingRequest.model_validate({**trial.arguments, "sweep_id": self.state.sweep_id})
         try:
             run = launch_training(self.ctx, request)
         except (TradewindError, ValueError) as error:

@@ -31,7 +31,7 @@ from tradewind.core.config import set_dotted
 from tradewind.tools.bounds import PAGE_CHARS, cut, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
-from tradewind.tools.launching import LaunchTrainingRequest, run_folder
+from tradewind.tools.launching import LaunchTrainingRequest, rerun_arguments, run_folder
 from tradewind.tools.runs import RunRequest, cancel_run, run_record
 from tradewind.tools.spec import tool
 from tradewind.tools.sweep_controller import (
@@ -84,7 +84,7 @@ class LaunchSweepRequest(BaseModel):
     note: str | None = Field(None, max_length=200, description="One line for the ledger.")
     parent_run: str | None = Field(None, description="The run all trials change (ledger, baselines).")
     baseline_every: int | None = Field(
-        None, ge=2, le=1000, description="Every k-th launch reruns parent_run as a baseline."
+        None, ge=2, le=1000, description="Every k-th launch reruns parent_run (new seed)."
     )
 
     @field_validator("space")
@@ -242,11 +242,13 @@ def _plan(
     datasets: dict[str, str] = {}  # as given -> the cache folder
     limits = ctx.settings().limits
     trials: list[TrialState] = []
-    baseline_arguments = None if request.baseline_every is None else _baseline_arguments(ctx, base, parent_run)
+    seeds = random.SystemRandom()  # each baseline rerun draws its own: reruns of one seed would measure no noise
     for combo in combos:
         if request.baseline_every and (len(trials) + 1) % request.baseline_every == 0:
-            assert baseline_arguments is not None
-            trials.append(_trial(len(trials), {}, baseline_arguments, baseline=True))
+            assert parent_run is not None
+            rerun = rerun_arguments(ctx, parent_run, seed=seeds.randrange(2**32), argument="parent_run")
+            rerun["backend"] = base["backend"]
+            trials.append(_trial(len(trials), {}, rerun, baseline=True))
         overrides = dict(zip(keys, combo, strict=True))
         label = _describe(overrides)
         arguments = copy.deepcopy(base)
@@ -286,24 +288,6 @@ def _trial(index: int, overrides: dict[str, Any], arguments: dict[str, Any], bas
         arguments=arguments,
         tokens_per_step=checked.tokens_per_step,
     )
-
-
-def _baseline_arguments(ctx: ToolContext, base: dict[str, Any], parent_run: str | None) -> dict[str, Any]:
-    """launch_training's arguments that rerun `parent_run`'s config on the sweep's backend."""
-    assert parent_run is not None
-    layout = RunLayout(ctx.workspace.run_dir(parent_run))
-    with ctx.workspace.open(layout.config, "r", argument="parent_run") as file:
-        arguments = json.load(file)
-    arguments.pop("distributed", None)  # a launch finds its processes through its backend
-    arguments.update(backend=base["backend"], note=f"baseline rerun of {parent_run}", parent_run=parent_run)
-    try:
-        LaunchTrainingRequest.model_validate(arguments)
-    except ValidationError as error:
-        raise InvalidInputError(
-            f"argument 'baseline_every': parent_run {parent_run}'s config cannot be rerun: "
-            + describe_validation_error(error, str(layout.config))
-        ) from None
-    return arguments
 
 
 def _describe(overrides: dict[str, Any]) -> str:

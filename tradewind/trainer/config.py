@@ -10,10 +10,11 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tradewind.core import ConfigError, NotFoundError, read_json_config
 from tradewind.core.files import Opener, open_plain
@@ -126,6 +127,39 @@ class LoraConfig(BaseModel):
         return model.n_layers * sum(self.rank * sum(shapes[target]) for target in self.targets)
 
 
+MAX_STEPS = 10**9  # the most updates a run may make, as `steps` or as a token or FLOP budget's
+
+# The TrainConfig field that sets each kind of budget.
+BUDGET_FIELDS = {"tokens": "token_budget", "flops": "flop_budget", "time": "time_budget_s", "steps": "steps"}
+
+
+class Budget(BaseModel):
+    """What fixes a run's length (`TrainConfig.budget`): a size of work (tokens, FLOPs), of time, or steps."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["tokens", "flops", "time", "steps"] = Field(description="What the budget counts.")
+    size: float = Field(description="How many: tokens, FLOPs, seconds or steps.")
+
+    @property
+    def field(self) -> str:
+        """The `TrainConfig` field that sets this budget."""
+        return BUDGET_FIELDS[self.kind]
+
+    @property
+    def fixes_work(self) -> bool:
+        """Whether the budget is an amount of work (tokens or FLOPs), which a time budget can only cap."""
+        return self.kind in ("tokens", "flops")
+
+    def describe(self) -> str:
+        """The budget in words for logs and reports: '2,048,000 tokens', '1.2e+12 FLOPs', '60 s', '200 steps'."""
+        if self.kind == "flops":
+            return f"{self.size:.3g} FLOPs"
+        if self.kind == "time":
+            return f"{self.size:g} s"
+        return f"{int(self.size):,} {self.kind}"
+
+
 class TrainConfig(BaseModel):
     """One training run: which token cache, which model, which optimizer, how long, on what mesh.
 
@@ -137,12 +171,11 @@ class TrainConfig(BaseModel):
     dataset: str = Field(description="The token cache's folder (it needs 'train' and 'val' splits).")
     model: ModelConfig = Field(default_factory=LlamaConfig, description="Architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
-    steps: int = Field(200, gt=0, le=10**9, description="Optimizer updates (unless time_budget_s).")
+    steps: int = Field(200, gt=0, le=MAX_STEPS, description="Optimizer updates, unless a budget is set.")
+    token_budget: int | None = Field(None, gt=0, le=10**15, description="Tokens to train; fixes the steps.")
+    flop_budget: float | None = Field(None, gt=0, le=1e25, description="Model FLOPs to train; needs model.vocab_size.")
     time_budget_s: float | None = Field(
-        None,
-        gt=0,
-        le=604800,
-        description="Seconds to train instead of steps (compile excluded).",
+        None, gt=0, le=604800, description="Seconds to train (no compile); caps a token/flop budget."
     )
     batch_size: int = Field(16, gt=0, le=2**20, description="Global sequences per update.")
     grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch; divides batch_size.")
@@ -175,7 +208,7 @@ class TrainConfig(BaseModel):
     peak_flops: float | None = Field(None, gt=0, le=1e18, description="Per device, for MFU; null: looked up.")
     resume_from: str | None = Field(
         None,
-        description="Continue this run's newest checkpoint as a new run; steps: the total.",
+        description="Continue this run's newest checkpoint as a new run; budgets are totals.",
     )
     lora: LoraConfig | None = Field(None, description="LoRA; null: train all weights.")
 
@@ -212,10 +245,51 @@ class TrainConfig(BaseModel):
             raise ValueError(f"grad_accum ({grad_accum}) must divide batch_size ({batch_size})")
         return grad_accum
 
+    @model_validator(mode="after")
+    def _one_work_budget(self) -> TrainConfig:
+        if self.token_budget is not None and self.flop_budget is not None:
+            raise ValueError("token_budget and flop_budget: set at most one (each fixes the run's work)")
+        if self.flop_budget is not None and self.model.vocab_size is None:
+            # Whoever reads the config (the trainer, the run tools, reports) must count the same steps, so the FLOPs
+            # per token, which count the output head, cannot wait for the dataset's vocabulary.
+            raise ValueError(
+                "flop_budget needs model.vocab_size: the FLOPs per token count the output head, whose size it is; "
+                "set it (at least the dataset tokenizer's vocabulary, e.g. 258 for 'byte')"
+            )
+        total = self.total_steps
+        if total is not None and total > MAX_STEPS:
+            raise ValueError(
+                f"{self.budget.field}: {self.budget.describe()} is {total:,} updates of {self.tokens_per_step:,} "
+                f"tokens, more than the {MAX_STEPS:,} a run may make; lower it or raise batch_size or seq_len"
+            )
+        return self
+
     @property
     def tokens_per_step(self) -> int:
         """Tokens the model predicts in one update: batch_size * seq_len."""
         return self.batch_size * self.seq_len
+
+    @property
+    def budget(self) -> Budget:
+        """What fixes the run's length: its token or FLOP budget, else its time budget, else its steps."""
+        if self.token_budget is not None:
+            return Budget(kind="tokens", size=self.token_budget)
+        if self.flop_budget is not None:
+            return Budget(kind="flops", size=self.flop_budget)
+        if self.time_budget_s is not None:
+            return Budget(kind="time", size=self.time_budget_s)
+        return Budget(kind="steps", size=self.steps)
+
+    @property
+    def total_steps(self) -> int | None:
+        """The updates the run's work fixes: `steps`, or as many as its token or FLOP budget takes (the last
+        update may go past the budget, never short of it); None for a time budget, whose runs count updates as
+        they go (`tradewind.trainer.plan.TimeBudget`). A time cap beside a work budget may stop a run sooner."""
+        if self.token_budget is not None:
+            return -(-self.token_budget // self.tokens_per_step)  # the ceiling, in exact integers
+        if self.flop_budget is not None:
+            return math.ceil(self.flop_budget / (self.model.flops_per_token(self.seq_len) * self.tokens_per_step))
+        return None if self.time_budget_s is not None else self.steps
 
 
 def read_train_config(path: str | os.PathLike[str], opener: Opener = open_plain) -> TrainConfig:

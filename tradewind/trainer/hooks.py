@@ -64,7 +64,7 @@ class RunWriters:
     """Where a metrics row goes: metrics.jsonl, stdout, TensorBoard and W&B (process 0 only).
 
     Keeps every row of the run (`rows`, starting with those restored), from which the summary is made.
-    `progress(step, total_steps, row)` is called with each row, the total as `plan` has it then.
+    `progress(step, total_steps, row)` is called with each row, the total being the plan's last step then.
     """
 
     def __init__(
@@ -91,9 +91,9 @@ class RunWriters:
                 self.events.scalars(row.step, scalars)
             if self.wandb is not None:
                 self.wandb.log(scalars, step=row.step)
-        _print_row(row, self.plan.total_steps)
+        _print_row(row, self.plan.last_step)
         if self.progress is not None:
-            self.progress(row.step, self.plan.total_steps, row)
+            self.progress(row.step, self.plan.last_step, row)
 
     def close(self) -> None:
         if self.events is not None:
@@ -155,10 +155,10 @@ class MetricsHook:
         )
 
     def _logs(self, step: int) -> bool:
-        return step % self.config.log_every == 0 or step == self.plan.total_steps
+        return step % self.config.log_every == 0 or step == self.plan.last_step
 
     def _evaluates(self, step: int) -> bool:
-        return step % self.config.eval_every == 0 or step == self.plan.total_steps
+        return step % self.config.eval_every == 0 or step == self.plan.last_step
 
 
 class CheckpointHook:
@@ -174,7 +174,7 @@ class CheckpointHook:
         # and a wall-clock policy could answer the second time otherwise.
         if self.decided is not None and self.decided[0] == step:
             return self.decided[1]
-        decision = self.checkpointer.should_save(step, final=step == self.plan.total_steps)
+        decision = self.checkpointer.should_save(step, final=step == self.plan.last_step)
         if self.checkpointer.policy.every_minutes:
             decision = agree(decision)  # a wall-clock policy could decide differently on each host
         self.decided = (step, decision)
@@ -277,7 +277,7 @@ def _check_finite(step_losses: np.ndarray, first_step: int) -> None:
         )
 
 
-def _print_row(row: MetricRow, total_steps: int) -> None:
+def _print_row(row: MetricRow, last_step: int) -> None:
     """One log line per row, of the figures it has (a skipped step has no grad norm, say)."""
     shown = (
         ("loss", row.loss, "{:.4f}"),
@@ -287,7 +287,7 @@ def _print_row(row: MetricRow, total_steps: int) -> None:
         ("MFU", row.mfu, "{:.1%}"),
         ("eval_loss", row.eval_loss, "{:.4f}"),
     )
-    parts = [f"step {row.step}" if total_steps == UNPLANNED else f"step {row.step}/{total_steps}"]
+    parts = [f"step {row.step}" if last_step == UNPLANNED else f"step {row.step}/{last_step}"]
     parts += [f"{name} {form.format(value)}" for name, value, form in shown if value is not None]
     print(" | ".join([*parts, f"{row.elapsed:.1f}s"]), flush=True)
 

@@ -161,7 +161,7 @@ def run_steps(
     plan = setup.plan
 
     def last() -> int:
-        return plan.total_steps if last_step is None else last_step
+        return plan.last_step if last_step is None else last_step
 
     interval = Interval()
     batch = setup.put_batch(setup.train_loader.batch(state.data_step))
@@ -179,7 +179,7 @@ def run_steps(
             batch = setup.put_batch(setup.train_loader.batch(state.data_step))
             interval.data_s += time.perf_counter() - fetch
         if progress is not None:
-            progress(state.step, plan.total_steps, None)
+            progress(state.step, plan.last_step, None)
         due = [hook for hook in hooks if hook.wants(state.step)]
         if not due:
             continue
@@ -229,9 +229,11 @@ def _train(
             evaluate(setup, state.params)  # timed, as the budget's reserve
     budget = None
     if config.time_budget_s:
-        # The budget ends with the last step's evaluation, and what earlier attempts trained counts.
+        # The budget ends with the last step's evaluation, and what earlier attempts trained counts. Beside a
+        # token or FLOP budget it is a cap: the work fixes the schedule, and the cap may only end the run sooner.
         reserve = time.perf_counter() - evaluation
-        budget = TimeBudget(setup.plan, config.time_budget_s - reserve - train_seconds(writers.rows), first_step)
+        seconds = config.time_budget_s - reserve - train_seconds(writers.rows)
+        budget = TimeBudget(setup.plan, seconds, first_step, cap=config.total_steps is not None)
     try:
         loop_start = time.perf_counter()
         state = run_steps(setup, state, hooks, progress, budget=budget)
@@ -248,16 +250,15 @@ def _train(
         writers.close()
 
     summary = _summarise(setup, writers.rows, time.perf_counter() - start, first_step, state.step, train_s, val)
-    budget_note = f" of a {config.time_budget_s:g}s budget" if config.time_budget_s else ""
     if val is not None:
         print(
-            f"trained {train_s:.1f}s{budget_note}; val_loss {_figure(val.loss)}, val_bpb {_figure(val.bits_per_byte)} "
+            f"trained {train_s:.1f}s; val_loss {_figure(val.loss)}, val_bpb {_figure(val.bits_per_byte)} "
             f"on {val.tokens:,} fixed val tokens ({val.seconds:.1f}s)",
             flush=True,
         )
     print(
-        f"done: {summary.steps} steps, final loss {_figure(summary.final_loss)}, eval loss "
-        f"{_figure(summary.first_eval_loss)} -> {_figure(summary.final_eval_loss)}, "
+        f"done: {summary.steps} steps{_budget_note(config, summary)}, final loss {_figure(summary.final_loss)}, "
+        f"eval loss {_figure(summary.first_eval_loss)} -> {_figure(summary.final_eval_loss)}, "
         f"{summary.mean_tokens_per_s or 0:,.0f} tok/s, MFU {summary.mfu or 0:.2%}, {summary.wall_s:.1f}s",
         flush=True,
     )
@@ -282,10 +283,11 @@ def _initial_state(
         chosen = read_record(layout.record).parent_step if layout.record.exists() else None
         checkpoints, history = parent_files(config.resume_from)
         state = read_checkpoint(checkpoints, setup.state, chosen)
-        if state.step >= config.steps and not config.time_budget_s:
+        total, budget = config.total_steps, config.budget
+        if total is not None and state.step >= total:
             raise InvalidInputError(
-                f"steps: {config.steps} is the run's total and must exceed the step of the checkpoint of "
-                f"{config.resume_from} it continues from ({state.step})"
+                f"{budget.field}: {budget.describe()} ({total:,} updates) is the run's total and must exceed the step "
+                f"of the checkpoint of {config.resume_from} it continues from ({state.step})"
             )
     else:
         if layout.metrics.exists() and is_main_process():
@@ -308,6 +310,19 @@ def _check_gang(placement: Placement | None) -> None:
 
 def _figure(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
+
+
+def _budget_note(config: TrainConfig, summary: TrainSummary) -> str:
+    """The budget for the run's last log line: what it was, and whether a time cap cut the work short."""
+    budget = config.budget
+    if budget.kind == "steps":
+        return ""  # the step count says it
+    if summary.budget_met is False:
+        return (
+            f" of the {config.total_steps:,} that {budget.describe()} take (not met: the {config.time_budget_s:g} s "
+            "cap ran out first)"
+        )
+    return f" ({budget.describe()} budget)"
 
 
 def _claim_run_dir(layout: RunLayout, config: TrainConfig) -> None:
@@ -351,6 +366,7 @@ def _summarise(
     skipped = sum(row.skipped_steps or 0 for row in rows)
     peak = setup.peak_flops * len(jax.devices())
     final_eval = evals[-1] if evals else None
+    budget = config.budget
     return TrainSummary(
         parameters=setup.parameters,
         steps=steps,
@@ -372,6 +388,9 @@ def _summarise(
         skipped_steps=skipped or None,
         train_s=train_s,
         time_budget_s=config.time_budget_s,
+        budget_kind=budget.kind,
+        budget=budget.size,
+        budget_met=steps >= config.total_steps if budget.fixes_work else None,
         val_loss=val.loss if val else None,
         val_bpb=val.bits_per_byte if val else None,
         val_tokens=val.tokens if val else None,

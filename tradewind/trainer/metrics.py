@@ -25,13 +25,16 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tradewind.core import ConfigError, describe_validation_error, parse_config, read_json
 from tradewind.core.files import Opener, open_plain
 from tradewind.core.storage import complete_lines
+
+if TYPE_CHECKING:
+    from tradewind.trainer.config import TrainConfig
 
 MAX_ROW_PROBLEMS = 5  # skipped rows named one by one; the rest are counted
 
@@ -95,6 +98,13 @@ class TrainSummary(BaseModel):
     skipped_steps: int | None = Field(None, description="Updates dropped for non-finite losses (skip policy).")
     train_s: float | None = Field(None, description="Seconds of training: the updates and what the loop did between.")
     time_budget_s: float | None = Field(None, description="The run's training budget, if it had one.")
+    budget_kind: Literal["tokens", "flops", "time", "steps"] | None = Field(
+        None, description="What fixed the run's length (`TrainConfig.budget`)."
+    )
+    budget: float | None = Field(None, description="Its size: tokens, FLOPs, seconds or steps.")
+    budget_met: bool | None = Field(
+        None, description="A token or FLOP budget: all its steps done (false: the time cap ran out first)."
+    )
     val_loss: float | None = Field(None, description="Final loss on the dataset's fixed val tokens (`val_tokens`).")
     val_bpb: float | None = Field(None, description="val_loss in bits per UTF-8 byte of the text those tokens are.")
     val_tokens: int | None = Field(None, description="Val tokens scored for val_loss and val_bpb.")
@@ -176,17 +186,19 @@ def train_seconds(rows: list[MetricRow]) -> float:
     return sum(updates * row.step_time_s for updates, row in logged_updates(rows))
 
 
-def planned_steps(steps: int, time_budget_s: float | None, rows: list[MetricRow]) -> int:
-    """The updates a run makes: `steps`; for a budgeted run, an estimate from its rows so far (the last row's
-    step plus the updates that fit in the budget left at its step time), at least the step it has reached."""
-    if not time_budget_s:
-        return steps
+def planned_steps(config: TrainConfig, rows: list[MetricRow]) -> int:
+    """The updates a run of `config` makes: those its steps or work budget fix (`config.total_steps`). With a
+    time budget, an estimate from its rows so far, the last row's step plus the updates that fit in the budget
+    left at its step time (at least the step it has reached), and no more than a work budget's steps, which the
+    time only caps."""
+    total = config.total_steps
     reached = rows[-1].step if rows else 0
     timed = [row for row in rows if row.step_time_s]
-    if not timed:
-        return reached
-    left = max(0.0, time_budget_s - train_seconds(rows))
-    return reached + int(left / timed[-1].step_time_s)
+    if config.time_budget_s and timed:
+        left = max(0.0, config.time_budget_s - train_seconds(rows))
+        fitting = reached + int(left / timed[-1].step_time_s)
+        return fitting if total is None else min(total, fitting)
+    return reached if total is None else total  # before its speed is known, a time cap cuts nothing
 
 
 @dataclass

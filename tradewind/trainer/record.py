@@ -40,7 +40,6 @@ class LedgerEntry(BaseModel):
     parent_run: str | None = Field(default=None, description="The run this one changes (the ledger shows the diff).")
     note: str | None = Field(default=None, max_length=300, description="One line for the ledger.")
     sweep_id: str | None = Field(default=None, description="The sweep that launched it.")
-    baseline: bool = Field(default=False, description="A rerun of parent_run, to compare under the same load.")
 
 
 class RunRecord(LedgerEntry):
