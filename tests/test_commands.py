@@ -132,3 +132,14 @@ def test_tradewind_compile_prints_the_slices_fit_and_estimate_and_fails_a_run_th
     assert main(["compile", str(config), "--accelerator", "tpu-v5litepod-8", *big, *common]) == 1
     shown = capsys.readouterr().out
     assert "DOES NOT FIT" in shown and "HBM per chip (compiled)" in shown and "It does not fit a chip" in shown
+
+
+def test_report_compares_on_the_metrics_compare_runs_takes_and_defaults_to_its_default():
+    import typing
+
+    from tradewind.tools.comparing import CompareMetric, CompareRunsRequest
+
+    commands = next(action for action in build_parser()._actions if action.dest == "command")
+    metric = next(action for action in commands.choices["report"]._actions if action.dest == "metric")
+    assert metric.choices == list(typing.get_args(CompareMetric))
+    assert metric.default == CompareRunsRequest.model_fields["metric"].default

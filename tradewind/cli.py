@@ -11,7 +11,7 @@
     tradewind sample RUN_ID [--prompt TEXT | --messages JSON|FILE] [--max-tokens 200] [--temperature 0.8]
         [--top-k 0] [--top-p 1.0] [--seed 0] [--step N] [--timeout-s 300] [--json]
     tradewind profile RUN_ID [--steps 5] [--start-step 2] [--timeout-s 600] [--json]
-    tradewind report RUN [RUN ...] [--metric eval_loss|loss] [--no-sample] [--json]
+    tradewind report RUN [RUN ...] [--metric val_bpb|eval_loss|loss] [--no-sample] [--json]
     tradewind train CONFIG.yaml [--set key=value ...] [--detach]
     tradewind estimate CONFIG.yaml [--set key=value ...] [--budget-s S] [--no-probe] [--json]
     tradewind compile CONFIG.yaml --accelerator v5litepod-16 [--slices N] [--set key=value ...] [--json]
@@ -268,7 +268,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "report", parents=[common], help="write a run's report, or compare several runs; prints the report paths"
     )
     report.add_argument("runs", nargs="+", metavar="RUN", help="a run id; two or more: a comparison")
-    report.add_argument("--metric", choices=["eval_loss", "loss"], default="eval_loss", help="compare runs on it")
+    report.add_argument(
+        "--metric", choices=["val_bpb", "eval_loss", "loss"], default="val_bpb", help="compare runs on it"
+    )
     report.add_argument("--no-sample", action="store_true", help="no text sampled from the run's checkpoint")
     report.add_argument("--json", action="store_true", help="print the result as JSON")
     report.set_defaults(handler=commands.report)

@@ -334,13 +334,7 @@ def report(args: argparse.Namespace) -> int:
         print_result(result)
         return 0
     if len(args.runs) > 1:
-        print(f"better on {args.metric} at {result.at_tokens:,} tokens: {result.best_run or 'none'}")
-    print(f"{len(anomalies)} anomal{'y' if len(anomalies) == 1 else 'ies'}", file=sys.stderr)
-    print(result.report_path)
-    print(result.html_path)
-    return 0
-    if hasattr(result, "best_run"):
-        print(f"better on {args.metric} at {result.at_tokens:,} tokens: {result.best_run or 'none'}")
+        print(f"better on {result.compared_on} at {result.at_tokens:,} tokens: {result.best_run or 'none'}")
     print(f"{len(anomalies)} anomal{'y' if len(anomalies) == 1 else 'ies'}", file=sys.stderr)
     print(result.report_path)
     print(result.html_path)

@@ -10,6 +10,7 @@ import pytest
 from mcp import Client
 
 from tradewind.server import build_server
+from tradewind.server.adapter import GUARD_BOUND, without_guard_bounds
 from tradewind.server.app import SPEC_DEFAULT_HINTS, tool_hints
 from tradewind.tools import TOOLS
 from tradewind.trainer import GPT2Config, LlamaConfig
@@ -177,7 +178,8 @@ async def test_a_nested_config_section_is_listed_as_an_object_naming_each_of_its
     description = next(tool for tool in listed if tool.name == "launch_training").description
     assert description.endswith(" Full schema: tradewind://schema/launch_training.")
     assert all("tradewind://schema" not in tool.description for tool in listed if tool.name != "launch_training")
-    assert launch["properties"]["steps"]["maximum"] == 10**9  # a scalar argument keeps its whole schema
+    assert launch["properties"]["steps"]["minimum"] == 1  # a scalar argument keeps its whole schema ...
+    assert "maximum" not in launch["properties"]["steps"]  # ... but for a bound that only guards against overflow
 
 
 async def test_a_compacted_section_says_where_its_whole_schema_is_and_that_resource_has_it(ctx):
@@ -193,7 +195,9 @@ async def test_a_compacted_section_says_where_its_whole_schema_is_and_that_resou
         assert whole.get("required", []) == tool.input_schema.get("required", []), tool.name
         for name, field in tool.input_schema["properties"].items():
             if "Fields: " not in field.get("description", ""):
-                assert field == whole["properties"][name], (tool.name, name)
+                assert field == without_guard_bounds(whole["properties"][name]), (tool.name, name)
+                dropped = {k: v for k, v in whole["properties"][name].items() if k not in field}
+                assert all(v >= GUARD_BOUND for v in dropped.values()) and set(dropped) <= {"maximum"}, dropped
 
 
 async def test_a_tool_is_served_from_its_declaration_alone(ctx, monkeypatch):

@@ -22,6 +22,7 @@ from tradewind.tools import (
     summarize_report,
     wait_for_run,
 )
+from tradewind.tools.report_data import VAL_BPB_MEANING
 from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, RunRecord, TrainConfig, TrainSummary, write_record
 
 SUMMARY = TrainSummary(
@@ -38,18 +39,20 @@ SUMMARY = TrainSummary(
     mfu=0.0125,
     peak_flops_source="table",
     final_eval_perplexity=15.64,
-    final_eval_bits_per_byte=0.5,
+    final_eval_bits_per_byte=2.3626,
+    val_bpb=2.3653,  # on the fixed val tokens: not the eval curve's last point, a different sample
 )
 
 
 def write_run(
-    ctx: ToolContext, run_id: str, status: JobStatus, rows: list[MetricRow], summary=None, **record
+    ctx: ToolContext, run_id: str, status: JobStatus, rows: list[MetricRow], summary=None, config=None, **record
 ) -> RunLayout:
-    """A run folder as a Python call of `train` leaves it: record, config, metrics and (at its end) summary."""
+    """A run folder as a Python call of `train` leaves it: record, config (`config` overrides its fields), metrics
+    and (at its end) summary."""
     layout = RunLayout(ctx.workspace.runs_dir / run_id)
     layout.root.mkdir(parents=True)
     write_record(layout.record, RunRecord(run_id=run_id, backend="process", status=status, **record))
-    config = TrainConfig(dataset="datasets/ds-x", steps=30, batch_size=8, seq_len=32)
+    config = TrainConfig(**{"dataset": "datasets/ds-x", "steps": 30, "batch_size": 8, "seq_len": 32} | (config or {}))
     atomic_write_json(layout.config, config.model_dump(mode="json"))
     layout.metrics.write_text("".join(row.model_dump_json(exclude_none=True) + "\n" for row in rows))
     if summary is not None:
@@ -61,7 +64,7 @@ ROWS = [
     MetricRow(step=0, eval_loss=5.5, eval_perplexity=244.69, elapsed=0.5),
     MetricRow(step=10, loss=4.0, lr=1e-3, elapsed=2.0),
     MetricRow(step=20, loss=3.0, eval_loss=3.25, eval_perplexity=25.79, elapsed=4.0),
-    MetricRow(step=30, loss=2.5, eval_loss=2.75, eval_perplexity=15.64, elapsed=6.0),
+    MetricRow(step=30, loss=2.5, eval_loss=2.75, eval_perplexity=15.64, eval_bits_per_byte=2.3626, elapsed=6.0),
 ]
 
 
@@ -84,11 +87,11 @@ def test_a_finished_runs_report_has_its_config_figures_and_a_png_plot(fresh):
     for line in (
         "| dataset | `datasets/ds-x` |",
         "| parameters | 12,345 |",
-        "| steps | 30 |",
+        "| budget | 30 steps |",
         "| batch x sequence | 8 x 32 |",
-        "| best eval loss | 2.7500 |",
+        "| eval curve: best loss | 2.7500 |",
         "| tokens seen | 7,680 |",
-        "| final eval perplexity | 15.64 |",
+        "| eval curve: last perplexity | 15.64 |",
         "| throughput | n/a tokens/s |",
         "| model FLOPs utilisation | n/a % (table) |",
         "| wall time | 12.5 s |",
@@ -112,7 +115,8 @@ def test_a_running_run_is_reported_as_it_stands_from_its_latest_rows(fresh):
     assert report.status is JobStatus.RUNNING and "Status: **RUNNING**" in markdown
     assert report.final_loss == 3.0 and report.final_eval_loss == 3.25
     assert report.runs[0].first_eval_loss == 5.5 and report.runs[0].best_eval_loss == 3.25
-    assert "| parameters | n/a |" in markdown and "| final eval loss | 3.2500 |" in markdown
+    assert "| parameters | n/a |" in markdown and "| eval curve: last loss | 3.2500 |" in markdown
+    assert report.val_bpb is None and "| val_bpb | n/a until the run ends |" in markdown
 
 
 def test_a_profiled_run_gets_a_profile_section(fresh):
@@ -149,9 +153,9 @@ def test_every_number_in_a_report_is_the_metrics_files(fresh):
     evals = [(row.eval_loss, row.step) for row in rows if row.eval_loss is not None]
     assert float(cell(markdown, "final train loss")) == round(losses[-1], 4)
     assert float(cell(markdown, "best train loss")) == round(min(losses), 4)
-    assert float(cell(markdown, "best eval loss")) == round(min(evals)[0], 4)
-    assert int(cell(markdown, "best eval step")) == min(evals)[1]
-    assert float(cell(markdown, "first eval loss")) == round(evals[0][0], 4)
+    assert float(cell(markdown, "eval curve: best loss")) == round(min(evals)[0], 4)
+    assert int(cell(markdown, "eval curve: best step")) == min(evals)[1]
+    assert float(cell(markdown, "eval curve: first loss")) == round(evals[0][0], 4)
     assert int(cell(markdown, "tokens seen").replace(",", "")) == rows[-1].step * 8 * 32
     assert int(cell(markdown, "last step")) == rows[-1].step
     # Every eval point in the eval-curve table is a row's eval loss at that step.
@@ -195,11 +199,59 @@ def test_a_report_on_several_runs_compares_them_and_has_each_runs_section(fresh)
     write_run(fresh, "run-b", JobStatus.SUCCEEDED, ROWS[:3])
     report = summarize_report(fresh, SummarizeReportRequest(run_ids=["run-a", "run-b"], sample=False))
     markdown = Path(report.report_path).read_text(encoding="utf-8")
-    assert report.report_uri == "tradewind://reports/compare-run-a-run-b" and [run.run_id for run in report.runs] == ["run-a", "run-b"]
+    assert report.report_uri == "tradewind://reports/compare-run-a-run-b" and [run.run_id for run in report.runs] == [
+        "run-a",
+        "run-b",
+    ]
     assert Path(report.report_path).name == "compare-run-a-run-b.md"
     assert "## Training report: run-a" in markdown and "## Training report: run-b" in markdown
     assert "The runs' configs are the same." in markdown and "at 5,120 tokens seen" in markdown
+    # run-b has no summary, so the runs are compared on the eval curve's bits per byte, and the report says so.
+    assert "Compared on the eval curve's bits per byte (eval_bits_per_byte)" in markdown
+    assert "not on val_bpb" in markdown
+    assert markdown.count(VAL_BPB_MEANING) == 1  # defined once, in the comparison, not again in each run's section
     assert len(report.plot_paths) == 3 and all(Path(plot).is_file() for plot in report.plot_paths)
+
+
+def test_a_report_gives_val_bpb_from_the_summary_and_calls_the_periodic_evals_the_eval_curve(fresh):
+    write_run(fresh, "run-done", JobStatus.SUCCEEDED, ROWS, SUMMARY)
+    report = summarize_report(fresh, RunRequest(run_id="run-done"))
+    assert report.val_bpb == report.runs[0].val_bpb == SUMMARY.val_bpb
+    markdown = Path(report.report_path).read_text(encoding="utf-8")
+    assert cell(markdown, "val_bpb") == "2.3653"
+    assert cell(markdown, "eval curve: last bits per byte") == "2.3626"  # the curve's point, named as such
+    assert "final eval bits per byte" not in markdown and "final eval loss" not in markdown
+    assert VAL_BPB_MEANING in markdown and VAL_BPB_MEANING in Path(report.html_path).read_text(encoding="utf-8")
+
+
+def test_a_failed_run_has_no_val_bpb_and_the_report_says_it_ended_without_one(fresh):
+    write_run(fresh, "run-failed", JobStatus.FAILED, ROWS[:2], reason="exited with code 1")
+    report = summarize_report(fresh, RunRequest(run_id="run-failed"))
+    assert report.val_bpb is None
+    assert cell(Path(report.report_path).read_text(encoding="utf-8"), "val_bpb") == "n/a (the run ended without one)"
+
+
+def test_the_configuration_shows_the_budget_that_fixed_the_runs_length(fresh):
+    capped = {"token_budget": 7_680, "time_budget_s": 60}
+    write_run(fresh, "run-tokens", JobStatus.SUCCEEDED, ROWS, SUMMARY.model_copy(update={"budget_met": False}), capped)
+    write_run(fresh, "run-timed", JobStatus.SUCCEEDED, ROWS, SUMMARY, {"time_budget_s": 90})
+    tokens, timed = (
+        Path(summarize_report(fresh, RunRequest(run_id=run_id)).report_path).read_text(encoding="utf-8")
+        for run_id in ("run-tokens", "run-timed")
+    )
+    assert "| budget | 7,680 tokens, capped at 60 s (not met: the time cap ran out first) |" in tokens.splitlines()
+    assert "| budget | 90 s |" in timed.splitlines()
+
+
+def test_a_report_on_several_runs_samples_none_by_default_and_one_runs_report_does(fresh):
+    for run_id in ("run-a", "run-b"):
+        layout = write_run(fresh, run_id, JobStatus.SUCCEEDED, ROWS, SUMMARY)
+        (layout.checkpoints / "30").mkdir(parents=True)  # a checkpoint to sample: its dataset is missing
+    several = summarize_report(fresh, SummarizeReportRequest(run_ids=["run-a", "run-b"]))
+    assert [run.sample for run in several.runs] == [None, None]  # no sampling tried: it would have failed
+    assert Path(several.report_path).read_text(encoding="utf-8").count("Not sampled") == 2
+    (one,) = summarize_report(fresh, SummarizeReportRequest(run_id="run-a")).runs
+    assert one.sample is not None and one.sample.startswith("(sampling failed")
 
 
 def test_a_report_takes_run_id_or_run_ids_not_both():
@@ -227,7 +279,7 @@ def test_a_real_run_stopped_by_a_non_finite_loss_is_reported_at_that_step(ctx, d
 @pytest.mark.slow
 def test_a_finished_runs_report_lists_its_checkpoints_and_a_sample_from_the_last(ctx, constant_run):
     done, _ = constant_run
-    report = summarize_report(ctx, RunRequest(run_id=done.run_id))
+    report = summarize_report(ctx, SummarizeReportRequest(run_id=done.run_id))  # one run: sampled by default
     markdown = Path(report.report_path).read_text(encoding="utf-8")
     figures = report.runs[0]
     assert figures.checkpoints == [25, 30]  # keep_last 2 of every 5 steps

@@ -135,7 +135,7 @@ class Placement(BaseModel):
     accelerator: AcceleratorName = Field(
         "cpu",
         validate_default=True,
-        description="Per host: cpu, gpu, gpu:N; or TPU slice tpu-<type>, e.g. tpu-v5e-8 (Ray).",
+        description="cpu, gpu, gpu:N (per host), or a TPU slice, e.g. tpu-v5e-8 (Ray).",
     )
     slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
     replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run.")
@@ -144,7 +144,7 @@ class Placement(BaseModel):
         None, gt=0, le=604800, description="Fail if not started by then; null: 1800 s on Ray."
     )
     storage: BucketURL | None = Field(
-        None, description="gs:// or s3:// prefix for data, checkpoints, outputs; null: settings.yaml's"
+        None, description="gs:// or s3:// prefix for the run's files; null: settings.yaml's"
     )
 
     @model_validator(mode="after")

@@ -39,8 +39,7 @@ class TokenizeConfig(BaseModel):
 
     format: Format = Field(
         default="auto",
-        description="'auto': by extension (.jsonl/.ndjson, .parquet/.pq, else text). 'chat' (JSONL messages) and "
-        "'prompt_completion' train on replies.",
+        description="auto: by extension; chat (JSONL messages) and prompt_completion train on replies only.",
     )
     text_field: str = Field(default="text", description="JSONL/Parquet text field; dotted if nested.")
     val_fraction: float = Field(default=0.1, gt=0, lt=1, description="Share of documents held out (by content hash).")
@@ -51,7 +50,7 @@ class TokenizeConfig(BaseModel):
         default=VAL_TOKENS,
         gt=0,
         le=2**30,
-        description="Fixed val tokens for val_loss/val_bpb (at most the val split).",
+        description="Fixed val tokens scored for val_bpb.",
     )
 
 

@@ -353,6 +353,24 @@ def request_schema(tool: Callable[..., Any]) -> dict[str, Any]:
     return lean_input_schema(typing.get_type_hints(tool)["request"].model_json_schema())
 
 
+GUARD_BOUND = 2**20
+"""A `maximum` this high (10**9 steps, a 2**32 seed, a 2**50 byte offset) says nothing an agent plans with: it
+only keeps a number within what the code can hold. The listing leaves it out; validation keeps it."""
+
+
+def without_guard_bounds(schema: Any) -> Any:
+    """`schema` without any `maximum` of `GUARD_BOUND` or more, however deep."""
+    if isinstance(schema, list):
+        return [without_guard_bounds(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: without_guard_bounds(value)
+        for key, value in schema.items()
+        if not (key == "maximum" and isinstance(value, int | float) and value >= GUARD_BOUND)
+    }
+
+
 def compact_sections(schema: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """`schema` with each argument that is a nested config section (a model, or a union of models) written as a
     bare object whose description names the section's fields, and the names of those arguments.
@@ -362,7 +380,8 @@ def compact_sections(schema: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
     says so. Types, defaults and ranges are in the whole schema, which the caller names once for all sections
     (the tool's description), not in each. Validation does not change: the request model checks the whole
     section, and its errors name the nested field (`model.d_model`). Other arguments, lists of models among
-    them, keep their whole schema, and `$defs` keeps the entries they still refer to.
+    them, keep their whole schema but for the bounds that only guard against overflow (`without_guard_bounds`),
+    and `$defs` keeps the entries they still refer to.
     """
     defs = schema.get("$defs", {})
     properties = {}
@@ -370,7 +389,7 @@ def compact_sections(schema: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
     for name, field in schema.get("properties", {}).items():
         models, nullable = _section_models(field, defs)
         if not models:
-            properties[name] = field
+            properties[name] = without_guard_bounds(field)
             continue
         # the argument's own description, else a lone model's docstring (a union's are each its own)
         about = field.get("description") or (models[0].get("description", "") if len(models) == 1 else "")

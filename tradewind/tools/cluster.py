@@ -74,7 +74,7 @@ class RunPipelineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pipeline: str = Field(
-        description="Python file defining `steps` (a tradewind.cluster.Step list) in an --allow-code folder."
+        description="Python file defining `steps` (Step list) in an --allow-code folder."
     )
     dry_run: bool = Field(
         default=True,
@@ -207,8 +207,7 @@ def _pipeline_result(path: Path, steps: list[PlannedStep], **fields: Any) -> Run
 
 @tool("Run a pipeline", destructive=True, open_world=True)
 def run_pipeline(ctx: ToolContext, request: RunPipelineRequest, progress: Progress = no_progress) -> RunPipelineResult:
-    """Plan or run a pipeline file's cached steps. Use it for multi-step work; its folder needs --allow-code,
-    also to plan.
+    """Plan or run a pipeline file's cached steps. Use it for multi-step work (--allow-code folders only).
 
     Running code is a grant of its own: the file must lie under a folder the server was started with
     `--allow-code DIR`; any other (the workspace's pipelines/ included) is refused before anything imports

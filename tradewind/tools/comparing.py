@@ -1,9 +1,10 @@
-"""The tool that compares runs: the config fields that differ, each run's figures and anomalies, their losses
-overlaid against tokens seen, and which is better on a metric at equal tokens."""
+"""The tool that compares runs: the config fields that differ, each run's figures and anomalies, their eval
+curves overlaid against tokens seen, and which is better on val_bpb (or another metric) at equal tokens."""
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -11,27 +12,39 @@ from pydantic import BaseModel, ConfigDict, Field
 from tradewind.core import InvalidInputError
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.report_data import (
+    EVAL_CURVE_MEANING,
+    VAL_BPB_MEANING,
     RunData,
     RunFigures,
     bounded,
     config_differences,
     fmt,
+    legend_labels,
     load_run,
     value_at_tokens,
 )
 from tradewind.tools.report_html import write_report
-from tradewind.tools.report_plots import plot_overlay
+from tradewind.tools.report_plots import overlay_figure, png
 from tradewind.tools.spec import tool
 
 MAX_RUNS = 8
-CompareMetric = Literal["eval_loss", "loss"]
+CompareMetric = Literal["val_bpb", "eval_loss", "loss"]
+DEFAULT_METRIC: CompareMetric = "val_bpb"  # the metric runs are decided on (report_data.VAL_BPB_MEANING)
+# What a comparison's values are: the runs' val_bpb, or a figure of their metrics rows at equal tokens.
+Measure = Literal["val_bpb", "eval_bits_per_byte", "eval_loss", "loss"]
+MEASURE_WORDS: dict[Measure, str] = {  # the figures of the rows, as a verdict names them
+    "eval_bits_per_byte": "the eval curve's bits per byte (eval_bits_per_byte)",
+    "eval_loss": "the eval curve's loss (eval_loss)",
+    "loss": "the train loss (loss)",
+}
+OVERLAY_TITLE = "eval bits per byte by tokens seen (stars: val_bpb)"
 
 
 class CompareRunsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_ids: list[str] = Field(min_length=2, max_length=MAX_RUNS)
-    metric: CompareMetric = Field(default="eval_loss", description="Lower wins.")
+    metric: CompareMetric = Field(default=DEFAULT_METRIC, description="Lower wins.")
 
 
 class Comparison(BaseModel):
@@ -39,12 +52,81 @@ class Comparison(BaseModel):
 
     report_path: str = Field(description="The markdown comparison.")
     html_path: str = Field(description="The same, one self-contained HTML file.")
-    plot_paths: list[str] = Field(description="PNG: the runs' losses against tokens seen.")
+    plot_paths: list[str] = Field(description="PNG: the runs' eval bits per byte against tokens seen.")
     config_differences: dict[str, dict[str, Any]] = Field(description="Dotted config field -> run id -> value.")
+    compared_on: Measure = Field(
+        description="What values are: the metric, or eval_bits_per_byte for val_bpb when runs ended apart."
+    )
     at_tokens: int = Field(description="Tokens seen where runs are compared: the most all of them reached.")
-    values: dict[str, float | None] = Field(description="Each run's metric at the latest row at or below at_tokens.")
+    values: dict[str, float | None] = Field(description="Each run's compared_on value at at_tokens.")
     best_run: str | None = Field(description="The run with the lowest value; null if none has one, or on a tie.")
     runs: list[RunFigures]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Runs side by side on one measure: each run's value at `at_tokens` and the step it is from."""
+
+    measure: Measure
+    at_tokens: int
+    found: dict[str, tuple[float | None, int | None]]
+
+    @property
+    def values(self) -> dict[str, float | None]:
+        return {run_id: value for run_id, (value, _) in self.found.items()}
+
+    @property
+    def ranked(self) -> list[tuple[float, str]]:
+        """The runs that have a value, lowest first, as (value, run id)."""
+        return sorted((value, run_id) for run_id, value in self.values.items() if value is not None)
+
+    @property
+    def best(self) -> str | None:
+        """The run with the lowest value; None when no run has one or two share it."""
+        ranked = self.ranked
+        if not ranked or (len(ranked) > 1 and ranked[0][0] == ranked[1][0]):
+            return None
+        return ranked[0][1]
+
+
+def rank_runs(runs: list[RunData], metric: CompareMetric) -> Ranking:
+    """`runs` on `metric` at equal tokens seen.
+
+    On `val_bpb`, the runs' own val_bpb when every run ended with one at the same tokens seen (as a token
+    budget makes them end). Otherwise the runs stopped at different points, so the eval curve's bits per byte
+    at the most tokens all of them reached stands in for it: a longer run must not win by having trained more.
+    Any other metric is read from each run's latest row at or below that count.
+    """
+    if metric == "val_bpb":
+        ends = {data.figures.tokens_seen for data in runs}
+        if len(ends) == 1 and all(data.figures.val_bpb is not None for data in runs):
+            found = {data.figures.run_id: (data.figures.val_bpb, data.figures.steps) for data in runs}
+            return Ranking("val_bpb", ends.pop(), found)
+    measure = "eval_bits_per_byte" if metric == "val_bpb" else metric
+    at_tokens = min(data.figures.tokens_seen for data in runs)
+    found = {data.figures.run_id: value_at_tokens(data, measure, at_tokens) for data in runs}
+    return Ranking(measure, at_tokens, found)
+
+
+def verdict(ranking: Ranking) -> str:
+    """Which run is better, on what and where, in one sentence."""
+    if ranking.measure == "val_bpb":
+        basis = f"Compared on val_bpb, where every run ended at {ranking.at_tokens:,} tokens seen"
+    else:
+        basis = (
+            f"Compared on {MEASURE_WORDS[ranking.measure]} at {ranking.at_tokens:,} tokens seen (the most all runs "
+            "reached; each run's latest row at or below it)"
+        )
+    if ranking.measure == "eval_bits_per_byte":  # only ever standing in for val_bpb
+        basis += ", not on val_bpb: the runs did not all end with one at the same tokens seen"
+    ranked, best = ranking.ranked, ranking.best
+    if not ranked:
+        return f"{basis}: no run has a value there, so none is better."
+    if best is None:
+        level = [run_id for value, run_id in ranked if value == ranked[0][0]]
+        return f"{basis}: {', '.join(level)} tie at {fmt(ranked[0][0])}."
+    others = ", ".join(f"{run_id} {fmt(value)}" for value, run_id in ranked[1:]) or "no other run has one"
+    return f"{basis}: **{best}** is better with {fmt(ranked[0][0])} ({others})."
 
 
 def report_name(run_ids: list[str]) -> str:
@@ -55,31 +137,12 @@ def report_name(run_ids: list[str]) -> str:
     return f"compare-{run_ids[0]}-and-{len(run_ids) - 1}-more-{hashlib.sha256(joined.encode()).hexdigest()[:8]}"
 
 
-def comparison_section(
-    runs: list[RunData], metric: CompareMetric, plot_name: str
-) -> tuple[list[str], int, dict[str, float | None], str | None, dict[str, dict[str, Any]]]:
-    """The markdown comparing `runs`, the token count they are compared at, each run's value there, the best
-    run, and the config differences."""
-    at_tokens = min(data.tokens(data.rows[-1].step) for data in runs)
-    found = {data.figures.run_id: value_at_tokens(data, metric, at_tokens) for data in runs}
-    values = {run_id: value for run_id, (value, _) in found.items()}
-    ranked = sorted((value, run_id) for run_id, value in values.items() if value is not None)
-    tied = len(ranked) > 1 and ranked[0][0] == ranked[1][0]
-    best = ranked[0][1] if ranked and not tied else None
+def comparison_section(runs: list[RunData], ranking: Ranking, plot_name: str) -> list[str]:
+    """The markdown comparing `runs`: the verdict, what val_bpb is, the config differences, each run's figures
+    and the value compared, the overlay plot `plot_name`, and the anomalies."""
     differences = config_differences({data.figures.run_id: data.config for data in runs})
     ids = [data.figures.run_id for data in runs]
-    if tied:
-        level = [run_id for value, run_id in ranked if value == ranked[0][0]]
-        verdict = f"Compared on {metric} at {at_tokens:,} tokens seen: {', '.join(level)} tie at {fmt(ranked[0][0])}."
-    elif best is None:
-        verdict = f"No run has a {metric} at or below {at_tokens:,} tokens, so none is better."
-    else:
-        others = ", ".join(f"{run_id} {fmt(value)}" for value, run_id in ranked[1:]) or "no other run has one"
-        verdict = (
-            f"Compared on {metric} at {at_tokens:,} tokens seen (the most all runs reached; each run's latest row at "
-            f"or below it): **{best}** is better with {fmt(ranked[0][0])} ({others})."
-        )
-    lines = [verdict, "", "## Config differences", ""]
+    lines = [verdict(ranking), "", f"{VAL_BPB_MEANING} {EVAL_CURVE_MEANING}", "", "## Config differences", ""]
     if differences:
         lines += ["| field | " + " | ".join(ids) + " |", "|---|" + "---|" * len(ids)]
         lines += [
@@ -92,23 +155,29 @@ def comparison_section(
         "",
         "## Results",
         "",
-        f"| run | status | steps | tokens seen | final loss | best loss | final eval loss | best eval loss | "
-        f"tokens/s | MFU % | {metric} at {at_tokens:,} tokens |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| run | status | steps | tokens seen | val_bpb | final loss | best loss | eval curve: last loss | "
+        f"eval curve: best loss | tokens/s | MFU % | {ranking.measure} at {ranking.at_tokens:,} tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for data in runs:
         f = data.figures
-        step = found[f.run_id][1]
+        value, step = ranking.found[f.run_id]
         lines.append(
-            f"| {f.run_id} | {f.status.value} | {f.steps} | {f.tokens_seen:,} | {fmt(f.final_loss)} | "
-            f"{fmt(f.best_loss)} | {fmt(f.final_eval_loss)} | {fmt(f.best_eval_loss)} | {fmt(f.tokens_per_s, 0)} | "
-            f"{fmt(f.mfu * 100 if f.mfu is not None else None, 1)} | {fmt(values[f.run_id])}"
+            f"| {f.run_id} | {f.status.value} | {f.steps} | {f.tokens_seen:,} | {fmt(f.val_bpb)} | "
+            f"{fmt(f.final_loss)} | {fmt(f.best_loss)} | {fmt(f.final_eval_loss)} | {fmt(f.best_eval_loss)} | "
+            f"{fmt(f.tokens_per_s, 0)} | {fmt(f.mfu * 100 if f.mfu is not None else None, 1)} | {fmt(value)}"
             + (f" (step {step})" if step is not None else "")
             + " |"
         )
-    lines += ["", f"![losses against tokens seen]({plot_name})", "", "## Anomalies", ""]
+    lines += ["", f"![eval bits per byte against tokens seen]({plot_name})", "", "## Anomalies", ""]
     listed = [f"- {data.figures.run_id}: {describe_anomalies(data.figures)}" for data in runs]
-    return [*lines, *listed, ""], at_tokens, values, best, differences
+    return [*lines, *listed, ""]
+
+
+def overlay_plot(ctx: ToolContext, runs: list[RunData]) -> bytes:
+    """The runs' eval curves in bits per byte against tokens seen as a PNG, each named by what it changes."""
+    labels = legend_labels(ctx, runs)
+    return png(overlay_figure({labels[data.figures.run_id]: data.curve for data in runs}, OVERLAY_TITLE))
 
 
 def describe_anomalies(figures: RunFigures) -> str:
@@ -130,29 +199,30 @@ def load_runs(ctx: ToolContext, run_ids: list[str], *, sample: bool, progress: P
 
 @tool("Compare runs", idempotent=True)
 def compare_runs(ctx: ToolContext, request: CompareRunsRequest) -> Comparison:
-    """Compare runs: config diff, figures, anomalies, losses at equal tokens. Use it to pick a run.
+    """Compare runs: config diff, figures, anomalies, val_bpb at equal tokens. Use it to pick a run.
 
-    Writes `reports/compare-<ids>.md` and a self-contained `.html` beside it. Runs are compared at the most
-    tokens all of them reached, each at its latest row at or below that count.
+    Writes `reports/compare-<ids>.md` and a self-contained `.html` beside it. On `val_bpb` (the default), runs
+    that all ended at the same tokens seen (token budgets) are compared on their val_bpb; otherwise on the eval
+    curve's bits per byte at the most tokens all of them reached, as `compared_on` says. `eval_loss` and `loss`
+    are compared at that point too, each run at its latest row at or below it.
     """
     runs = load_runs(ctx, request.run_ids, sample=False)
+    ranking = rank_runs(runs, request.metric)
     name = report_name(request.run_ids)
     plot_name = f"{name}-loss.png"
-    curves = {data.figures.run_id: (data.rows, data.config.tokens_per_step) for data in runs}
-    plot = plot_overlay(curves, "loss by tokens seen")
-    lines, at_tokens, values, best, differences = comparison_section(runs, request.metric, plot_name)
     title = "Comparison: " + ", ".join(request.run_ids)
-    markdown = "\n".join([f"# {title}", "", *lines])
+    markdown = "\n".join([f"# {title}", "", *comparison_section(runs, ranking, plot_name)])
     report_path, html_path, plots = write_report(
-        ctx.workspace, name, markdown, title, {plot_name: plot}, argument="run_ids"
+        ctx.workspace, name, markdown, title, {plot_name: overlay_plot(ctx, runs)}, argument="run_ids"
     )
     return Comparison(
         report_path=str(report_path),
         html_path=str(html_path),
         plot_paths=[str(path) for path in plots],
-        config_differences=differences,
-        at_tokens=at_tokens,
-        values=values,
-        best_run=best,
+        config_differences=config_differences({data.figures.run_id: data.config for data in runs}),
+        compared_on=ranking.measure,
+        at_tokens=ranking.at_tokens,
+        values=ranking.values,
+        best_run=ranking.best,
         runs=[bounded(data.figures) for data in runs],
     )

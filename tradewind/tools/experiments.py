@@ -131,8 +131,8 @@ class Reruns(BaseModel):
 
 @tool("List experiments", idempotent=True, open_world=True)
 def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> ExperimentList:
-    """Runs by val_bpb with their change, its delta against the measured noise, and status. Use it to pick
-    the run to build on.
+    """Runs by val_bpb, each change's delta against the measured noise. Use it to pick the run to build
+    on.
 
     Filter by status, by a changed config field or by sweep; export writes every match as TSV or CSV. A run's
     `delta` is its mean val_bpb (with its reruns) minus its parent's; `sigma` is the spread of one run at its
@@ -187,8 +187,8 @@ def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest)
 
 @tool("Rerun a baseline", open_world=True)
 def rerun_baseline(ctx: ToolContext, request: RerunBaselineRequest, progress: Progress = no_progress) -> Reruns:
-    """Launch reruns of a run's config with new seeds, to measure noise. Use it on a baseline before
-    deciding on changes (3 runs at least).
+    """Rerun a run's config with new seeds to measure noise. Use it on a baseline before judging
+    changes.
 
     Each rerun is launch_training with the run's config and placement, a seed no run of that config has had,
     and parent_run set to the config's first run, so the ledger counts it as a rerun (`rerun_of`). Reruns of a

@@ -111,8 +111,8 @@ class Launch:
 
 @tool("Launch a training run", open_world=True, links=("config", "logs"))
 def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> RunInfo:
-    """Train a model on a tokenized dataset; returns the run id at once. Use it after tokenize_dataset,
-    then wait_for_run.
+    """Train a model on a tokenized dataset; returns at once. Use it after tokenize_dataset, then
+    wait_for_run.
 
     The run trains as a job on the backend it names (local processes, or a Ray cluster with GPUs or TPU
     slices); stop it with cancel_run. A run killed from outside

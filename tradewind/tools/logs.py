@@ -22,7 +22,7 @@ MAX_TEXT_CHARS = 28_000
 class TailLogsRequest(RunRequest):
     model_config = ConfigDict(extra="forbid")
 
-    cursor: int = Field(default=0, ge=0, le=MAX_CURSOR, description="Byte offset: 0 or the last page's next_cursor.")
+    cursor: int = Field(default=0, ge=0, le=MAX_CURSOR, description="0, or the last page's next_cursor.")
     limit_bytes: int = Field(default=16_000, ge=1, le=MAX_PAGE_BYTES)
 
 

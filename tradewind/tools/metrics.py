@@ -53,7 +53,7 @@ class ReadMetricsRequest(RunRequest):
         default=200,
         ge=4,
         le=MAX_POINTS,
-        description=f"Most points per series (downsampled); {MAX_POINTS:,} in all.",
+        description=f"Points per series at most; {MAX_POINTS:,} in all.",
     )
     start_step: int | None = Field(default=None, ge=0, le=MAX_STEP, description="Zoom from here; null: the start.")
     end_step: int | None = Field(default=None, ge=0, le=MAX_STEP, description="Last step; null: the latest.")

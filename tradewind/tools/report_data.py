@@ -2,7 +2,8 @@
 config flattened to dotted names, its checkpoints, a sample from its last one, and why it failed.
 
 Every figure of a run's metrics is computed from `metrics.jsonl` itself (not `summary.json`), so a report of a
-run still training, or one that failed, reads the same way as a finished one.
+run still training, or one that failed, reads the same way as a finished one. The one exception is `val_bpb`,
+which the run scores once, at its end, into `summary.json`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tradewind.tools.bounds import cut
 from tradewind.tools.context import Cancelled, Progress, ToolContext, no_progress
 from tradewind.tools.logs import failure_hints
 from tradewind.tools.metrics import metrics_summary
+from tradewind.tools.report_plots import Curve
 from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_record
 from tradewind.tools.sampling import SampleTextRequest, sample_text
 from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, TrainConfig, read_train_config
@@ -34,6 +36,18 @@ LOG_LINES_READ = 400  # of a failed run's log, searched for its cause
 # Config fields that differ between any two runs whatever was changed on purpose.
 UNCOMPARED_FIELDS = frozenset({"resume_from", "init_from", "run_id", "output_dir"})
 MAX_CHANGES = 20  # changed fields listed per run
+LABEL_CHARS = 60  # of a run's legend label: its id and what it changes
+
+# The metric to decide on, defined once for reports, comparisons and the experiment ledger.
+VAL_BPB_MEANING = (
+    "val_bpb is bits per UTF-8 byte on the dataset's fixed val tokens after the last update (the run's "
+    "summary.json): the metric to decide on, lower is better, comparable across tokenizers."
+)
+# The periodic evals draw other, fewer tokens than val_bpb, so their figures differ from it a little.
+EVAL_CURVE_MEANING = (
+    "The eval curve is the periodic eval on eval_batches val batches during training: it shows the trend, "
+    "val_bpb decides."
+)
 
 
 class RunFigures(BaseModel):
@@ -44,9 +58,10 @@ class RunFigures(BaseModel):
     cause: str | None = Field(default=None, description="Why a failed run failed, from its log.")
     steps: int = Field(description="Step of the latest row.")
     tokens_seen: int = Field(description="Training tokens up to the latest row: step x batch_size x seq_len.")
+    val_bpb: float | None = Field(description="Bits per byte on the fixed val tokens at the end; null until then.")
     final_loss: float | None
     best_loss: float | None
-    first_eval_loss: float | None
+    first_eval_loss: float | None = Field(description="The eval curve's (periodic evals on val batches).")
     final_eval_loss: float | None
     best_eval_loss: float | None
     best_eval_step: int | None
@@ -72,6 +87,11 @@ class RunData:
 
     def tokens(self, step: int) -> int:
         return step * self.config.tokens_per_step
+
+    @property
+    def curve(self) -> Curve:
+        """The run as its plots draw it."""
+        return Curve(self.rows, self.config.tokens_per_step, self.figures.val_bpb)
 
 
 def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True, progress: Progress = no_progress) -> RunData:
@@ -103,6 +123,7 @@ def load_run(ctx: ToolContext, run_id: str, *, sample: bool = True, progress: Pr
         cause=cause,
         steps=last.step,
         tokens_seen=last.step * config.tokens_per_step,
+        val_bpb=info.summary.val_bpb if info.summary else None,
         final_loss=_last(rows, "loss"),
         best_loss=_best(rows, "loss")[0],
         first_eval_loss=next((row.eval_loss for row in rows if _finite(row.eval_loss)), None),
@@ -163,12 +184,32 @@ def changes_from(ctx: ToolContext, run_id: str, parent: str | None) -> dict[str,
     `MAX_CHANGES` of them; empty with no parent or when either config is unreadable."""
     if parent is None:
         return {}
+    read = ctx.workspace.reader("run_id")  # confined: a config.json linked out of the workspace reads as unreadable
     try:
-        mine, theirs = (flatten(read_json(RunLayout(ctx.workspace.run_dir(run)).config)) for run in (run_id, parent))
+        mine, theirs = (
+            flatten(read_json(RunLayout(ctx.workspace.run_dir(run)).config, read)) for run in (run_id, parent)
+        )
     except (TradewindError, ValueError, OSError):
         return {}
     differing = {name: value for name, value in mine.items() if theirs.get(name) != value}
     return dict(sorted(item for item in differing.items() if item[0] not in UNCOMPARED_FIELDS)[:MAX_CHANGES])
+
+
+def legend_labels(ctx: ToolContext, runs: list[RunData]) -> dict[str, str]:
+    """Each run's label in a figure of several runs, by run id: the id and the config fields the run changes
+    (`field=value`), against its parent run (`parent_run`, else the run it continues) or, with none, where it
+    differs from the other runs in the figure; cut to `LABEL_CHARS`."""
+    differences = config_differences({data.figures.run_id: data.config for data in runs})
+    labels = {}
+    for data in runs:
+        run_id, parent = data.figures.run_id, data.info.parent_run or data.info.parent
+        if parent is None:
+            changes = {name: values[run_id] for name, values in differences.items()}
+        else:
+            changes = changes_from(ctx, run_id, parent)
+        described = ", ".join(f"{name}={value}" for name, value in changes.items())
+        labels[run_id] = cut(f"{run_id}: {described}" if described else run_id, LABEL_CHARS)
+    return labels
 
 
 def value_at_tokens(data: RunData, name: str, tokens: int) -> tuple[float | None, int | None]:

@@ -1,8 +1,8 @@
 """The tool that writes reports: one run's, or several runs' side by side, as markdown with PNG figures and as
 one self-contained HTML file, under the workspace's `reports/`.
 
-Every figure comes from the runs' `metrics.jsonl` (see `report_data`); anomalies from the shared detector
-(`anomalies`); a failed run's cause from its log.
+Every figure comes from the runs' `metrics.jsonl` (see `report_data`) but `val_bpb`, which a run scores at its
+end into `summary.json`; anomalies from the shared detector (`anomalies`); a failed run's cause from its log.
 """
 
 from __future__ import annotations
@@ -14,15 +14,32 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tradewind.cluster import JobStatus
 from tradewind.core.buckets import join_url, upload_files
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly
-from tradewind.tools.comparing import MAX_RUNS, comparison_section, load_runs, report_name
+from tradewind.tools.comparing import (
+    DEFAULT_METRIC,
+    MAX_RUNS,
+    comparison_section,
+    load_runs,
+    overlay_plot,
+    rank_runs,
+    report_name,
+)
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.profiling import describe_profile
-from tradewind.tools.report_data import SAMPLE_PROMPT, SAMPLE_TOKENS, RunData, RunFigures, bounded, fmt
+from tradewind.tools.report_data import (
+    EVAL_CURVE_MEANING,
+    SAMPLE_PROMPT,
+    SAMPLE_TOKENS,
+    VAL_BPB_MEANING,
+    RunData,
+    RunFigures,
+    bounded,
+    fmt,
+)
 from tradewind.tools.report_html import write_report
-from tradewind.tools.report_plots import plot_overlay, plot_run
+from tradewind.tools.report_plots import png, run_figure
 from tradewind.tools.runs import RunRequest
 from tradewind.tools.spec import tool
-from tradewind.trainer import ModelConfig, ProfileSummary
+from tradewind.trainer import ModelConfig, ProfileSummary, TrainConfig, TrainSummary
 from tradewind.trainer.config import LoraConfig
 from tradewind.trainer.layout import run_url
 
@@ -34,7 +51,7 @@ class SummarizeReportRequest(RunRequest):
 
     run_id: str | None = None
     run_ids: list[str] | None = Field(default=None, min_length=1, max_length=MAX_RUNS, description="Or several.")
-    sample: bool = Field(default=True, description="Sample each run's last checkpoint.")
+    sample: bool | None = Field(default=None, description="Sample checkpoints (default: one run only).")
 
     @model_validator(mode="after")
     def _one_way(self) -> SummarizeReportRequest:
@@ -55,8 +72,9 @@ class ReportInfo(BaseModel):
     plot_paths: list[str] = Field(description="PNG plots beside the report.")
     report_id: str = Field(description="The report's name: the run id, or compare-... for several runs.")
     report_uri: str = Field(description="The resource serving the report's text (its plot: report_uri + '/plot').")
+    val_bpb: float | None = Field(description="The first run's; the metric to decide on.")
     final_loss: float | None
-    final_eval_loss: float | None
+    final_eval_loss: float | None = Field(description="The first run's eval curve's last point.")
     anomalies: list[Anomaly] = Field(description=f"The first run's (the first {MAX_ANOMALIES}).")
     runs: list[RunFigures] = Field(description="Each run's figures, anomalies, cause of failure and sample.")
 
@@ -100,25 +118,28 @@ def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
         *([f"| base model | `{config.init_from}` |"] if config.init_from else []),
         *([f"| fine-tuning | {lora_text(config.lora, model)} |"] if config.lora else []),
         f"| parameters | {summary.parameters:,} |" if summary else "| parameters | n/a |",
-        f"| time budget | {config.time_budget_s:g} s |" if config.time_budget_s else f"| steps | {config.steps} |",
+        f"| budget | {budget_text(config, summary)} |",
         f"| batch x sequence | {config.batch_size} x {config.seq_len} |",
         f"| optimizer | {optimizer.type}, learning rate {optimizer.learning_rate:g} "
         f"(warmup {optimizer.warmup_steps}, {optimizer.schedule}) |",
         "",
         f"{sub} Results",
         "",
+        # A report on several runs defines them once, above, in its comparison.
+        *([f"{VAL_BPB_MEANING} {EVAL_CURVE_MEANING}", ""] if level == "#" else []),
         "| figure | value |",
         "|---|---|",
+        f"| val_bpb | {_val_bpb_text(figures)} |",
         f"| last step | {figures.steps} |",
         f"| tokens seen | {figures.tokens_seen:,} |",
         f"| final train loss | {fmt(figures.final_loss)} |",
         f"| best train loss | {fmt(figures.best_loss)} |",
-        f"| first eval loss | {fmt(figures.first_eval_loss)} |",
-        f"| final eval loss | {fmt(figures.final_eval_loss)} |",
-        f"| best eval loss | {fmt(figures.best_eval_loss)} |",
-        f"| best eval step | {figures.best_eval_step if figures.best_eval_step is not None else 'n/a'} |",
-        f"| final eval perplexity | {fmt(last_eval.eval_perplexity if last_eval else None, 2)} |",
-        f"| final eval bits per byte | {fmt(last_eval.eval_bits_per_byte if last_eval else None)} |",
+        f"| eval curve: first loss | {fmt(figures.first_eval_loss)} |",
+        f"| eval curve: last loss | {fmt(figures.final_eval_loss)} |",
+        f"| eval curve: best loss | {fmt(figures.best_eval_loss)} |",
+        f"| eval curve: best step | {figures.best_eval_step if figures.best_eval_step is not None else 'n/a'} |",
+        f"| eval curve: last perplexity | {fmt(last_eval.eval_perplexity if last_eval else None, 2)} |",
+        f"| eval curve: last bits per byte | {fmt(last_eval.eval_bits_per_byte if last_eval else None)} |",
         f"| throughput | {fmt(figures.tokens_per_s, 0)} tokens/s |",
         f"| model FLOPs utilisation | {fmt(figures.mfu * 100 if figures.mfu else None, 1)} % ({peak}) |",
         f"| wall time | {fmt(wall_s, 1)} s |",
@@ -126,11 +147,14 @@ def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
         "",
         f"![training curves]({plot_name})",
         "",
-        f"{sub} Eval curve",
+        f"{sub} Eval curve (val batches)",
         "",
-        "| step | tokens seen | eval loss |",
-        "|---|---|---|",
-        *[f"| {row.step} | {data.tokens(row.step):,} | {fmt(row.eval_loss)} |" for row in evals],
+        "| step | tokens seen | eval loss | eval bits per byte |",
+        "|---|---|---|---|",
+        *[
+            f"| {row.step} | {data.tokens(row.step):,} | {fmt(row.eval_loss)} | {fmt(row.eval_bits_per_byte)} |"
+            for row in evals
+        ],
         "",
         f"{sub} Anomalies",
         "",
@@ -148,11 +172,28 @@ def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
     return lines
 
 
+def budget_text(config: TrainConfig, summary: TrainSummary | None) -> str:
+    """What fixed the run's length, in words, with the time cap beside a work budget and whether it was met."""
+    budget = config.budget
+    text = budget.describe()
+    if budget.fixes_work and config.time_budget_s:
+        text += f", capped at {config.time_budget_s:g} s"
+    if summary and summary.budget_met is False:
+        text += " (not met: the time cap ran out first)"
+    return text
+
+
+def _val_bpb_text(figures: RunFigures) -> str:
+    if figures.val_bpb is not None:
+        return fmt(figures.val_bpb)
+    return "n/a (the run ended without one)" if figures.status.finished else "n/a until the run ends"
+
+
 def _sample_lines(figures: RunFigures) -> list[str]:
     if not figures.checkpoints:
         return ["The run has no checkpoint, so there is no sample.", ""]
     if figures.sample is None:
-        return ["Not sampled (sample=false).", ""]
+        return ["Not sampled (sample=false, the default for several runs).", ""]
     return [
         f"{SAMPLE_TOKENS} tokens from checkpoint {figures.checkpoints[-1]}, prompt `{SAMPLE_PROMPT}`:",
         "",
@@ -168,11 +209,16 @@ def summarize_report(ctx: ToolContext, request: SummarizeReportRequest, progress
     """Write a report on runs (markdown, HTML, PNG plots). Use it to hand results to a person.
 
     Works on finished, failed and running runs (a running one is reported as it stands). Figures come from
-    the metrics file; a failed run's cause from its log. Returns the first run's figures and the report's
+    the metrics file, `val_bpb` (the metric to decide on) from the summary a run writes at its end; a failed
+    run's cause from its log. Several runs get `compare_runs`' section on `val_bpb` first, and are not sampled
+    unless `sample` is true (sampling takes seconds a run). Returns the first run's figures and the report's
     paths; `report_uri` (`tradewind://reports/{report_id}`) serves the report's text, one run's or several's.
     """
     run_ids = getattr(request, "run_ids", None) or [request.run_id]
-    runs = load_runs(ctx, run_ids, sample=getattr(request, "sample", True), progress=progress)
+    sample = getattr(request, "sample", None)
+    if sample is None:  # seconds a run: worth it in one run's report, not in a comparison of several
+        sample = len(run_ids) == 1
+    runs = load_runs(ctx, run_ids, sample=sample, progress=progress)
     images: dict[str, bytes] = {}
     if len(runs) == 1:
         (data,) = runs
@@ -180,14 +226,13 @@ def summarize_report(ctx: ToolContext, request: SummarizeReportRequest, progress
     else:
         name = report_name(run_ids)
         overlay = f"{name}-loss.png"
-        curves = {data.figures.run_id: (data.rows, data.config.tokens_per_step) for data in runs}
-        images[overlay] = plot_overlay(curves, "loss by tokens seen")
-        section, *_ = comparison_section(runs, "eval_loss", overlay)
+        images[overlay] = overlay_plot(ctx, runs)
+        section = comparison_section(runs, rank_runs(runs, DEFAULT_METRIC), overlay)
         lines = [f"# Report: {', '.join(run_ids)}", "", *section]
     for data in runs:
         progress(len(runs), len(runs), f"drawing run {data.figures.run_id}")
         plot = f"{data.figures.run_id}-loss.png"
-        images[plot] = plot_run(data.rows, f"{data.figures.run_id} ({data.info.status.value.lower()})")
+        images[plot] = png(run_figure(data.curve, f"{data.figures.run_id} ({data.info.status.value.lower()})"))
         lines += render_run(data, plot, "#" if len(runs) == 1 else "##")
     title = f"Training report: {', '.join(run_ids)}"
     argument = "run_id" if len(runs) == 1 else "run_ids"
@@ -208,6 +253,7 @@ def summarize_report(ctx: ToolContext, request: SummarizeReportRequest, progress
         plot_paths=[str(plot) for plot in plots],
         report_id=name,
         report_uri=f"tradewind://reports/{name}",  # served by tradewind.server.resources from reports/<name>.md
+        val_bpb=first.val_bpb,
         final_loss=first.final_loss,
         final_eval_loss=first.final_eval_loss,
         anomalies=first.anomalies,

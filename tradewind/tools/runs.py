@@ -44,7 +44,7 @@ class RunRequest(BaseModel):
 
 
 class WaitForRunRequest(RunRequest):
-    timeout_s: float = Field(default=120, gt=0, le=3600, description="Stop waiting after this long; the run goes on.")
+    timeout_s: float = Field(default=120, gt=0, le=3600, description="Seconds to wait; the run goes on.")
 
 
 class ListRunsRequest(PageRequest):

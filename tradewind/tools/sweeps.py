@@ -62,27 +62,27 @@ CONTROLLER_STOP_S = 30.0
 class LaunchSweepRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    base: dict[str, Any] = Field(description="launch_training's arguments shared by all trials.")
+    base: dict[str, Any] = Field(description="launch_training's arguments of every trial.")
     space: dict[str, list[Any]] = Field(
         min_length=1,
         max_length=16,
-        description="Dotted field -> values, e.g. {'optimizer.learning_rate': [1e-3, 3e-3]}.",
+        description="Dotted field -> values to try.",
     )
     method: Literal["grid", "random"] = Field("grid", description="grid: every combination; random: `trials` draws.")
     trials: int | None = Field(None, ge=1, le=MAX_TRIALS, description="Draws, for random only.")
     seed: int = Field(0, ge=0, lt=2**32, description="For random draws.")
     max_concurrent: int = Field(2, ge=1, le=64)
     canary_steps: int = Field(
-        0, ge=0, le=10**9, description="> 0: launch the rest once the first trial logs this step."
+        0, ge=0, le=10**9, description=">0: others wait for trial 0 to log this step."
     )
     halving_tokens: list[Annotated[int, Field(gt=0, le=10**15)]] = Field(
         default_factory=list,
         max_length=16,
-        description="Rungs in training tokens, increasing; at each, all but the best 1/halving_eta stop.",
+        description="Rungs in tokens, increasing; each stops all but the best 1/halving_eta.",
     )
     halving_eta: int = Field(2, ge=2, le=16, description="Keep the best 1/eta at each rung.")
     note: str | None = Field(None, max_length=200, description="One line for the ledger.")
-    parent_run: str | None = Field(None, description="The run all trials change (ledger, baselines).")
+    parent_run: str | None = Field(None, description="The run all trials change.")
     baseline_every: int | None = Field(
         None, ge=2, le=1000, description="Every k-th launch reruns parent_run (new seed)."
     )

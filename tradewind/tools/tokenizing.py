@@ -80,7 +80,7 @@ class _TokenizeSource(BaseModel):
     input: str = Field(description=_INPUT_HELP)
     tokenizer: str = Field(
         default="byte",
-        description="'byte', a tokenizer.json, an HF folder (for chat) or 'hf:<name>' (needs the Hub).",
+        description="byte, a tokenizer.json, an HF folder or hf:<name> (the Hub).",
     )
 
 
@@ -239,13 +239,13 @@ class TrainTokenizerRequest(BaseModel):
         default=None,
         ge=1,
         le=1_000_000_000,
-        description="Use only the first this many; null: all.",
+        description="First documents only; null: all.",
     )
     min_frequency: int = Field(
         default=2,
         ge=1,
         le=1_000_000,
-        description="Fewest occurrences of a pair to merge it.",
+        description="Fewest occurrences of a merged pair.",
     )
 
 

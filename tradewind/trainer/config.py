@@ -172,10 +172,12 @@ class TrainConfig(BaseModel):
     model: ModelConfig = Field(default_factory=LlamaConfig, description="Architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, le=MAX_STEPS, description="Optimizer updates, unless a budget is set.")
-    token_budget: int | None = Field(None, gt=0, le=10**15, description="Tokens to train; fixes the steps.")
-    flop_budget: float | None = Field(None, gt=0, le=1e25, description="Model FLOPs to train; needs model.vocab_size.")
+    token_budget: int | None = Field(None, gt=0, description="Tokens to train; fixes the steps.")  # MAX_STEPS bounds it
+    flop_budget: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="Model FLOPs to train; needs model.vocab_size."
+    )
     time_budget_s: float | None = Field(
-        None, gt=0, le=604800, description="Seconds to train (no compile); caps a token/flop budget."
+        None, gt=0, le=604800, description="Seconds to train; caps a token/flop budget."
     )
     batch_size: int = Field(16, gt=0, le=2**20, description="Global sequences per update.")
     grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch; divides batch_size.")
@@ -197,7 +199,7 @@ class TrainConfig(BaseModel):
     log_every: int = Field(10, gt=0, le=10**9, description="Steps per metrics row.")
     checkpoint: bool = Field(True, description="Save at the end and per `checkpoints`.")
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
-    resume: bool = Field(True, description="Continue from the run's newest good checkpoint.")
+    resume: bool = Field(True, description="Restart from its newest good checkpoint.")
     init_from: str | None = Field(None, description="Start from a Hugging Face model folder: hf:PATH.")
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
     distributed: DistributedConfig = Field(
@@ -208,7 +210,7 @@ class TrainConfig(BaseModel):
     peak_flops: float | None = Field(None, gt=0, le=1e18, description="Per device, for MFU; null: looked up.")
     resume_from: str | None = Field(
         None,
-        description="Continue this run's newest checkpoint as a new run; budgets are totals.",
+        description="Continue this run's newest checkpoint as a new run.",
     )
     lora: LoraConfig | None = Field(None, description="LoRA; null: train all weights.")
 
@@ -259,7 +261,7 @@ class TrainConfig(BaseModel):
         total = self.total_steps
         if total is not None and total > MAX_STEPS:
             raise ValueError(
-                f"{self.budget.field}: {self.budget.describe()} is {total:,} updates of {self.tokens_per_step:,} "
+                f"{self.budget.field}: {self.budget.describe()} is {total:.3g} updates of {self.tokens_per_step:,} "
                 f"tokens, more than the {MAX_STEPS:,} a run may make; lower it or raise batch_size or seq_len"
             )
         return self

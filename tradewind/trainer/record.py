@@ -37,7 +37,7 @@ RECORD_JOB_END_CALLABLE = "tradewind.trainer.record:record_job_end"
 class LedgerEntry(BaseModel):
     """What a launch tells the experiment ledger about a run: the change it makes to which run, and why."""
 
-    parent_run: str | None = Field(default=None, description="The run this one changes (the ledger shows the diff).")
+    parent_run: str | None = Field(default=None, description="The run this one changes.")
     note: str | None = Field(default=None, max_length=300, description="One line for the ledger.")
     sweep_id: str | None = Field(default=None, description="The sweep that launched it.")
 
