@@ -1,4 +1,5 @@
-"""Resources (a run's files, a dataset's manifest, the skills) and prompts through the real in-memory client."""
+"""Resources (a run's files, the run list, a sweep, a dataset's manifest, the skills) and prompts through the real
+in-memory client."""
 
 import base64
 import json
@@ -8,12 +9,23 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
+from runs_helpers import metric_rows, write_run
 
 from tradewind.prompts import load_skill, skill_names
 from tradewind.server import build_server
 from tradewind.server.resources import MAX_RESOURCE_CHARS
-from tradewind.tools import RunRequest, summarize_report
+from tradewind.tools import (
+    ListRunsRequest,
+    RunRequest,
+    SweepRequest,
+    ToolContext,
+    get_sweep,
+    list_runs,
+    summarize_report,
+)
 from tradewind.tools.bounds import SUMMARY_CHARS
+from tradewind.tools.sweep_controller import SweepState, write_state
+from tradewind.trainer import RunRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -54,8 +66,57 @@ async def test_every_resource_template_is_listed_with_its_mime_type(server):
     expected["tradewind://schema/{tool}"] = "application/json"
     expected["tradewind://reports/{report_id}"] = "text/markdown"
     expected["tradewind://reports/{report_id}/plot"] = "image/png"
+    expected["tradewind://sweeps/{sweep_id}"] = "application/json"
     assert {uri: t.mime_type for uri, t in templates.items()} == expected
     assert all(t.description for t in templates.values())
+
+
+async def test_the_run_list_and_each_skill_are_listed_as_resources(server):
+    async with Client(server) as client:
+        listed = {resource.uri: resource for resource in (await client.list_resources()).resources}
+    skills = {f"tradewind://skills/{name}" for name in skill_names()}
+    assert set(listed) == {"tradewind://runs", "ui://tradewind/dashboard", *skills}
+    assert listed["tradewind://runs"].mime_type == "application/json"
+    debug = listed["tradewind://skills/debug-a-diverging-run"]
+    assert debug.title == "Debug a diverging run" and debug.mime_type == "text/markdown"
+    assert debug.description.startswith("Diagnose a Tradewind training run whose loss blew up")
+    assert all(listed[uri].title and "Use when" in listed[uri].description for uri in skills)
+
+
+async def test_the_run_list_reads_as_what_list_runs_returns(tmp_path):
+    ctx = ToolContext.open(tmp_path / "ws")
+    write_run(ctx, "run-1", metric_rows(steps=20), RunRecord(run_id="run-1", backend="process"))
+    (ctx.workspace.runs_dir / "not-a-run").mkdir()
+    async with Client(build_server(ctx)) as client:
+        content = await read(client, "tradewind://runs")
+    listed = json.loads(content.text)
+    assert content.mime_type == "application/json" and [run["run_id"] for run in listed["runs"]] == ["run-1"]
+    assert listed == list_runs(ctx, ListRunsRequest()).model_dump(mode="json")
+
+
+async def test_a_sweep_reads_as_what_get_sweep_returns_and_an_unknown_one_is_a_readable_error(tmp_path):
+    ctx = ToolContext.open(tmp_path / "ws")
+    state = SweepState(
+        sweep_id="sweep-done",
+        status="succeeded",
+        job_id="sweep-done",
+        method="grid",
+        backend="local",
+        max_concurrent=1,
+        canary_steps=0,
+        halving_tokens=[],
+        halving_eta=3,
+        trials=[],
+    )
+    ctx.workspace.make_dir(ctx.workspace.sweep_dir(state.sweep_id, must_exist=False), argument="sweep_id")
+    write_state(ctx, state)
+    async with Client(build_server(ctx)) as client:
+        content = await read(client, "tradewind://sweeps/sweep-done")
+        missing = await read_error(client, "tradewind://sweeps/no-such-sweep")
+    expected = get_sweep(ctx, SweepRequest(sweep_id="sweep-done")).model_dump(mode="json")
+    assert content.mime_type == "application/json" and json.loads(content.text) == expected
+    assert expected["status"] == "succeeded"
+    assert missing.error.code == INVALID_PARAMS and "no-such-sweep" in missing.error.message
 
 
 @pytest.mark.slow

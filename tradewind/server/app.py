@@ -18,6 +18,7 @@ from typing import Any, Literal
 from mcp.server.apps import Apps
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 from starlette.applications import Starlette
@@ -25,6 +26,7 @@ from starlette.applications import Starlette
 from tradewind import __version__
 from tradewind.prompts import server_instructions
 from tradewind.server.adapter import as_mcp_tool, compact_sections, lean_input_schema, request_schema
+from tradewind.server.completion import register_completions
 from tradewind.server.dashboard import DASHBOARD_URI, dashboard_app_html, dashboard_routes
 from tradewind.server.http import MAX_CONNECTIONS, READ_TIMEOUT_S, run_http
 from tradewind.server.resources import register_prompts, register_resources, schema_uri
@@ -35,6 +37,7 @@ from tradewind.server.security import (
     load_or_create_token,
     transport_security,
 )
+from tradewind.server.updates import RunWatcher
 from tradewind.tools import TOOLS, ToolContext
 from tradewind.tools.spec import spec_of
 
@@ -128,15 +131,20 @@ def build_server(ctx: ToolContext, *, read_only: bool = False) -> MCPServer:
     # MCP Apps hosts render the dashboard beside get_run and read_metrics; other hosts ignore it.
     apps = Apps()
     apps.add_html_resource(DASHBOARD_URI, dashboard_app_html(), title="Tradewind run dashboard")
+    # The bus `subscriptions/listen` streams read; the run watcher publishes the runs' changes on it.
+    bus = InMemorySubscriptionBus()
     server = MCPServer(
         name="tradewind",
         version=__version__,
         instructions=server_instructions() + (READ_ONLY_NOTE if read_only else ""),
         tools=[_mcp_tool(tool, ctx, listed_results) for tool in tools],
         extensions=[apps],
+        subscriptions=bus,
     )
     register_resources(server, ctx, {tool.__name__: request_schema(tool) for tool in tools})
     register_prompts(server)
+    register_completions(server, ctx, [tool.__name__ for tool in tools])
+    server.middleware.append(RunWatcher(ctx.workspace, bus))
     return server
 
 

@@ -1,7 +1,8 @@
-"""MCP resources (a run's files, a dataset's manifest, the agent skills) and the prompts.
+"""MCP resources (a run's files, the run list, a sweep, a dataset's manifest, the agent skills) and the prompts.
 
-Resource templates, all read through the workspace's id rules and each bounded to `MAX_RESOURCE_CHARS`:
+Resources, all read through the workspace's id rules and each bounded to `MAX_RESOURCE_CHARS`:
 
+    tradewind://runs                        application/json   the run list, newest first (what `list_runs` returns)
     tradewind://runs/{run_id}/config        application/json   the run's training configuration
     tradewind://runs/{run_id}/metrics       text/plain         metrics.jsonl, its last part when long
     tradewind://runs/{run_id}/logs          text/plain         the training log, its last part when long
@@ -10,13 +11,16 @@ Resource templates, all read through the workspace's id rules and each bounded t
     tradewind://reports/{report_id}         text/markdown      any report, on one run or several (`report_id`)
     tradewind://reports/{report_id}/plot    image/png          its figure
     tradewind://runs/{run_id}/profile       application/json   what `profile_run` measured, and where the trace is
+    tradewind://sweeps/{sweep_id}           application/json   a sweep's state (what `get_sweep` returns)
     tradewind://datasets/{dataset_id}/manifest  application/json  the token cache's manifest
-    tradewind://skills/{name}               text/markdown      an agent skill's SKILL.md
+    tradewind://skills/{name}               text/markdown      an agent skill's SKILL.md; each skill is also listed
     tradewind://schema/{tool}               application/json   a tool's whole input schema, nested sections too
 
 Tool results link the resources that hold more than the result itself (`result_links`, from the links each
 tool declares in `tradewind.tools.spec`): a report, a log, all the metrics, a plot, a profile; the result stays
-small and the client reads a link when it wants it.
+small and the client reads a link when it wants it. The templates' ids complete (`completion.py`), and a
+client that listens hears when a run's resources change (`updates.py`, which watches the files `run_part_path`
+names).
 
 Prompts are the markdown templates of `tradewind.prompts`; a `prompts/get` for an unknown prompt, or
 without a required argument, or with one it does not take, is answered with an INVALID_PARAMS error.
@@ -31,17 +35,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import yaml
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+from mcp.server.mcpserver.resources import TextResource
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, ResourceLink
 from pydantic import Field, ValidationError
 
-from tradewind.core import NotFoundError, TradewindError, check_id
+from tradewind.core import NotFoundError, TradewindError, Workspace, check_id
 from tradewind.core.files import Opener
 from tradewind.prompts import load_skill, render_prompt, skill_names
-from tradewind.tools import ToolContext
+from tradewind.tools import ListRunsRequest, SweepRequest, ToolContext, get_sweep, list_runs
 from tradewind.tools.spec import Link
 from tradewind.trainer import RunLayout
 
@@ -62,12 +68,37 @@ RUN_PARTS = {
     "profile": ("Profile summary", JSON),
 }
 
+# A report's files in reports/: `<report_id>.md` and its figure `<report_id>-loss.png` (a run's own report has the
+# run's id).
+REPORT_SUFFIX = {"text": ".md", "plot": "-loss.png"}
+RUN_LIST_URI = "tradewind://runs"
+
 T = TypeVar("T")
+
+
+def run_part_path(workspace: Workspace, run_id: str, part: str) -> Path:
+    """The file run resource `part` (one of `RUN_PARTS`) serves: in the run's folder, or its report in reports/.
+
+    `run_id` must be a checked id (`check_id`); the path is not checked for links (the reader refuses those)."""
+    layout = RunLayout(workspace.runs_dir / run_id)
+    return {
+        "config": layout.config,
+        "metrics": layout.metrics,
+        "logs": layout.log,
+        "report": workspace.reports_dir / (run_id + REPORT_SUFFIX["text"]),
+        "plot": workspace.reports_dir / (run_id + REPORT_SUFFIX["plot"]),
+        "profile": layout.profile / "summary.json",
+    }[part]
 
 
 def run_uri(run_id: str, part: str = "logs") -> str:
     """The URI of a run's resource; `part` is config, metrics, logs or report."""
     return f"tradewind://runs/{run_id}/{part}"
+
+
+def sweep_uri(sweep_id: str) -> str:
+    """The URI of a sweep's state resource."""
+    return f"tradewind://sweeps/{sweep_id}"
 
 
 def dataset_uri(dataset_id: str) -> str:
@@ -121,24 +152,35 @@ def _run_resource(server: MCPServer, part: str, description: str) -> Callable[[C
 
 
 def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[str, dict[str, Any]]) -> None:
-    """Serve the run, dataset, skill and tool-schema resource templates on `server`, reading `ctx`'s workspace;
-    `tool_schemas` holds each listed tool's whole input schema."""
+    """Serve the run list, each skill, and the run, report, sweep, dataset, skill and tool-schema resource templates
+    on `server`, reading `ctx`'s workspace; `tool_schemas` holds each listed tool's whole input schema."""
     workspace = ctx.workspace
     # Every file a resource serves is opened through the workspace's confined open: a symlink in a run folder,
     # a dataset or reports/ that leads outside is refused, never followed.
     read_run, read_dataset = workspace.reader("run_id"), workspace.reader("dataset_id")
     read_report = workspace.reader("report_id")
 
-    def run_file(run_id: str, pick: Callable[[RunLayout], Path], what: str) -> Path:
-        layout = RunLayout(_found(lambda: workspace.run_dir(run_id)))
-        path = pick(layout)
+    def run_file(run_id: str, part: str, what: str) -> Path:
+        _found(lambda: workspace.run_dir(run_id))
+        path = run_part_path(workspace, run_id, part)
         if not (path.exists() or path.is_symlink()):  # a link is opened to be refused
             raise ResourceNotFoundError(f"run {run_id!r} has no {what} yet ({path.name} is missing)")
         return path
 
+    @server.resource(
+        RUN_LIST_URI,
+        name="runs",
+        title="Runs",
+        description="The workspace's runs, newest first, with their status, step and latest losses (what the "
+        "`list_runs` tool returns: its first page). Listen to it to hear when a run starts, ends or appears.",
+        mime_type=JSON,
+    )
+    def run_list() -> str:
+        return list_runs(ctx, ListRunsRequest()).model_dump_json()
+
     @_run_resource(server, "config", "The training configuration a run was launched with (config.json).")
     def run_config(run_id: str) -> str:
-        return _whole_json(read_run, run_file(run_id, lambda layout: layout.config, "configuration"), "get_run")
+        return _whole_json(read_run, run_file(run_id, "config", "configuration"), "get_run")
 
     @_run_resource(
         server,
@@ -147,7 +189,7 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         f"the last {MAX_RESOURCE_CHARS:,} characters when longer.",
     )
     def run_metrics(run_id: str) -> str:
-        path = run_file(run_id, lambda layout: layout.metrics, "metrics")
+        path = run_file(run_id, "metrics", "metrics")
         return _tail(
             read_run,
             path,
@@ -156,7 +198,7 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
 
     @_run_resource(server, "logs", f"A run's training log; the last {MAX_RESOURCE_CHARS:,} characters when longer.")
     def run_logs(run_id: str) -> str:
-        path = run_file(run_id, lambda layout: layout.log, "log")
+        path = run_file(run_id, "logs", "log")
         return _tail(read_run, path, f"`get_run` (run_id {run_id!r}) names the whole file as `log_file`")
 
     @_run_resource(server, "report", "A run's markdown report, once the `summarize_report` tool has written it.")
@@ -179,7 +221,7 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         "What the `profile_run` tool measured (profile/summary.json), with its trace folder.",
     )
     def run_profile(run_id: str) -> str:
-        profile = run_file(run_id, lambda layout: layout.profile / "summary.json", "profile")
+        profile = run_file(run_id, "profile", "profile")
         return _whole_json(read_run, profile, "profile_run")
 
     @server.resource(
@@ -190,7 +232,7 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         mime_type=MARKDOWN,
     )
     def report_text(report_id: str) -> str:
-        path = report_file(report_id, ".md")
+        path = report_file(report_id, "text")
         return _head(read_report, path, f"the whole report is {path}")
 
     @server.resource(
@@ -201,19 +243,29 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         mime_type=PNG,
     )
     def report_plot(report_id: str) -> bytes:
-        path = report_file(report_id, "-loss.png")
+        path = report_file(report_id, "plot")
         with _found(lambda: read_report(path)) as f:
             if os.fstat(f.fileno()).st_size > MAX_IMAGE_BYTES:
                 raise ResourceError(f"{path} is over the {MAX_IMAGE_BYTES:,} bytes an image resource serves")
             return f.read()
 
-    def report_file(report_id: str, suffix: str) -> Path:
-        path = workspace.reports_dir / (_found(lambda: check_id(report_id, "report_id")) + suffix)
+    def report_file(report_id: str, part: str) -> Path:
+        path = workspace.reports_dir / (_found(lambda: check_id(report_id, "report_id")) + REPORT_SUFFIX[part])
         if not (path.exists() or path.is_symlink()):  # a link is opened to be refused
             raise ResourceNotFoundError(
                 f"no report {report_id!r} yet: call the `summarize_report` tool (run_id, or run_ids for several runs)"
             )
         return path
+
+    @server.resource(
+        sweep_uri("{sweep_id}"),
+        name="sweep",
+        title="Sweep",
+        description="A sweep's status, best trial and trials (what the `get_sweep` tool returns).",
+        mime_type=JSON,
+    )
+    def sweep(sweep_id: str) -> str:
+        return _found(lambda: get_sweep(ctx, SweepRequest(sweep_id=sweep_id))).model_dump_json()
 
     @server.resource(
         dataset_uri("{dataset_id}"),
@@ -241,6 +293,20 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
     def skill(name: str) -> str:
         return _found(lambda: load_skill(name))
 
+    for name in skill_names():  # listed too, so that a client finds them in resources/list
+        text = load_skill(name)
+        title, description = skill_summary(text)
+        server.add_resource(
+            TextResource(
+                uri=skill_uri(name),
+                name=f"skill-{name}",
+                title=title,
+                description=description,
+                mime_type=MARKDOWN,
+                text=text,
+            )
+        )
+
     @server.resource(
         schema_uri("{tool}"),
         name="tool-schema",
@@ -253,6 +319,14 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         if tool not in tool_schemas:
             raise ResourceNotFoundError(f"no tool {tool!r}; tools: {', '.join(tool_schemas)}")
         return json.dumps(tool_schemas[tool], separators=(",", ":"))
+
+
+def skill_summary(text: str) -> tuple[str | None, str]:
+    """A SKILL.md's title (its first heading; None without one) and description (its front matter's, which
+    `tests/prompts` require of every shipped skill)."""
+    _, front_matter, body = text.split("---\n", 2)
+    title = next((line.removeprefix("# ") for line in body.splitlines() if line.startswith("# ")), None)
+    return title, yaml.safe_load(front_matter)["description"]
 
 
 def _found(read: Callable[[], T]) -> T:

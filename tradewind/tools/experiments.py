@@ -12,7 +12,7 @@ parent run, sweep, decision and machine load, see `tradewind.trainer.record`), i
     discarded  discarded, with the reason; a run cancelled without a decision is discarded as "cancelled"
     crashed    it failed; `reason` is the cause, in the trainer's words
 
-The metric is `val_bpb` (`VAL_BPB_MEANING`), lower is better and comparable across tokenizers; `changes` lists
+The metric is `val_bpb` (`report_data.VAL_BPB_MEANING`), lower is better, comparable across tokenizers; `changes` lists
 the config fields (dotted) whose values differ from the parent run's. A run whose only change is its seed is a
 *rerun* of its parent's config (`rerun_of`, the config's first run): it measures noise and never ranks as an
 improvement. A run's `delta` is the mean val_bpb of it and its reruns minus its parent's, judged against the
