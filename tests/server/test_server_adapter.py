@@ -17,6 +17,7 @@ from tradewind.server.adapter import as_mcp_tool, compact_sections, lean_input_s
 from tradewind.tools import ToolContext
 from tradewind.tools.bounds import SUMMARY_CHARS
 from tradewind.tools.context import Progress
+from tradewind.tools.spec import tool
 
 pytestmark = pytest.mark.anyio
 
@@ -48,6 +49,7 @@ class EchoResult(BaseModel):
     sent: list[str] = Field(description="The fields the call set.")
 
 
+@tool("Echo", read_only=True)
 def echo(ctx: ToolContext, request: EchoRequest, progress: Progress) -> EchoResult:
     """Echo the request back, reporting progress out of order."""
     for done in (1, 1, 0.5, 2, 3):
@@ -192,6 +194,7 @@ class NoteRequest(BaseModel):
     tags: dict[str, list[str]] = {}
 
 
+@tool("Note", read_only=True)
 def note(ctx: ToolContext, request: NoteRequest) -> NoteRequest:
     """Keep a note."""
     return request
@@ -255,6 +258,7 @@ class PaintRequest(BaseModel):
     colour: Colour
 
 
+@tool("Paint", read_only=True)
 def paint(ctx: ToolContext, request: PaintRequest) -> PaintRequest:
     """Paint in one colour."""
     return request

@@ -51,8 +51,11 @@ def test_a_second_active_run_is_refused_naming_the_limit_and_where_to_raise_it(l
 
 def test_more_steps_than_the_limit_are_refused_before_any_run_folder_exists(limited, tiny_run_settings):
     ctx, dataset = limited
-    with pytest.raises(InvalidInputError, match=r"argument 'steps': 2000000 is more than the limit of 1000000"):
+    with pytest.raises(InvalidInputError, match=r"argument 'steps': 2,000,000 is more than the limit of 1,000,000"):
         launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=2_000_000, **tiny_run_settings))
+    tokens = 2_000_000 * 8 * 32  # the tiny batch: 8 x 32 tokens a step
+    with pytest.raises(InvalidInputError, match=r"argument 'token_budget': 512,000,000 tokens is 2,000,000 steps"):
+        launch_training(ctx, LaunchTrainingRequest(dataset=dataset, token_budget=tokens, **tiny_run_settings))
     assert run_folders(ctx) == []
 
 

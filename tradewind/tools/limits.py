@@ -69,10 +69,11 @@ def check_launch_limits(
     limits = ctx.settings().limits
     steps = config.total_steps or config.steps  # a time budget's steps are what fits: no limit to check first
     if steps > limits.max_steps:
+        asked = f"{config.budget.describe()} is {steps:,} steps" if config.budget.fixes_work else f"{steps:,} is"
         field = config.budget.field if config.budget.fixes_work else "steps"
         raise InvalidInputError(
-            f"argument {field!r}: {config.budget.describe()} is {steps:,} steps, more than the limit of "
-            f"{limits.max_steps:,} steps per run; ask for fewer, or raise {_setting(ctx, 'max_steps', limits)}"
+            f"argument {field!r}: {asked} more than the limit of {limits.max_steps:,} steps per run; ask for "
+            f"fewer, or raise {_setting(ctx, 'max_steps', limits)}"
         )
     if on_this_machine and limits.shared_devices == "refuse":
         _check_devices_free(ctx, config, placement, active_runs, limits)
