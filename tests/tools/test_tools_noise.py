@@ -14,8 +14,10 @@ from tradewind.tools import (
     LaunchTrainingRequest,
     ListExperimentsRequest,
     RerunBaselineRequest,
+    RunRequest,
     SetExperimentStatusRequest,
     ToolContext,
+    cancel_run,
     launch_training,
     list_experiments,
     rerun_baseline,
@@ -118,7 +120,8 @@ def test_keeping_a_change_within_the_noise_succeeds_and_says_so_and_a_rerun_cann
     assert worse.verdict.startswith("Kept, but")  # beyond the noise, but worse
     with pytest.raises(InvalidInputError, match=f"reruns {baseline}'s config"):
         set_experiment_status(noise_ctx, SetExperimentStatusRequest(run_id=reruns[0], status="kept", reason="z"))
-    discarded = set_experiment_status(noise_ctx, SetExperimentStatusRequest(run_id=slower, status="discard", reason="w"))
+    discard = SetExperimentStatusRequest(run_id=slower, status="discard", reason="w")
+    discarded = set_experiment_status(noise_ctx, discard)
     assert discarded.status == "discarded" and not discarded.verdict.startswith("Kept")
 
 
@@ -129,14 +132,25 @@ def test_a_run_on_a_time_budget_never_shares_this_machine_with_another_run(noise
             launch_training(noise_ctx, LaunchTrainingRequest(**timed))
         assert refused.value.limit == "shared_devices" and "shared_devices" in str(refused.value)
 
-        (noise_ctx.workspace.root / "settings.yaml").write_text(
-            "backend: local\nlimits:\n  shared_devices: wait\n", encoding="utf-8"
-        )
+        settings = noise_ctx.workspace.root / "settings.yaml"
+        settings.write_text("backend: local\nlimits:\n  shared_devices: wait\n", encoding="utf-8")
         try:
             queued = launch_training(noise_ctx, LaunchTrainingRequest(**timed))
-            job = noise_ctx.backend.status(queued.run_id)
+        finally:
+            settings.write_text("backend: local\n", encoding="utf-8")
+        try:
             assert queued.status is JobStatus.PENDING  # it waits until the machine is its own
+            job = noise_ctx.backend.status(queued.run_id)
             assert job.spec.resources.cpus == noise_ctx.backend.capacity.cpus
         finally:
-            (noise_ctx.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
             noise_ctx.backend.cancel(queued.run_id)
+
+
+def test_no_run_starts_beside_a_run_on_a_time_budget(noise_ctx, dataset_id, tiny_run_settings):
+    timed = launch_training(noise_ctx, LaunchTrainingRequest(dataset=dataset_id, time_budget_s=60, **tiny_run_settings))
+    try:
+        tokens = LaunchTrainingRequest(dataset=dataset_id, token_budget=20 * 8 * 32, **tiny_run_settings)
+        with pytest.raises(LimitReached, match=f"{timed.run_id} use this machine's cpu devices; they are on a time"):
+            launch_training(noise_ctx, tokens)
+    finally:
+        cancel_run(noise_ctx, RunRequest(run_id=timed.run_id))
