@@ -1,7 +1,9 @@
 """The live run dashboard: served over HTTP beside /mcp, and as an MCP Apps `ui://` resource.
 
-The browser test opens the page in headless Chromium (Debian's `chromium`, driven by Playwright) while a real
-run trains, and checks that the charts show the metrics file's numbers and move on as new rows arrive.
+The event stream tests read `/dashboard/events` with a real HTTP client while they change a run's files. The
+browser test opens the page in headless Chromium (Debian's `chromium`, driven by Playwright) while a real run
+trains, and checks that the charts show the metrics file's numbers and move on as new rows arrive, fetched
+when the server's events say so.
 """
 
 import json
@@ -11,16 +13,19 @@ import shutil
 import statistics
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 
 import httpx2
 import pytest
 from http_helpers import running_server
 from mcp import Client
+from polling import wait_until
 from runs_helpers import finish, metric_rows, write_run
 
 from tradewind.cluster import JobStatus
 from tradewind.server import build_server
-from tradewind.server.dashboard import DASHBOARD_URI, MAX_RUNS, parse_run_ids, render_page
+from tradewind.server.dashboard import DASHBOARD_URI, MAX_RUNS, MAX_STREAMS, parse_run_ids, render_page
 from tradewind.tools import (
     LaunchTrainingRequest,
     TokenizeDatasetRequest,
@@ -28,7 +33,7 @@ from tradewind.tools import (
     launch_training,
     tokenize_dataset,
 )
-from tradewind.trainer import RunLayout, RunRecord, read_metrics
+from tradewind.trainer import RunLayout, RunRecord, read_metrics, write_record
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -43,7 +48,7 @@ def test_run_ids_come_from_a_comma_separated_list_once_each_and_bounded():
 
 def test_data_cannot_close_the_pages_script_element():
     page = render_page(
-        ["r1"], {"runs": {"r1": {"run": {"reason": "</script><script>alert(1)</script>"}}}}, data_url="/x"
+        ["r1"], {"runs": {"r1": {"run": {"reason": "</script><script>alert(1)</script>"}}}}, over_http=True
     )
     assert "</script><script>alert(1)" not in page
     assert page.count("</script>") == 2  # the config element's and the code's own
@@ -70,6 +75,12 @@ def test_dashboard_routes_need_the_token_in_the_header_or_the_query(tmp_path):
         headers = {"Authorization": f"Bearer {server.token()}"}
         missing = httpx2.get(f"{base}/dashboard/data?runs=nope", headers=headers, timeout=10)
         assert missing.status_code == 404 and "nope" in missing.json()["error"]
+        # The event stream too, with the token in the query, as a page's EventSource (which sends no headers) asks.
+        assert httpx2.get(f"{base}/dashboard/events?runs=nope", timeout=10).status_code == 401
+        missing = httpx2.get(f"{base}/dashboard/events?runs=nope&token={server.token()}", timeout=10)
+        assert missing.status_code == 404 and "nope" in missing.json()["error"]
+        nothing = httpx2.get(f"{base}/dashboard/events?runs=,", headers=headers, timeout=10)
+        assert nothing.status_code == 400 and "at least one run id" in nothing.json()["error"]
         # The query token opens dashboard pages only, never the MCP endpoint.
         assert httpx2.post(f"{base}/mcp?token={server.token()}", content=b"{}", timeout=10).status_code == 401
         assert "dashboard at http://127.0.0.1" in server.stderr
@@ -112,6 +123,78 @@ def during(replies: list[tuple[float, float]], polls: list[tuple[float, float, i
     return [took for sent, took in replies if any(sent < end and sent + took > start + 0.1 for start, end, _ in polls)]
 
 
+HEARD_WITHIN_S = 10  # a look a second, and a loaded machine: each read of an event stream waits this long at most
+
+
+def next_event(lines: Iterator[str]) -> tuple[str, list[str]] | None:
+    """The next server-sent event on a stream's lines, as (type, the run ids it names); None once the stream has
+    ended. A read that waits longer than the client's timeout raises."""
+    kind, run_ids = "message", None
+    for line in lines:
+        if not line:  # an event ends at a blank line
+            return kind, run_ids
+        field, _, value = line.partition(": ")
+        if field == "event":
+            kind = value
+        elif field == "data":
+            run_ids = json.loads(value)
+    return None
+
+
+def running_run(ctx: ToolContext, run_id: str) -> RunRecord:
+    """A run folder with a few metrics rows and a RUNNING record (a Python call of `train`, no process to check)."""
+    record = RunRecord(run_id=run_id, backend="process", status=JobStatus.RUNNING)
+    write_run(ctx, run_id, metric_rows(3), record)
+    return record
+
+
+def test_the_event_stream_says_when_a_runs_files_change_and_ends_once_it_has_finished(tmp_path):
+    ctx = ToolContext.open(tmp_path / "ws")
+    record = running_run(ctx, "r1")
+    layout = RunLayout(ctx.workspace.run_dir("r1"))
+    with (
+        running_server(ctx.workspace.root) as server,
+        httpx2.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=HEARD_WITHIN_S) as client,
+        client.stream("GET", f"/dashboard/events?runs=r1&token={server.token()}") as stream,
+    ):
+        assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+        lines = stream.iter_lines()
+        # The first event comes at once: the stream's first look is taken, so any change from here on is heard.
+        assert next_event(lines) == ("message", ["r1"])
+        with layout.metrics.open("a", encoding="utf-8") as rows:
+            rows.write('{"step": 4, "loss": 4.2}\n')
+        assert next_event(lines) == ("message", ["r1"])
+        write_record(layout.record, record.model_copy(update={"status": JobStatus.SUCCEEDED}))
+        assert next_event(lines) == ("end", ["r1"])
+        assert next_event(lines) is None  # the server closed the stream
+
+
+def test_the_event_stream_of_finished_runs_ends_at_once_and_streams_are_bounded(tmp_path):
+    ctx = ToolContext.open(tmp_path / "ws")
+    running_run(ctx, "r1")
+    write_run(ctx, "done", metric_rows(3), RunRecord(run_id="done", backend="process", status=JobStatus.SUCCEEDED))
+    with (
+        running_server(ctx.workspace.root) as server,
+        httpx2.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=HEARD_WITHIN_S) as client,
+    ):
+        follow = f"/dashboard/events?runs=r1&token={server.token()}"
+        with client.stream("GET", f"/dashboard/events?runs=done&token={server.token()}") as stream:
+            lines = stream.iter_lines()
+            assert (next_event(lines), next_event(lines)) == (("end", ["done"]), None)
+        with ExitStack() as open_streams:
+            streams = [open_streams.enter_context(client.stream("GET", follow)) for _ in range(MAX_STREAMS)]
+            assert [stream.status_code for stream in streams] == [200] * MAX_STREAMS
+            refused = client.get(follow)
+            assert refused.status_code == 503 and f"at most {MAX_STREAMS}" in refused.json()["error"]
+            streams[0].close()  # a client that goes gives its stream's slot back
+
+            def another_stream_opens() -> bool:
+                with client.stream("GET", follow) as stream:
+                    return stream.status_code == 200
+
+            wait_until(another_stream_opens, HEARD_WITHIN_S, "a slot given back by a closed stream")
+
+
 STEPS = 2_000
 
 
@@ -130,6 +213,8 @@ def test_the_page_draws_the_runs_real_numbers_and_updates_as_rows_arrive(tmp_pat
         run = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, steps=STEPS, **settings))
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()
+        data_requests = []  # the page's fetches of /dashboard/data: each answers an event it heard
+        page.on("request", lambda request: "/dashboard/data" in request.url and data_requests.append(request.url))
         page.goto(f"http://127.0.0.1:{server.port}/dashboard/runs/{run.run_id}?token={server.token()}")
         assert "token=" not in page.url  # dropped from the address bar at once
         loss_line = f'#chart-loss polyline[data-series="loss"][data-run="{run.run_id}"]'
@@ -150,9 +235,12 @@ def test_the_page_draws_the_runs_real_numbers_and_updates_as_rows_arrive(tmp_pat
             for chart, name in [("loss", "loss"), ("loss", "eval_loss"), ("lr", "lr"), ("tokens_per_s", "tokens_per_s")]
         }
         status_row = page.inner_text(f'#status tr[data-run="{run.run_id}"]')
+        fetched = len(data_requests)  # counted before the events: a fetch is sent after the event it answers
+        follow, heard = page.evaluate("[document.body.dataset.follow, +document.body.dataset.events]")
         browser.close()
     finish(ctx, run.run_id)
     assert len(seen_steps) >= 2, f"the page never moved on while the run trained: {seen_steps}"
+    assert follow == "events" and 0 < fetched <= heard, (follow, fetched, heard)  # fetched on events, not a timer
     rows = read_metrics(RunLayout(ctx.workspace.run_dir(run.run_id)).metrics)
     last = {name: next(getattr(r, name) for r in reversed(rows) if getattr(r, name) is not None) for name in drawn}
     for name, value in drawn.items():  # read_metrics rounds to 6 significant digits

@@ -1,12 +1,21 @@
 """The live run dashboard: one self-contained HTML page per run or comparison, updating while runs train.
 
 Over HTTP (`tradewind serve --transport http`), beside `/mcp`:
-    GET /dashboard                          the workspace's runs, newest first, with links
-    GET /dashboard/runs/RUN[,RUN...]        the page for one run, or several overlaid
-    GET /dashboard/data?runs=RUN[,RUN...]   what the page polls: `dashboard_data` as JSON
+    GET /dashboard                           the workspace's runs, newest first, with links
+    GET /dashboard/runs/RUN[,RUN...]         the page for one run, or several overlaid
+    GET /dashboard/data?runs=RUN[,RUN...]    what the page fetches: `dashboard_data` as JSON
+    GET /dashboard/events?runs=RUN[,RUN...]  server-sent events: one each time a run's record, metrics or log
+                                             changes (`event: end` once every run has finished)
+
+While a run trains, the page listens to its events and fetches the data route once per event, so an idle run
+costs no requests; where it cannot listen (no `EventSource`, every stream slot taken, a run whose files live in
+a bucket and reach the workspace only when read) it fetches every `POLL_S` instead. A stream looks at the runs'
+files about once a second (`updates.file_state`, as the MCP listen streams do) and ends by itself: after its
+`end` event, when the client goes, or after `STREAM_S`, when a browser opens a new one.
 
 A browser cannot send the bearer token as a header when it opens a link, so these GET routes also take it
-as `?token=`; the page then drops it from the address bar and sends it as a header when it polls.
+as `?token=`; the page then drops it from the address bar and sends it as a header when it fetches, and as
+`?token=` when it listens (`EventSource` sends no headers).
 
 In MCP hosts with MCP Apps, the same page is the `ui://` resource `DASHBOARD_URI`, attached to the tools
 declared with `dashboard=True` (`get_run`, `read_metrics`): the host hands the page each result of those tools,
@@ -21,18 +30,20 @@ from __future__ import annotations
 import functools
 import html
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 import anyio
 import anyio.to_thread
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from tradewind.cluster import JobStatus
 from tradewind.core import NotFoundError, TradewindError
+from tradewind.server.updates import LOOK_EVERY_S, file_state
 from tradewind.tools import (
     ListRunsRequest,
     ReadMetricsRequest,
@@ -44,15 +55,23 @@ from tradewind.tools import (
     read_metrics,
     tail_logs,
 )
+from tradewind.trainer import RunLayout, read_record
 
 DASHBOARD_URI = "ui://tradewind/dashboard"
 # The series each chart draws, as read_metrics names them.
 SERIES = ["loss", "eval_loss", "lr", "tokens_per_s", "mfu"]
 MAX_RUNS = 8  # runs on one page: more would make the charts unreadable
-POLL_S = 2.0  # how often a page of a running run asks for new rows
+POLL_S = 2.0  # how often a page of a running run asks for new rows when it cannot listen to its events
 LOG_TAIL_BYTES = 3000
 WORKER_THREADS = 4
 """Dashboard requests read and parse run files at once; more wait their turn without holding the event loop."""
+MAX_STREAMS = WORKER_THREADS
+"""Event streams open at once, each an open connection and a look a second; one more gets 503 (its page polls)."""
+STREAM_S = 600.0
+"""The longest one event stream lasts, so that none is held for ever (the record of a run whose process was killed
+never says it ended); the browser's `EventSource` then opens a new one."""
+
+T = TypeVar("T")
 
 
 def page_template() -> str:
@@ -60,13 +79,15 @@ def page_template() -> str:
     return resources.files("tradewind.server").joinpath("dashboard.html").read_text("utf-8")
 
 
-def render_page(run_ids: list[str], data: dict[str, Any] | None, *, data_url: str | None) -> str:
-    """The page for `run_ids`: with `data` drawn at once, and `data_url` polled for fresh data (None in MCP
-    Apps, where the page asks the host instead)."""
+def render_page(run_ids: list[str], data: dict[str, Any] | None, *, over_http: bool) -> str:
+    """The page for `run_ids`, with `data` drawn at once. Served over HTTP, it follows the runs through
+    `/dashboard/events` and `/dashboard/data`; in MCP Apps (`over_http=False`) it asks the host instead."""
+    query = "?runs=" + ",".join(run_ids)
     config = {
         "runs": run_ids,
         "data": data,
-        "dataUrl": data_url,
+        "dataUrl": "/dashboard/data" + query if over_http else None,
+        "eventsUrl": "/dashboard/events" + query if over_http else None,
         "pollMs": int(POLL_S * 1000),
         "series": SERIES,
         "finished": [status.value for status in JobStatus if status.finished],
@@ -78,8 +99,8 @@ def render_page(run_ids: list[str], data: dict[str, Any] | None, *, data_url: st
 
 
 def dashboard_app_html() -> str:
-    """The page as the MCP Apps resource: no run yet (the host hands it tool results) and no URL to poll."""
-    return render_page([], None, data_url=None)
+    """The page as the MCP Apps resource: no run yet (the host hands it tool results) and no route to follow."""
+    return render_page([], None, over_http=False)
 
 
 def run_data(ctx: ToolContext, run_id: str) -> dict[str, Any]:
@@ -112,19 +133,107 @@ def parse_run_ids(text: str) -> list[str]:
     return run_ids
 
 
+class RunFiles(NamedTuple):
+    """How the files a run's page shows stand (`file_state` of each): a write to any of them changes it."""
+
+    record: tuple[int, int] | None
+    metrics: tuple[int, int] | None
+    log: tuple[int, int] | None
+
+    @classmethod
+    def of(cls, layout: RunLayout) -> RunFiles:
+        return cls(file_state(layout.record), file_state(layout.metrics), file_state(layout.log))
+
+
+def server_event(run_ids: list[str], finished: bool) -> str:
+    """A server-sent event naming runs: of the default type, `message`, those whose files changed; of type `end`,
+    the stream's last, all of them once every one has finished."""
+    return ("event: end\n" if finished else "") + f"data: {json.dumps(run_ids)}\n\n"
+
+
+class EventStream(StreamingResponse):
+    """A `text/event-stream` answer that holds one of `slots` for as long as it streams; 503 when none is free.
+
+    The slot is taken when the answer starts and given back however it ends (its events ran out, the client
+    went, the server stopped), so a stream cannot keep one.
+    """
+
+    def __init__(self, events: AsyncIterator[str], slots: anyio.Semaphore) -> None:
+        # no-store: an event stream is news, never something to answer from a cache.
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+        self._slots = slots
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            busy = f"at most {MAX_STREAMS} dashboard event streams at once; fetch /dashboard/data instead"
+            await JSONResponse({"error": busy}, status_code=503)(scope, receive, send)
+            return
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slots.release()
+
+
 def dashboard_routes(ctx: ToolContext) -> list[Route]:
     """The HTTP routes of the dashboard, acting on `ctx`'s workspace.
 
     Each handler does its work (the tools read and parse run files: a second for a long run) in a worker thread,
     at most `WORKER_THREADS` at once, so that the event loop goes on answering every other request meanwhile.
+    The event streams' looks take their turn in the same threads, and at most `MAX_STREAMS` streams are open.
     """
     limiter = anyio.CapacityLimiter(WORKER_THREADS)
+    slots = anyio.Semaphore(MAX_STREAMS)
+
+    async def in_worker(work: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(work, *args, limiter=limiter)
 
     async def answer(work: Callable[[], Response]) -> Response:
         try:
-            return await anyio.to_thread.run_sync(work, limiter=limiter)
+            return await in_worker(work)
         except (ValueError, TradewindError) as error:
             return JSONResponse({"error": str(error)}, status_code=404 if isinstance(error, NotFoundError) else 400)
+
+    def look(run_ids: list[str]) -> dict[str, RunFiles]:
+        return {run_id: RunFiles.of(RunLayout(ctx.workspace.run_dir(run_id))) for run_id in run_ids}
+
+    def ended(run_ids: list[str]) -> tuple[bool, bool]:
+        """Whether every run's trainer is done (its record says it finished: no file of it changes any more), and
+        whether every run has finished as `get_run` says, the job included, which ends a moment after its trainer.
+        The record is read for this decision only; what the page shows comes from the tools."""
+        read = ctx.workspace.reader("run_id")
+        records = [read_record(RunLayout(ctx.workspace.run_dir(run_id)).record, read) for run_id in run_ids]
+        if not all(record.status.finished for record in records):
+            return False, False
+        return True, all(get_run(ctx, RunRequest(run_id=run_id)).status.finished for run_id in run_ids)
+
+    async def follow(
+        run_ids: list[str], seen: dict[str, RunFiles], trained: bool, finished: bool
+    ) -> AsyncIterator[str]:
+        """One stream's events: one at once (the page fetches what changed since it was drawn), then one for each
+        look that finds a run's files changed since `seen`, until every run has `finished` (`end`) or `STREAM_S`
+        has passed. `trained` and `finished` are what `ended` said of the runs when `seen` was taken."""
+        yield server_event(run_ids, finished)
+        stop_at = anyio.current_time() + STREAM_S
+        try:
+            while not finished and anyio.current_time() < stop_at:
+                await anyio.sleep(LOOK_EVERY_S)
+                now = await in_worker(look, run_ids)
+                changed = [run_id for run_id in run_ids if now[run_id] != seen[run_id]]
+                # A changed record may say a run ended; once every trainer is done, each look waits for the jobs.
+                if trained or any(now[run_id].record != seen[run_id].record for run_id in changed):
+                    trained, finished = await in_worker(ended, run_ids)
+                seen = now
+                if changed or finished:
+                    yield server_event(run_ids if finished else changed, finished)
+        except TradewindError:
+            return  # a run's folder or record went away: the stream ends, and the next request says why
+
+    def events(runs: str) -> Response:
+        run_ids = parse_run_ids(runs)
+        seen = look(run_ids)  # before `ended`: a record written after it is a change the stream's next look sees
+        return EventStream(follow(run_ids, seen, *ended(run_ids)), slots)
 
     def index() -> Response:
         entries = list_runs(ctx, ListRunsRequest()).runs
@@ -138,7 +247,7 @@ def dashboard_routes(ctx: ToolContext) -> list[Route]:
     def page(runs: str) -> Response:
         run_ids = parse_run_ids(runs)
         data = dashboard_data(ctx, run_ids)
-        return HTMLResponse(render_page(run_ids, data, data_url="/dashboard/data?runs=" + ",".join(run_ids)))
+        return HTMLResponse(render_page(run_ids, data, over_http=True))
 
     def data(runs: str) -> Response:
         return JSONResponse(dashboard_data(ctx, parse_run_ids(runs)))
@@ -152,10 +261,14 @@ def dashboard_routes(ctx: ToolContext) -> list[Route]:
     async def data_route(request: Request) -> Response:
         return await answer(functools.partial(data, request.query_params.get("runs", "")))
 
+    async def events_route(request: Request) -> Response:
+        return await answer(functools.partial(events, request.query_params.get("runs", "")))
+
     return [
         Route("/dashboard", index_route, methods=["GET"]),
         Route("/dashboard/runs/{runs}", page_route, methods=["GET"]),
         Route("/dashboard/data", data_route, methods=["GET"]),
+        Route("/dashboard/events", events_route, methods=["GET"]),
     ]
 
 
