@@ -66,7 +66,7 @@ from tradewind.tools import (
     tokenize_dataset,
     wait_for_run,
 )
-from tradewind.tools.noise import MIN_RUNS, pooled
+from tradewind.tools.noise import MIN_RERUNS, pooled
 from tradewind.trainer.metrics import TrainSummary
 from tradewind.trainer.record import read_record
 
@@ -119,11 +119,11 @@ def demo_run(ctx: ToolContext, **budget) -> RunInfo:
 
 
 def decision_errors(values: list[float]) -> dict:
-    """How often runs of one config are called different: every choice of `MIN_RUNS` of `values` as a baseline
+    """How often runs of one config are called different: every choice of `MIN_RERUNS` + 1 of `values` as a baseline
     and its reruns, with each other value as a candidate; by the ledger's rule, by a bare 2-sigma rule, and with
     every other value behind the baseline (leave one out)."""
     ledger = bare = decisions = 0
-    for chosen in itertools.combinations(range(len(values)), MIN_RUNS):
+    for chosen in itertools.combinations(range(len(values)), MIN_RERUNS + 1):
         baseline = [values[i] for i in chosen]
         noise = pooled([baseline])
         for candidate in (values[i] for i in range(len(values)) if i not in chosen):
@@ -155,10 +155,10 @@ def describe(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget-s", type=float, default=60.0, help="the calibration run's time_budget_s (60)")
-    parser.add_argument("--runs", type=int, default=6, help="runs at the matching token budget (default 6)")
+    parser.add_argument("--runs", type=int, default=8, help="runs at the matching token budget (default 8)")
     args = parser.parse_args()
-    if args.runs <= MIN_RUNS:
-        parser.error(f"--runs must be more than {MIN_RUNS}: a baseline of {MIN_RUNS} and a candidate")
+    if args.runs <= MIN_RERUNS + 1:
+        parser.error(f"--runs must be more than {MIN_RERUNS + 1}: a baseline and {MIN_RERUNS} reruns, and a candidate")
 
     root = Path(tempfile.mkdtemp(prefix="tradewind-experiments-"))
     try:

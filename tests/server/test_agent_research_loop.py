@@ -8,6 +8,7 @@ and spread recomputed here from each run's val_bpb, by the rule `tradewind.tools
 import shutil
 import statistics
 
+import anyio
 import pytest
 from mcp import Client
 from mcp_helpers import call
@@ -53,7 +54,7 @@ async def test_twenty_experiments_on_a_token_budget_keep_only_the_changes_beyond
         base = {"dataset": dataset["dataset_id"], **BUDGET, **TINY}
         baseline = (await call(client, "launch_training", {**base, "note": "baseline"}))["run_id"]
         await wait(client, baseline)
-        reruns = await call(client, "rerun_baseline", {"run_id": baseline, "count": 2})
+        reruns = await call(client, "rerun_baseline", {"run_id": baseline, "count": 3})
         for run_id in reruns["run_ids"]:
             await wait(client, run_id)
 
@@ -66,7 +67,9 @@ async def test_twenty_experiments_on_a_token_budget_keep_only_the_changes_beyond
             running = [trial["run_id"] for trial in state["trials"] if trial["status"] == "running"]
             if running:  # a trial's end is what moves the sweep on
                 await call(client, "wait_for_run", {"run_id": running[0], "timeout_s": 60})
-        assert state["status"] == "succeeded" and state["counts"] == {"finished": len(state["trials"])}
+            else:  # the controller launches the next trial within a second or so
+                await anyio.sleep(0.5)
+        assert state["status"] == "succeeded" and set(state["counts"]) <= {"finished", "crashed"}
 
         ledger = (await call(client, "list_experiments", {"limit": 100}))["experiments"]
         assert len(ledger) >= 20
@@ -77,7 +80,11 @@ async def test_twenty_experiments_on_a_token_budget_keep_only_the_changes_beyond
             decided[entry["run_id"]] = await call(
                 client,
                 "set_experiment_status",
-                {"run_id": entry["run_id"], "status": "kept" if keep else "discarded", "reason": entry["verdict"]},
+                {
+                    "run_id": entry["run_id"],
+                    "status": "kept" if keep else "discarded",
+                    "reason": entry["verdict"] or entry["status"],  # a crashed trial has no verdict
+                },
             )
 
         kept = [run_id for run_id, entry in decided.items() if entry["status"] == "kept"]
@@ -88,15 +95,15 @@ async def test_twenty_experiments_on_a_token_budget_keep_only_the_changes_beyond
 
     # The ledger's figures, recomputed from each run's val_bpb.
     runs_of_baseline = [e for e in ledger if e["run_id"] == baseline or e["rerun_of"] == baseline]
-    assert len(runs_of_baseline) == 3 + sum(trial["baseline"] for trial in state["trials"])
+    assert len(runs_of_baseline) == 4 + sum(trial["baseline"] for trial in state["trials"])
     values = [e["val_bpb"] for e in runs_of_baseline]
     noise = pooled([values])
     threshold = noise.threshold(1, len(values))
     assert len(changes) == len(SPACE["optimizer.learning_rate"]) * len(SPACE["model.d_model"])
-    for entry in changes:
+    for entry in (change for change in changes if change["val_bpb"] is not None):  # a diverged trial has none
         delta = entry["val_bpb"] - statistics.fmean(values)
         assert entry["delta"] == pytest.approx(delta) and entry["sigma"] == pytest.approx(noise.sigma)
-        assert entry["reruns"] == len(values) and entry["beyond_noise"] == (abs(delta) > threshold)
+        assert entry["reruns"] == len(values) - 1 and entry["beyond_noise"] == (abs(delta) > threshold)
         kept_it = decided[entry["run_id"]]["status"] == "kept"
         assert kept_it == (abs(delta) > threshold and delta < 0), entry
         assert not decided[entry["run_id"]]["verdict"].startswith("Kept, but")

@@ -119,7 +119,7 @@ def test_runs_that_ended_at_the_same_tokens_are_compared_on_their_val_bpb_by_def
     assert result.values == {"run-a": 2.3653, "run-b": 2.3601} and result.best_run == "run-b"
     assert [run.val_bpb for run in result.runs] == [2.3653, 2.3601]
     markdown = Path(result.report_path).read_text(encoding="utf-8")
-    assert "Compared on val_bpb, where every run ended at 7,680 tokens seen: **run-b** is better" in markdown
+    assert "Compared on val_bpb: every run trained the same work (7,680 tokens or more): **run-b** is" in markdown
     assert VAL_BPB_MEANING in markdown and VAL_BPB_MEANING in Path(result.html_path).read_text(encoding="utf-8")
 
 
@@ -134,7 +134,15 @@ def test_runs_that_ended_apart_are_compared_on_the_eval_curves_bits_per_byte_at_
     assert result.values == {"run-long": 1.40, "run-short": 1.30} and result.best_run == "run-short"
     markdown = Path(result.report_path).read_text(encoding="utf-8")
     assert "Compared on the eval curve's bits per byte (eval_bits_per_byte) at 5,120 tokens seen" in markdown
-    assert "not on val_bpb: the runs did not all end with one at the same tokens seen" in markdown
+    assert "not on val_bpb: the runs did not all train the same work to a val_bpb" in markdown
+
+
+def test_runs_of_one_token_budget_are_compared_on_val_bpb_though_their_batches_end_them_apart(fresh):
+    # 7,000 tokens: 28 steps of 8 x 32 end at 7,168, 55 steps of 4 x 32 at 7,040 (the budget rounds up to a step).
+    write_run(fresh, "run-8", rows({28: 3.0}, {28: 2.6}, {28: 1.30}), val_bpb=1.31, token_budget=7_000)
+    write_run(fresh, "run-4", rows({55: 3.0}, {55: 2.5}, {55: 1.20}), val_bpb=1.21, token_budget=7_000, batch_size=4)
+    result = compare_runs(fresh, CompareRunsRequest(run_ids=["run-8", "run-4"]))
+    assert result.compared_on == "val_bpb" and result.best_run == "run-4"
 
 
 def test_each_runs_legend_label_names_what_it_changes_from_its_parent_or_else_from_the_other_runs(fresh):

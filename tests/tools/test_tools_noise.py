@@ -30,12 +30,12 @@ from tradewind.trainer import RunLayout, read_train_config
 
 def test_the_pooled_spread_counts_each_configs_runs_less_one_and_its_threshold_uses_students_t():
     noise = pooled([[1.0, 2.0, 3.0], [10.0, 12.0], [7.0]])  # a config run once says nothing of the spread
-    assert noise.dof == 3 and noise.runs == 5
+    assert noise.reruns == 3
     assert noise.sigma == pytest.approx(math.sqrt((1 + 0 + 1 + 1 + 1) / 3))
     t_3 = 3.182446305284263  # Student's t, 0.975 quantile, 3 degrees of freedom
     assert noise.threshold(1, 3) == pytest.approx(t_3 * noise.sigma * math.sqrt(1 + 1 / 3))
-    assert pooled([[2.0], [3.0]]) == Noise(sigma=None, runs=0, dof=0)
-    assert not Noise(sigma=0.1, runs=2, dof=1).measured and Noise(sigma=0.1, runs=3, dof=2).measured
+    assert pooled([[2.0], [3.0]]) == Noise(sigma=None, reruns=0)
+    assert not Noise(sigma=0.1, reruns=2).measured and Noise(sigma=0.1, reruns=3).measured
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +93,13 @@ def test_each_change_is_judged_against_the_spread_of_the_reruns(noise_ctx, token
     listed = list_experiments(noise_ctx, ListExperimentsRequest())
     ledger = {entry.run_id: entry for entry in listed.experiments}
     values = [ledger[run_id].val_bpb for run_id in [baseline, *reruns]]
-    assert ledger[baseline].sigma == pytest.approx(statistics.stdev(values)) and ledger[baseline].reruns == 4
+    assert ledger[baseline].sigma == pytest.approx(statistics.stdev(values)) and ledger[baseline].reruns == 3
     noise = pooled([values])
 
     for run_id in (logged, slower):
         entry = ledger[run_id]
         assert entry.delta == pytest.approx(entry.val_bpb - statistics.fmean(values))
-        assert entry.sigma == ledger[baseline].sigma and entry.reruns == 4
+        assert entry.sigma == ledger[baseline].sigma and entry.reruns == 3
         assert entry.beyond_noise == (abs(entry.delta) > noise.threshold(1, 4))
     assert ledger[logged].beyond_noise is False and "within noise" in ledger[logged].verdict
     assert ledger[slower].beyond_noise is True and ledger[slower].delta > 0 and "beyond noise" in ledger[slower].verdict

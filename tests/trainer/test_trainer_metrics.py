@@ -45,6 +45,7 @@ def test_a_budgeted_runs_planned_steps_are_what_fits_in_the_budget_left_at_its_l
         MetricRow(step=10, loss=4.0, step_time_s=0.2, elapsed=3.0),  # 2 s of updates
         MetricRow(step=20, loss=3.0, step_time_s=0.1, elapsed=4.0),  # 1 s more
     ]
+
     def config(**length):
         return TrainConfig(dataset="data", **length)
 

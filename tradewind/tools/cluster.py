@@ -73,9 +73,7 @@ class ClusterStatus(BaseModel):
 class RunPipelineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    pipeline: str = Field(
-        description="Python file defining `steps` (Step list) in an --allow-code folder."
-    )
+    pipeline: str = Field(description="Python file defining `steps` (Step list) in an --allow-code folder.")
     dry_run: bool = Field(
         default=True,
         description="Only plan which steps would run or are cached.",

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.core import InvalidInputError
 from tradewind.tools.context import Progress, ToolContext, no_progress
+from tradewind.tools.noise import DECISION_METRIC
 from tradewind.tools.report_data import (
     EVAL_CURVE_MEANING,
     VAL_BPB_MEANING,
@@ -29,7 +30,7 @@ from tradewind.tools.spec import tool
 
 MAX_RUNS = 8
 CompareMetric = Literal["val_bpb", "eval_loss", "loss"]
-DEFAULT_METRIC: CompareMetric = "val_bpb"  # the metric runs are decided on (report_data.VAL_BPB_MEANING)
+DEFAULT_METRIC: CompareMetric = DECISION_METRIC
 # What a comparison's values are: the runs' val_bpb, or a figure of their metrics rows at equal tokens.
 Measure = Literal["val_bpb", "eval_bits_per_byte", "eval_loss", "loss"]
 MEASURE_WORDS: dict[Measure, str] = {  # the figures of the rows, as a verdict names them
@@ -97,28 +98,35 @@ def rank_runs(runs: list[RunData], metric: CompareMetric) -> Ranking:
     at the most tokens all of them reached stands in for it: a longer run must not win by having trained more.
     Any other metric is read from each run's latest row at or below that count.
     """
-    if metric == "val_bpb":
-        ends = {data.figures.tokens_seen for data in runs}
-        if len(ends) == 1 and all(data.figures.val_bpb is not None for data in runs):
-            found = {data.figures.run_id: (data.figures.val_bpb, data.figures.steps) for data in runs}
-            return Ranking("val_bpb", ends.pop(), found)
+    if metric == "val_bpb" and all(data.figures.val_bpb is not None for data in runs) and _same_work(runs):
+        found = {data.figures.run_id: (data.figures.val_bpb, data.figures.steps) for data in runs}
+        return Ranking("val_bpb", min(data.figures.tokens_seen for data in runs), found)
     measure = "eval_bits_per_byte" if metric == "val_bpb" else metric
     at_tokens = min(data.figures.tokens_seen for data in runs)
     found = {data.figures.run_id: value_at_tokens(data, measure, at_tokens) for data in runs}
     return Ranking(measure, at_tokens, found)
 
 
+def _same_work(runs: list[RunData]) -> bool:
+    """Whether the runs trained the same work: one token or FLOP budget, each met (a batch size that does not
+    divide the budget ends a run up to one step past it), or the same tokens seen."""
+    budgets = {data.config.budget for data in runs}
+    met = all(data.info.summary is None or data.info.summary.budget_met is not False for data in runs)
+    same_budget = len(budgets) == 1 and next(iter(budgets)).fixes_work and met
+    return same_budget or len({data.figures.tokens_seen for data in runs}) == 1
+
+
 def verdict(ranking: Ranking) -> str:
     """Which run is better, on what and where, in one sentence."""
     if ranking.measure == "val_bpb":
-        basis = f"Compared on val_bpb, where every run ended at {ranking.at_tokens:,} tokens seen"
+        basis = f"Compared on val_bpb: every run trained the same work ({ranking.at_tokens:,} tokens or more)"
     else:
         basis = (
             f"Compared on {MEASURE_WORDS[ranking.measure]} at {ranking.at_tokens:,} tokens seen (the most all runs "
             "reached; each run's latest row at or below it)"
         )
     if ranking.measure == "eval_bits_per_byte":  # only ever standing in for val_bpb
-        basis += ", not on val_bpb: the runs did not all end with one at the same tokens seen"
+        basis += ", not on val_bpb: the runs did not all train the same work to a val_bpb"
     ranked, best = ranking.ranked, ranking.best
     if not ranked:
         return f"{basis}: no run has a value there, so none is better."
@@ -137,10 +145,11 @@ def report_name(run_ids: list[str]) -> str:
     return f"compare-{run_ids[0]}-and-{len(run_ids) - 1}-more-{hashlib.sha256(joined.encode()).hexdigest()[:8]}"
 
 
-def comparison_section(runs: list[RunData], ranking: Ranking, plot_name: str) -> list[str]:
-    """The markdown comparing `runs`: the verdict, what val_bpb is, the config differences, each run's figures
+def comparison_section(
+    runs: list[RunData], ranking: Ranking, differences: dict[str, dict[str, Any]], plot_name: str
+) -> list[str]:
+    """The markdown comparing `runs`: the verdict, what val_bpb is, the config `differences`, each run's figures
     and the value compared, the overlay plot `plot_name`, and the anomalies."""
-    differences = config_differences({data.figures.run_id: data.config for data in runs})
     ids = [data.figures.run_id for data in runs]
     lines = [verdict(ranking), "", f"{VAL_BPB_MEANING} {EVAL_CURVE_MEANING}", "", "## Config differences", ""]
     if differences:
@@ -208,10 +217,11 @@ def compare_runs(ctx: ToolContext, request: CompareRunsRequest) -> Comparison:
     """
     runs = load_runs(ctx, request.run_ids, sample=False)
     ranking = rank_runs(runs, request.metric)
+    differences = config_differences({data.figures.run_id: data.config for data in runs})
     name = report_name(request.run_ids)
     plot_name = f"{name}-loss.png"
     title = "Comparison: " + ", ".join(request.run_ids)
-    markdown = "\n".join([f"# {title}", "", *comparison_section(runs, ranking, plot_name)])
+    markdown = "\n".join([f"# {title}", "", *comparison_section(runs, ranking, differences, plot_name)])
     report_path, html_path, plots = write_report(
         ctx.workspace, name, markdown, title, {plot_name: overlay_plot(ctx, runs)}, argument="run_ids"
     )
@@ -219,7 +229,7 @@ def compare_runs(ctx: ToolContext, request: CompareRunsRequest) -> Comparison:
         report_path=str(report_path),
         html_path=str(html_path),
         plot_paths=[str(path) for path in plots],
-        config_differences=config_differences({data.figures.run_id: data.config for data in runs}),
+        config_differences=differences,
         compared_on=ranking.measure,
         at_tokens=ranking.at_tokens,
         values=ranking.values,

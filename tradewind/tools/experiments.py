@@ -37,7 +37,7 @@ from tradewind.core import InvalidInputError, TradewindError, check_id
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.launching import LaunchTrainingRequest, launch_training, rerun_arguments, run_folder
-from tradewind.tools.noise import MIN_RUNS, Noise, pooled
+from tradewind.tools.noise import MIN_RERUNS, Noise, pooled
 from tradewind.tools.report_data import changes_from
 from tradewind.tools.runs import RunInfo, RunRequest, get_run, run_record
 from tradewind.tools.spec import tool
@@ -71,7 +71,7 @@ class Experiment(BaseModel):
     rerun_of: str | None = Field(default=None, description="The run whose config it reruns with another seed.")
     delta: float | None = Field(default=None, description="Mean val_bpb of it and its reruns minus its parent's.")
     sigma: float | None = Field(default=None, description="One run's val_bpb spread at its dataset and budget.")
-    reruns: int = Field(default=0, description="Runs of rerun configs behind sigma.")
+    reruns: int = Field(default=0, description="Reruns behind sigma (runs less one per config).")
     beyond_noise: bool | None = Field(default=None, description="Whether |delta| beats the noise; null: unknown.")
     verdict: str | None = Field(default=None, description="The comparison with its parent, in words.")
     val_loss: float | None = None
@@ -163,8 +163,8 @@ def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest)
     """Keep or discard an ended run, with a reason. Use it after list_experiments shows its delta and noise.
 
     The ledger keeps both the status and the reason. Keeping a run whose delta does not beat the noise (or
-    whose noise is not measured: fewer than 3 runs of rerun configs) succeeds, and its `verdict` says so. A
-    rerun cannot be kept: it measures noise; keep or discard the run it reruns."""
+    whose noise is not measured: fewer than 3 reruns at its dataset and budget) succeeds, and its `verdict`
+    says so. A rerun cannot be kept: it measures noise; keep or discard the run it reruns."""
     if not request.reason.strip():
         raise InvalidInputError("argument 'reason': it is blank; say in one line why the run is kept or discarded")
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
@@ -172,14 +172,16 @@ def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest)
         raise InvalidInputError(
             f"argument 'run_id': run {request.run_id} is still running; wait_for_run first, or cancel_run it"
         )
-    before = ledger(ctx)[request.run_id]
-    if request.status == "kept" and before.rerun_of is not None:
+    entry = ledger(ctx).get(request.run_id)
+    if entry is None:
+        raise InvalidInputError(f"argument 'run_id': run {request.run_id} is unreadable; get_run says why")
+    if request.status == "kept" and entry.rerun_of is not None:
         raise InvalidInputError(
-            f"argument 'run_id': run {request.run_id} reruns {before.rerun_of}'s config with another seed: it "
-            f"measures noise, so it is not an improvement to keep; keep or discard {before.rerun_of} instead"
+            f"argument 'run_id': run {request.run_id} reruns {entry.rerun_of}'s config with another seed: it "
+            f"measures noise, so it is not an improvement to keep; keep or discard {entry.rerun_of} instead"
         )
     update_record(layout.record, decision=request.status, decision_reason=request.reason)
-    entry = ledger(ctx)[request.run_id]
+    entry.status, entry.reason = request.status, request.reason  # what the record now says; no judgement moves
     if request.status == "kept" and not (entry.beyond_noise and (entry.delta or 0.0) < 0):
         entry.verdict = f"Kept, but not shown better than its parent beyond noise. {entry.verdict or ''}".strip()
     return entry
@@ -192,23 +194,35 @@ def rerun_baseline(ctx: ToolContext, request: RerunBaselineRequest, progress: Pr
 
     Each rerun is launch_training with the run's config and placement, a seed no run of that config has had,
     and parent_run set to the config's first run, so the ledger counts it as a rerun (`rerun_of`). Reruns of a
-    run on a time budget wait for each other or are refused, as `limits.shared_devices` says.
+    run on a time budget cannot share the machine: with `limits.shared_devices: refuse` ask for one at a time.
     """
     folder = run_folder(ctx, request.run_id, "run_id")
-    entries = ledger(ctx)
-    first = entries[folder.name].rerun_of or folder.name if folder.name in entries else folder.name
-    config_runs = [first, *(run_id for run_id, entry in entries.items() if entry.rerun_of == first)]
-    used = {_seed(ctx, run_id) for run_id in config_runs}
+    read = _read_all(ctx)
+    first = read[folder.name][0].rerun_of or folder.name if folder.name in read else folder.name
+    timed = first in read and read[first][1].budget.kind == "time"
+    if timed and request.count > 1 and ctx.settings().limits.shared_devices == "refuse":
+        raise InvalidInputError(
+            f"argument 'count': run {first} is on a time budget, so its reruns run one at a time, and "
+            f"limits.shared_devices in {ctx.settings_path} refuses a second beside the first; ask for count=1 "
+            "and call again when it ends, set shared_devices to 'wait', or rerun it on a token_budget"
+        )
+    used = {facts.seed for entry, facts in read.values() if first in (entry.run_id, entry.rerun_of)}
     draw, seeds = random.SystemRandom(), []
     while len(seeds) < request.count:
         if (seed := draw.randrange(2**32)) not in used:
             used.add(seed)
             seeds.append(seed)
-    run_ids = []
+    run_ids: list[str] = []
     for index, seed in enumerate(seeds):
         progress(index, len(seeds), f"launching rerun {index + 1} of {first}")
         arguments = rerun_arguments(ctx, first, seed=seed, argument="run_id")
-        run_ids.append(launch_training(ctx, LaunchTrainingRequest.model_validate(arguments), progress).run_id)
+        try:
+            run_ids.append(launch_training(ctx, LaunchTrainingRequest.model_validate(arguments), progress).run_id)
+        except TradewindError as error:
+            if not run_ids:
+                raise
+            launched = ", ".join(run_ids)  # they train: say so, or the caller would lose them
+            raise type(error)(f"reruns {launched} of {first} were launched; the next was refused: {error}") from None
     return Reruns(rerun_of=first, run_ids=run_ids, seeds=seeds)
 
 
@@ -220,11 +234,15 @@ def experiment(ctx: ToolContext, run_id: str, info: RunInfo | None = None) -> Ex
 
 @dataclass(frozen=True)
 class _Facts:
-    """What judging a run needs beyond its `Experiment`: where its noise is measured, and its seed."""
+    """What judging a run needs beyond its `Experiment`: where its noise is measured, whether it trained all of
+    its budget, its seed, and what it starts from (a rerun starts where its parent does)."""
 
     dataset: str
     budget: Budget
+    budget_met: bool | None
     seed: int
+    init_from: str | None
+    continues: bool  # it continues a run (resume_from)
 
 
 def _read(ctx: ToolContext, run_id: str, info: RunInfo | None = None) -> tuple[Experiment, _Facts]:
@@ -235,6 +253,7 @@ def _read(ctx: ToolContext, run_id: str, info: RunInfo | None = None) -> tuple[E
     status, reason = _status(record, info)
     parent = record.parent_run or record.parent
     changes = changes_from(ctx, run_id, parent)
+    seed_only = changes is not None and set(changes) <= {"seed"}
     loads = [load for load in (record.load_start, record.load_end) if load is not None]
     entry = Experiment(
         run_id=run_id,
@@ -242,9 +261,10 @@ def _read(ctx: ToolContext, run_id: str, info: RunInfo | None = None) -> tuple[E
         val_bpb=summary.val_bpb if summary else None,
         budget=config.budget.describe(),
         parent=parent,
-        changes=changes,
-        # a new run of its parent's config (not a continuation of it) whose only change is its seed
-        rerun_of=parent if record.parent_run and record.parent is None and set(changes) <= {"seed"} else None,
+        changes=changes or {},
+        # a new run (no continuation) of its parent's config whose only change is its seed; `_judge` checks that
+        # the parent is no continuation either, and that both start from the same weights
+        rerun_of=parent if record.parent_run and record.parent is None and seed_only else None,
         val_loss=summary.val_loss if summary else None,
         note=record.note,
         reason=reason,
@@ -255,7 +275,15 @@ def _read(ctx: ToolContext, run_id: str, info: RunInfo | None = None) -> tuple[E
         concurrent_runs=record.concurrent_runs,
         created_at=record.created_at,
     )
-    return entry, _Facts(config.dataset, config.budget, config.seed)
+    facts = _Facts(
+        dataset=config.dataset,
+        budget=config.budget,
+        budget_met=summary.budget_met if summary else None,
+        seed=config.seed,
+        init_from=config.init_from,
+        continues=record.parent is not None,
+    )
+    return entry, facts
 
 
 def _status(record: RunRecord, info: RunInfo) -> tuple[Status, str | None]:
@@ -273,6 +301,11 @@ def _status(record: RunRecord, info: RunInfo) -> tuple[Status, str | None]:
 def ledger(ctx: ToolContext) -> dict[str, Experiment]:
     """Every readable run of the workspace (list_runs reports the unreadable ones), each judged against its
     parent and the noise at its dataset and budget."""
+    return {run_id: entry for run_id, (entry, _) in _read_all(ctx).items()}
+
+
+def _read_all(ctx: ToolContext) -> dict[str, tuple[Experiment, _Facts]]:
+    """`ledger`'s runs with what judging them used."""
     read = {}
     for folder in sorted(ctx.workspace.runs_dir.iterdir()):
         try:
@@ -280,40 +313,51 @@ def ledger(ctx: ToolContext) -> dict[str, Experiment]:
         except (TradewindError, ValueError, OSError):
             continue
     _judge(read)
-    return {run_id: entry for run_id, (entry, _) in read.items()}
+    return read
 
 
 def _judge(read: dict[str, tuple[Experiment, _Facts]]) -> None:
     """Fill in each run's rerun root, delta, noise and verdict, from every run in `read`."""
     entries = {run_id: entry for run_id, (entry, _) in read.items()}
+    for entry, facts in read.values():  # a rerun's parent must be readable, new, and start as it does
+        parent = read.get(entry.rerun_of) if entry.rerun_of else None
+        if entry.rerun_of and (parent is None or parent[1].continues or parent[1].init_from != facts.init_from):
+            entry.rerun_of = None
     for entry in entries.values():  # a rerun of a rerun reruns the config's first run
-        while entry.rerun_of in entries and entries[entry.rerun_of].rerun_of is not None:
+        seen = {entry.run_id}
+        while entry.rerun_of in entries and entries[entry.rerun_of].rerun_of not in (None, *seen):
+            seen.add(entry.rerun_of)
             entry.rerun_of = entries[entry.rerun_of].rerun_of
     values = {run_id: _group_values(run_id, read) for run_id, entry in entries.items() if entry.rerun_of is None}
     place = {run_id: (facts.dataset, facts.budget) for run_id, (_, facts) in read.items()}
     noise: dict[tuple[str, Budget], Noise] = {}
     for key in set(place.values()):
         noise[key] = pooled(group for run_id, group in values.items() if place[run_id] == key)
-    for run_id, entry in entries.items():
+    for run_id, (entry, facts) in read.items():
         if entry.rerun_of is not None:
             entry.verdict = f"rerun of {entry.rerun_of}'s config: it measures noise and is not ranked"
             continue
         measured = noise[place[run_id]]
-        entry.sigma, entry.reruns = measured.sigma, measured.runs
+        entry.sigma, entry.reruns = measured.sigma, measured.reruns
+        if facts.budget_met is False:
+            entry.verdict = f"not compared: a time cap stopped it before its {facts.budget.describe()}"
+            continue
         entry.delta, entry.beyond_noise, entry.verdict = _compare(run_id, entry, entries, values, place, measured)
 
 
 def _group_values(first: str, read: dict[str, tuple[Experiment, _Facts]]) -> list[float]:
-    """The val_bpb of `first` and of its reruns that have one. A run that fixes its work (tokens, FLOPs, steps)
-    repeats itself exactly from one seed, so each seed counts once there; a run on a time budget does not."""
+    """The val_bpb of `first` and of its reruns that trained their whole budget. A run that fixes its work
+    (tokens, FLOPs, steps) repeats itself exactly from one seed, so each seed counts once there; a run on a
+    time budget does not."""
     by_seed: dict[int, float] = {}
     times: list[float] = []
     for run_id, (entry, facts) in read.items():
-        if (run_id == first or entry.rerun_of == first) and entry.val_bpb is not None:
-            if facts.budget.kind == "time":
-                times.append(entry.val_bpb)
-            else:
-                by_seed.setdefault(facts.seed, entry.val_bpb)
+        if (run_id != first and entry.rerun_of != first) or entry.val_bpb is None or facts.budget_met is False:
+            continue
+        if facts.budget.kind == "time":
+            times.append(entry.val_bpb)
+        else:
+            by_seed.setdefault(facts.seed, entry.val_bpb)
     return [*by_seed.values(), *times]
 
 
@@ -328,13 +372,12 @@ def _compare(
     """The run's delta against its parent's config, whether it beats `noise`, and the verdict in words."""
     mine = values[run_id]
     parent = entry.parent
-    if parent is None or parent not in entries:
-        return (
-            None,
-            None,
-            (f"baseline: mean {statistics.fmean(mine):.4f} over {len(mine)} runs" if len(mine) > 1 else None),
-        )
-    first = entries[parent].rerun_of or parent
+    if parent is None:
+        baseline = f"baseline: mean {statistics.fmean(mine):.4f} over {len(mine)} runs" if len(mine) > 1 else None
+        return None, None, baseline
+    first = entries[parent].rerun_of or parent if parent in entries else parent
+    if first not in place:
+        return None, None, f"not compared: its parent {first} is unreadable (get_run says why)"
     theirs = values.get(first, [])
     (dataset, budget), (parent_dataset, parent_budget) = place[run_id], place[first]
     if budget != parent_budget or dataset != parent_dataset:
@@ -350,22 +393,15 @@ def _compare(
             delta,
             None,
             (
-                f"{said}; noise not measured: {noise.runs} runs of rerun configs at this budget, {MIN_RUNS} needed; "
+                f"{said}; noise not measured: {noise.reruns} reruns at this dataset and budget, {MIN_RERUNS} needed; "
                 f"rerun_baseline {first}"
             ),
         )
     threshold = noise.threshold(len(mine), len(theirs))
     beyond = abs(delta) > threshold
     judged = "beyond noise" if beyond else "within noise"
-    return (
-        delta,
-        beyond,
-        f"{said}: {judged} (sigma {noise.sigma:.4f} from {noise.runs} runs; it must exceed {threshold:.4f})",
-    )
-
-
-def _seed(ctx: ToolContext, run_id: str) -> int:
-    return read_train_config(RunLayout(ctx.workspace.run_dir(run_id)).config, ctx.workspace.reader("run_id")).seed
+    measured = f"sigma {noise.sigma:.4f} from {noise.reruns} reruns; |delta| must exceed {threshold:.4f}"
+    return delta, beyond, f"{said}: {judged} ({measured})"
 
 
 def _matches(entry: Experiment, request: ListExperimentsRequest) -> bool:

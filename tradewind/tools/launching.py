@@ -294,6 +294,11 @@ def rerun_arguments(ctx: ToolContext, run_id: str, *, seed: int, argument: str) 
     layout = RunLayout(folder)
     with ctx.workspace.open(layout.config, "r", argument=argument) as file:
         arguments = json.load(file)
+    if arguments.get("resume_from") is not None:
+        raise InvalidInputError(
+            f"argument {argument!r}: run {folder.name} continues {Path(arguments['resume_from']).name}, and a "
+            "continuation keeps its parent's seed; rerun the run it continues, or a new run of the same config"
+        )
     arguments.pop("distributed", None)  # a launch finds its processes through its backend
     placement = run_placement(ctx, folder, argument).model_dump(mode="json", exclude_defaults=True)
     arguments.update(placement, seed=seed, parent_run=folder.name, note=f"rerun of {folder.name} (seed {seed})")

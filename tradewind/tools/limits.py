@@ -27,7 +27,8 @@ GIB = 2**30
 
 
 class LimitReached(InvalidInputError):
-    """A refusal that clears by itself as other runs end: `limit` is `max_active_runs` or `memory_fraction`."""
+    """A refusal that clears by itself as other runs end: `limit` is `max_active_runs`, `memory_fraction` or
+    `shared_devices`."""
 
     def __init__(self, message: str, limit: str):
         super().__init__(message)
@@ -67,19 +68,30 @@ def check_launch_limits(
         InvalidInputError: naming the limit, what was asked for, and how to raise it.
     """
     limits = ctx.settings().limits
-    steps = config.total_steps or config.steps  # a time budget's steps are what fits: no limit to check first
-    if steps > limits.max_steps:
-        asked = f"{config.budget.describe()} is {steps:,} steps" if config.budget.fixes_work else f"{steps:,} is"
-        field = config.budget.field if config.budget.fixes_work else "steps"
-        raise InvalidInputError(
-            f"argument {field!r}: {asked} more than the limit of {limits.max_steps:,} steps per run; ask for "
-            f"fewer, or raise {_setting(ctx, 'max_steps', limits)}"
-        )
+    check_step_limit(ctx, config)
     if on_this_machine and limits.shared_devices == "refuse":
         _check_devices_free(ctx, config, placement, active_runs, limits)
     on_this_cpu = on_this_machine and placement.accelerator.kind == "cpu"
     _admit(
         ctx, config, vocab_size, placement.processes, active_runs, what="the run", on_this_cpu=on_this_cpu, instead=""
+    )
+
+
+def check_step_limit(ctx: ToolContext, config: TrainConfig, where: str = "") -> None:
+    """Refuse a config whose steps (or the steps its token or FLOP budget takes) pass `limits.max_steps`; a time
+    budget's steps are what fits, so there is nothing to check before it runs. `where` starts the message.
+
+    Raises:
+        InvalidInputError: naming the field, the steps and the setting.
+    """
+    limits = ctx.settings().limits
+    steps = config.total_steps or config.steps
+    if steps <= limits.max_steps or config.budget.kind == "time":
+        return
+    asked = f"{config.budget.describe()} is {steps:,} steps" if config.budget.fixes_work else f"{steps:,} is"
+    raise InvalidInputError(
+        f"{where}argument {config.budget.field!r}: {asked} more than the limit of {limits.max_steps:,} steps per "
+        f"run; ask for fewer, or raise {_setting(ctx, 'max_steps', limits)}"
     )
 
 

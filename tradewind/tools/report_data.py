@@ -179,9 +179,9 @@ def config_differences(configs: dict[str, TrainConfig]) -> dict[str, dict[str, A
     return differing
 
 
-def changes_from(ctx: ToolContext, run_id: str, parent: str | None) -> dict[str, Any]:
+def changes_from(ctx: ToolContext, run_id: str, parent: str | None) -> dict[str, Any] | None:
     """The dotted config fields of run `run_id` whose values differ from run `parent`'s (its new values), at most
-    `MAX_CHANGES` of them; empty with no parent or when either config is unreadable."""
+    `MAX_CHANGES` of them; empty with no parent; None when either config is unreadable (nothing is known)."""
     if parent is None:
         return {}
     read = ctx.workspace.reader("run_id")  # confined: a config.json linked out of the workspace reads as unreadable
@@ -190,7 +190,7 @@ def changes_from(ctx: ToolContext, run_id: str, parent: str | None) -> dict[str,
             flatten(read_json(RunLayout(ctx.workspace.run_dir(run)).config, read)) for run in (run_id, parent)
         )
     except (TradewindError, ValueError, OSError):
-        return {}
+        return None
     differing = {name: value for name, value in mine.items() if theirs.get(name) != value}
     return dict(sorted(item for item in differing.items() if item[0] not in UNCOMPARED_FIELDS)[:MAX_CHANGES])
 
@@ -206,7 +206,7 @@ def legend_labels(ctx: ToolContext, runs: list[RunData]) -> dict[str, str]:
         if parent is None:
             changes = {name: values[run_id] for name, values in differences.items()}
         else:
-            changes = changes_from(ctx, run_id, parent)
+            changes = changes_from(ctx, run_id, parent) or {}
         described = ", ".join(f"{name}={value}" for name, value in changes.items())
         labels[run_id] = cut(f"{run_id}: {described}" if described else run_id, LABEL_CHARS)
     return labels

@@ -33,6 +33,7 @@ from tradewind.tools.report_data import (
     RunData,
     RunFigures,
     bounded,
+    config_differences,
     fmt,
 )
 from tradewind.tools.report_html import write_report
@@ -227,7 +228,8 @@ def summarize_report(ctx: ToolContext, request: SummarizeReportRequest, progress
         name = report_name(run_ids)
         overlay = f"{name}-loss.png"
         images[overlay] = overlay_plot(ctx, runs)
-        section = comparison_section(runs, rank_runs(runs, DEFAULT_METRIC), overlay)
+        differences = config_differences({data.figures.run_id: data.config for data in runs})
+        section = comparison_section(runs, rank_runs(runs, DEFAULT_METRIC), differences, overlay)
         lines = [f"# Report: {', '.join(run_ids)}", "", *section]
     for data in runs:
         progress(len(runs), len(runs), f"drawing run {data.figures.run_id}")

@@ -253,9 +253,9 @@ class Controller:
         try:
             run = launch_training(self.ctx, request)
         except (TradewindError, ValueError) as error:
-            # Other runs hold the slots or the memory: wait for them to end; but memory that this sweep's own
-            # runs do not hold, none of its runs ending frees.
-            if isinstance(error, LimitReached) and (active or error.limit == "max_active_runs"):
+            # Other runs hold the slots, the memory or the machine (one on a time budget): wait for them to end;
+            # but memory that this sweep's own runs do not hold, none of its runs ending frees.
+            if isinstance(error, LimitReached) and (active or error.limit in ("max_active_runs", "shared_devices")):
                 log.info("trial %d waits: %s", trial.index, error)
                 return False
             trial.status, trial.reason = "crashed", cut(f"launch refused: {error}")

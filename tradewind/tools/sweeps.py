@@ -32,6 +32,7 @@ from tradewind.tools.bounds import PAGE_CHARS, cut, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.launching import LaunchTrainingRequest, rerun_arguments, run_folder
+from tradewind.tools.limits import check_step_limit
 from tradewind.tools.runs import RunRequest, cancel_run, run_record
 from tradewind.tools.spec import tool
 from tradewind.tools.sweep_controller import (
@@ -72,9 +73,7 @@ class LaunchSweepRequest(BaseModel):
     trials: int | None = Field(None, ge=1, le=MAX_TRIALS, description="Draws, for random only.")
     seed: int = Field(0, ge=0, lt=2**32, description="For random draws.")
     max_concurrent: int = Field(2, ge=1, le=64)
-    canary_steps: int = Field(
-        0, ge=0, le=10**9, description=">0: others wait for trial 0 to log this step."
-    )
+    canary_steps: int = Field(0, ge=0, le=10**9, description=">0: others wait for trial 0 to log this step.")
     halving_tokens: list[Annotated[int, Field(gt=0, le=10**15)]] = Field(
         default_factory=list,
         max_length=16,
@@ -240,7 +239,6 @@ def _plan(
         draw = random.Random(request.seed)
         combos = [tuple(draw.choice(request.space[key]) for key in keys) for _ in range(request.trials or 0)]
     datasets: dict[str, str] = {}  # as given -> the cache folder
-    limits = ctx.settings().limits
     trials: list[TrialState] = []
     seeds = random.SystemRandom()  # each baseline rerun draws its own: reruns of one seed would measure no noise
     for combo in combos:
@@ -265,10 +263,7 @@ def _plan(
         except ValidationError as error:
             lines = describe_validation_error(error, "launch_training", arguments_of=LaunchTrainingRequest)
             raise InvalidInputError(f"{where}: {lines}") from None
-        if checked.steps > limits.max_steps:
-            raise InvalidInputError(
-                f"{where}: argument 'steps': {checked.steps} is more than limits.max_steps ({limits.max_steps})"
-            )
+        check_step_limit(ctx, checked, where=f"{where}: ")
         trials.append(_trial(len(trials), overrides, arguments))
     for trial in trials:  # every field is checked before a builtin dataset is tokenized
         dataset = trial.arguments.get("dataset")
