@@ -16,6 +16,7 @@ from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
 from tradewind.server import build_server
 from tradewind.tools import LaunchTrainingRequest, RunRequest, ToolContext, cancel_run, get_run, launch_training
+from tradewind.tools.launching import resolve_launch
 from tradewind.trainer import RunLayout, TrainConfig
 
 pytestmark = pytest.mark.anyio
@@ -65,6 +66,11 @@ def test_resume_from_refuses_what_would_change_the_run_and_steps_that_do_not_go_
         launch_training(ctx, LaunchTrainingRequest(resume_from=reference.run_id, steps=40, seed=7))
     with pytest.raises(InvalidInputError, match=r"argument 'model'"):
         launch_training(ctx, LaunchTrainingRequest(resume_from=reference.run_id, steps=40, model={"d_model": 64}))
+    tokens = 30 * 8 * 32  # the tiny batch's tokens over the parent's 30 steps
+    with pytest.raises(InvalidInputError, match=r"argument 'token_budget': 7,680 tokens \(30 steps\) is the new"):
+        launch_training(ctx, LaunchTrainingRequest(resume_from=reference.run_id, token_budget=tokens))
+    further = resolve_launch(ctx, LaunchTrainingRequest(resume_from=reference.run_id, token_budget=2 * tokens))
+    assert further.config.total_steps == 60 and further.parent_step == 30  # a token budget is a total too
 
 
 @pytest.fixture

@@ -259,14 +259,19 @@ def _continued_launch(
     saved = checkpoint_steps(ctx, RunLayout(parent_dir), argument="resume_from")
     if not saved:
         raise NotFoundError(f"argument 'resume_from': run {parent_dir.name} has no checkpoint to continue from")
-    if merged["steps"] <= saved[-1]:
-        raise InvalidInputError(
-            f"argument 'steps': {merged['steps']} is the new run's total and must exceed the {saved[-1]} steps of "
-            f"{parent_dir.name}'s newest checkpoint (e.g. steps={saved[-1] * 2})"
-        )
     merged["resume_from"] = str(parent_dir)
     if merged.get("lora") is None:  # the weights come from the parent's checkpoint
         merged["init_from"] = None  # (a LoRA run's checkpoints hold only its adapters: its base comes from init_from)
+    config = TrainConfig.model_validate(merged)
+    total = config.total_steps  # None for a time budget: it goes on for its seconds, whatever its steps
+    if total is not None and total <= saved[-1]:
+        budget = config.budget
+        asked = f"{total}" if budget.kind == "steps" else f"{budget.describe()} ({total} steps)"
+        example = f" (e.g. steps={saved[-1] * 2})" if budget.kind == "steps" else ""
+        raise InvalidInputError(
+            f"argument {budget.field!r}: {asked} is the new run's total and must exceed the {saved[-1]} steps of "
+            f"{parent_dir.name}'s newest checkpoint{example}"
+        )
     inherited_placement = run_placement(ctx, parent_dir, "resume_from")
     placement = Placement(  # validated again: a request's slices may not suit the parent's accelerator
         **{
@@ -279,7 +284,7 @@ def _continued_launch(
             f"argument 'storage': a run that continues {parent_dir.name} lives where it does "
             f"({inherited_placement.storage or 'this workspace'}); leave storage out, or launch a new run instead"
         )
-    return Launch(TrainConfig.model_validate(merged), placement, ledger, parent_dir.name, saved[-1])
+    return Launch(config, placement, ledger, parent_dir.name, saved[-1])
 
 
 def rerun_arguments(ctx: ToolContext, run_id: str, *, seed: int, argument: str) -> dict[str, Any]:
