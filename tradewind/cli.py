@@ -229,14 +229,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     estimate = subcommands.add_parser(
         "estimate",
         parents=[common],
-        help="size a run before launching it: parameters, memory fit, step time, what a time budget trains",
+        help="size a run before launching it: parameters, memory fit, step time, what its budget trains",
     )
     _add_config_arguments(estimate)
     estimate.add_argument(
-        "--budget-s", type=float, metavar="S", help="seconds of training to plan for (default: the config's steps)"
+        "--budget-s", type=float, metavar="S", help="seconds of training to plan for (default: the config's budget)"
     )
     estimate.add_argument(
-        "--no-probe", action="store_true", help="do not compile and time 3 steps when no earlier run has this shape"
+        "--no-probe", action="store_true", help="do not compile and time its steps when no earlier run has this shape"
     )
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON")
     estimate.set_defaults(handler=commands.estimate)

@@ -1,6 +1,7 @@
 """estimate_run: a run sized before it queues, its step time from a finished run of the same shape or a probe job."""
 
 import math
+from pathlib import Path
 
 import anyio
 import pytest
@@ -18,7 +19,7 @@ from tradewind.tools.context import Cancelled
 from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
 from tradewind.trainer import RunLayout, TrainConfig, read_summary
 from tradewind.trainer.compile import COMPILE_CALLABLE
-from tradewind.trainer.estimate import ESTIMATE_CALLABLE, EstimateJob, estimate_training
+from tradewind.trainer.estimate import ESTIMATE_CALLABLE, PROBE_MIN_STEPS, EstimateJob, estimate_training
 
 TINY = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}, "batch_size": 8, "seq_len": 32}
 HUGE_MODEL = {"d_model": 16384, "n_layers": 128, "n_heads": 128, "max_seq_len": 64}
@@ -53,12 +54,47 @@ def test_without_a_probe_or_an_earlier_run_the_estimate_is_analytic_and_says_how
     assert result.compute_optimal_tokens == 20 * result.parameters
     assert result.fits is True and result.tokens_per_step == 256
     assert [result.step_time_s, result.step_time_source, result.budget_s, result.compute_optimal_budget_s] == [None] * 4
-    assert (result.steps_in_budget, result.tokens_in_budget) == (50, 50 * 256)
-    assert (
-        result.advice.startswith("50 steps train 12,800 tokens, 2% of the compute-optimal")
-        and "probe=true" in result.advice
+    assert (result.budget_kind, result.steps_in_budget, result.tokens_in_budget) == ("steps", 50, 50 * 256)
+    assert result.probed_steps is None
+    per_parameter = 50 * 256 / result.parameters
+    assert result.advice.startswith(
+        f"50 steps train 12,800 tokens: {per_parameter:.1f} tokens per parameter, far below"
+    )
+    assert result.advice.endswith(
+        "No step time: no finished run has this shape; estimate with probe=true to time its steps."
     )
     assert estimate_jobs(cache_ctx) == [] and list(cache_ctx.workspace.runs_dir.iterdir()) == []
+
+
+def test_a_token_budget_fixes_the_steps_and_too_few_tokens_ask_for_more_steps_never_a_smaller_model(cache_ctx):
+    # 577,536 tokens for a 100M-parameter model: the case whose advice once named a 28,876-parameter model.
+    config = {"dataset": "tiny", **WIDE, "token_budget": 577_536}
+    result = estimate_run(cache_ctx, EstimateRunRequest(config=config, probe=False))
+
+    steps = math.ceil(577_536 / 256)
+    assert (result.budget_kind, result.steps_in_budget, result.tokens_in_budget) == ("tokens", steps, steps * 256)
+    optimal_steps = math.ceil(20 * result.parameters / 256)
+    assert result.advice.startswith(
+        f"A budget of 577,536 tokens takes {steps:,} steps: {577_536 / result.parameters:.2g} tokens per parameter, "
+        "far below the "
+        f"compute-optimal 20, so the model will be undertrained; about {optimal_steps:,} steps would reach 20."
+    )
+    assert "smaller" not in result.advice and "a model of" not in result.advice
+    # A time cap beside it cannot be judged without a step time: the work's steps stand.
+    capped = estimate_run(cache_ctx, EstimateRunRequest(config=config, time_budget_s=5, probe=False))
+    assert (capped.steps_in_budget, capped.budget_s) == (steps, None) and capped.advice == result.advice
+
+
+def test_far_more_tokens_than_compute_optimal_suggest_a_larger_model_and_a_few_times_more_suggest_nothing(cache_ctx):
+    parameters = estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "tiny", **TINY}, probe=False)).parameters
+
+    def advice(tokens_per_parameter: int) -> str:
+        config = {"dataset": "tiny", **TINY, "token_budget": tokens_per_parameter * parameters}
+        return estimate_run(cache_ctx, EstimateRunRequest(config=config, probe=False)).advice
+
+    assert "far above the compute-optimal 20: a larger model would likely use them better." in advice(200)
+    assert "within 4x of the compute-optimal 20." in advice(60) and "model" not in advice(60)
+    assert "within 4x of the compute-optimal 20." in advice(6) and "undertrained" not in advice(6)
 
 
 def test_a_lora_estimate_counts_adapters_as_trainable_and_the_base_as_frozen_in_far_less_memory(cache_ctx):
@@ -146,18 +182,21 @@ def test_an_unknown_run_or_dataset_is_named(cache_ctx):
 
 
 @pytest.mark.slow
-def test_the_probe_runs_as_a_job_and_queues_no_run(cache_ctx):
-    config = {"dataset": "datasets/tiny", **TINY, "steps": 40}
-    result = estimate_run(cache_ctx, EstimateRunRequest(config=config, time_budget_s=30))
+def test_the_probe_runs_as_a_job_times_many_steps_and_queues_no_run(cache_ctx):
+    config = {"dataset": "datasets/tiny", **TINY, "token_budget": 100 * 256}
+    result = estimate_run(cache_ctx, EstimateRunRequest(config=config))
 
     assert result.step_time_source == "probe" and result.step_time_s > 0 and result.compile_s > 0
+    assert result.probed_steps >= PROBE_MIN_STEPS  # not 3 steps' noise
     assert result.tokens_per_s == pytest.approx(256 / result.step_time_s)
-    assert result.steps_in_budget == math.floor(30 / result.step_time_s)
-    assert result.tokens_in_budget == result.steps_in_budget * 256 and result.budget_s == 30
+    # The token budget fixes the steps; the step time gives their seconds.
+    assert (result.budget_kind, result.steps_in_budget, result.tokens_in_budget) == ("tokens", 100, 100 * 256)
+    assert result.budget_s == pytest.approx(100 * result.step_time_s)
     assert result.compute_optimal_budget_s == pytest.approx(20 * result.parameters / result.tokens_per_s)
     [record] = estimate_jobs(cache_ctx)
     job = EstimateJob.model_validate(record.spec.kwargs)
-    assert job.config.dataset == str(cache_ctx.workspace.datasets_dir / "tiny") and job.config.steps == 40
+    assert job.config.dataset == str(cache_ctx.workspace.datasets_dir / "tiny") and job.config.token_budget == 25_600
+    assert f"over {result.probed_steps} steps" in Path(record.spec.log_path).read_text(encoding="utf-8")
     # Trained as the run will be: on the CPU, with the workspace's compiled programs (which it leaves there).
     assert record.spec.env["JAX_PLATFORMS"] == "cpu"
     assert record.spec.env["JAX_COMPILATION_CACHE_DIR"] == str(cache_ctx.workspace.compile_cache_dir)
@@ -169,7 +208,7 @@ def test_the_probe_runs_as_a_job_and_queues_no_run(cache_ctx):
 def test_a_finished_run_of_the_same_shape_gives_the_step_time_and_the_probe_is_skipped(trained_ctx):
     before = len(estimate_jobs(trained_ctx))
     summary = read_summary(RunLayout(trained_ctx.workspace.run_dir("r1")).summary)
-    step_s = 256 / summary.mean_tokens_per_s
+    step_s = summary.train_s / summary.steps  # its loop's seconds per step, evaluations included
 
     # Another step count, seed and learning rate: the same shape.
     config = {"dataset": "datasets/tiny", **TINY, "steps": 500, "seed": 3, "optimizer": {"learning_rate": 1e-3}}
@@ -179,7 +218,16 @@ def test_a_finished_run_of_the_same_shape_gives_the_step_time_and_the_probe_is_s
     assert by_config.step_time_source == by_run.step_time_source == "run r1"
     assert by_config.step_time_s == pytest.approx(step_s) and by_run.step_time_s == pytest.approx(step_s)
     assert by_config.budget_s == pytest.approx(500 * step_s) and by_config.steps_in_budget == 500
-    assert by_run.steps_in_budget == math.floor(60 / step_s) and by_run.parameters == summary.parameters
+    assert (by_run.budget_kind, by_run.budget_s, by_run.parameters) == ("time", 60, summary.parameters)
+    assert by_run.steps_in_budget == math.floor(60 / step_s) and by_config.probed_steps is None
+
+    # Beside a token budget, a time budget is a cap: it ends the work sooner only when it runs out first.
+    work = {**config, "token_budget": 1000 * 256}
+    capped = estimate_run(trained_ctx, EstimateRunRequest(config=work, time_budget_s=100.5 * step_s))
+    assert (capped.budget_kind, capped.steps_in_budget, capped.budget_s) == ("tokens", 100, 100.5 * step_s)
+    assert "s cap ends the run after 100 of the 1,000 steps that 256,000 tokens take (25,600 tokens):" in capped.advice
+    uncapped = estimate_run(trained_ctx, EstimateRunRequest(config=work, time_budget_s=2000 * step_s))
+    assert (uncapped.steps_in_budget, uncapped.budget_s) == (1000, pytest.approx(1000 * step_s))
     assert len(estimate_jobs(trained_ctx)) == before  # nothing probed
 
     other_shape = estimate_run(trained_ctx, EstimateRunRequest(config={**config, "batch_size": 4}, probe=False))

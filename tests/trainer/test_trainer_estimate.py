@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from tradewind.cluster import Placement
 from tradewind.data import open_token_cache
 from tradewind.trainer import TrainConfig, build_model, count_params, read_summary, train, training_memory
-from tradewind.trainer.estimate import EstimateJob, TrainEstimate, estimate_job, estimate_training
+from tradewind.trainer.estimate import PROBE_MIN_STEPS, EstimateJob, TrainEstimate, estimate_job, estimate_training
 
 HUGE_MODEL = {"d_model": 16384, "n_layers": 128, "n_heads": 128, "max_seq_len": 64}
 # Large enough that weights and optimizer state outweigh one microbatch's activations (never built here).
@@ -28,7 +28,7 @@ def test_estimate_counts_the_parameters_of_the_built_model_and_the_configs_flops
     assert estimate.parameters == count_params(build_model(model_config, rngs=nnx.Rngs(0)))
     assert estimate.flops_per_token == model_config.flops_per_token(32)
     assert estimate.tokens_per_step == 8 * 32
-    assert estimate.step_time_s is None and estimate.compile_s is None
+    assert estimate.step_time_s is None and estimate.compile_s is None and estimate.probed_steps is None
 
 
 def test_estimate_splits_training_memory_into_weights_optimizer_and_activations(tiny_config):
@@ -123,26 +123,28 @@ def test_the_probed_step_time_is_within_a_small_factor_of_a_real_runs(tiny_confi
     train(config, tmp_path / "run")
     summary = read_summary(tmp_path / "run" / "summary.json")
 
-    real_step_s = config.tokens_per_step / summary.mean_tokens_per_s
-    assert probed.step_time_s > 0 and probed.compile_s > 0
+    real_step_s = summary.train_s / summary.steps
+    assert probed.step_time_s > 0 and probed.compile_s > 0 and probed.probed_steps >= PROBE_MIN_STEPS
     assert 1 / 5 < probed.step_time_s / real_step_s < 5, (probed.step_time_s, real_step_s)
     assert probed.parameters == summary.parameters and probed.flops_per_token == summary.model_flops_per_token
 
 
 @pytest.mark.slow
-def test_estimate_job_writes_the_probed_estimate_as_json(tiny_config, tmp_path):
+def test_estimate_job_writes_the_probed_estimate_as_json(tiny_config, tmp_path, capsys):
     out = tmp_path / "estimate.json"
-    job = EstimateJob(config=tiny_config(), output_file=str(out), probe_steps=2)
+    job = EstimateJob(config=tiny_config(), output_file=str(out), probe_s=0.2)
     estimate_job(**job.model_dump(mode="json"))
 
     written = TrainEstimate.model_validate_json(out.read_text())
     assert written.step_time_s > 0 and written.parameters == estimate_training(tiny_config(), Placement()).parameters
+    # However short probe_s, at least PROBE_MIN_STEPS steps are timed, and the job's log says how many.
+    assert written.probed_steps >= PROBE_MIN_STEPS and f"over {written.probed_steps} steps" in capsys.readouterr().out
     assert written.device_memory_bytes > 0 and written.fits is True
 
 
 def test_estimate_job_refuses_arguments_it_does_not_know(tiny_config, tmp_path):
-    with pytest.raises(Exception, match="probe_step"):
-        estimate_job(config=tiny_config().model_dump(mode="json"), output_file=str(tmp_path / "e.json"), probe_step=2)
+    with pytest.raises(Exception, match="probe_steps"):
+        estimate_job(config=tiny_config().model_dump(mode="json"), output_file=str(tmp_path / "e.json"), probe_steps=3)
 
 
 def test_estimate_of_a_config_whose_dataset_is_missing_names_the_folder(tmp_path):

@@ -1,19 +1,22 @@
 """The tool that sizes a run before it queues: `estimate_run`.
 
-It takes launch_training's arguments (or an earlier run's config) and answers what the run needs and what a
-time budget buys: parameters (a LoRA run's trainable adapters and frozen base apart), FLOPs per token, training
-memory against the device's, the step time, the steps and tokens that fit the budget, and the compute-optimal token
-count for the model (20 tokens per parameter, Hoffmann et al. 2022). The step time comes from a finished run of
-the same shape in the workspace, else from a short probe (`tradewind.trainer.estimate`) run as a job on the local
-backend. For a TPU run the probe is a compile instead (`tradewind.trainer.compile`): the steps compiled for the
-slice, on this machine, give the HBM per chip it needs and a roofline step time. Nothing is queued as a run.
+It takes launch_training's arguments (or an earlier run's config) and answers what the run needs and what its
+budget trains: parameters (a LoRA run's trainable adapters and frozen base apart), FLOPs per token, training
+memory against the device's, the step time, the steps, tokens and seconds of the budget, and the compute-optimal
+token count for the model (20 tokens per parameter, Hoffmann et al. 2022). A token, FLOP or step budget fixes the
+steps, and the step time gives their seconds; a time budget fixes the seconds, and the step time gives the steps
+that fit (beside a work budget, it only caps it). The step time comes from a finished run of the same shape in the
+workspace, else from a probe (`tradewind.trainer.estimate`: about 2 s of steps in the training loop) run as a job
+on the local backend. For a TPU run the probe is a compile instead (`tradewind.trainer.compile`): the steps
+compiled for the slice, on this machine, give the HBM per chip it needs and a roofline step time. Nothing is
+queued as a run.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -31,12 +34,16 @@ from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_c
 from tradewind.trainer.compile import TpuCompileReport
 from tradewind.trainer.estimate import (
     ESTIMATE_CALLABLE,
+    PROBE_S,
     EstimateJob,
     TrainEstimate,
     estimate_training,
 )
 
 TOKENS_PER_PARAMETER = 20  # compute-optimal training tokens per parameter (Chinchilla)
+# How far from compute-optimal the tokens per parameter may be before the advice suggests a direction: the
+# ratio is a large-model result, and a tiny model's loss may well disagree with it within a few times.
+FAR_OFF = 4
 GIB = 2**30
 
 
@@ -45,8 +52,10 @@ class EstimateRunRequest(BaseModel):
 
     config: dict[str, Any] | None = Field(None, description="launch_training's arguments.")
     run_id: str | None = Field(None, description="Or an earlier run's config.")
-    time_budget_s: float | None = Field(None, gt=0, le=10**8, description="null: the config's budget, else its steps.")
-    probe: bool = Field(True, description="Time 3 steps (TPU: compile) if no finished run has this shape.")
+    time_budget_s: float | None = Field(
+        None, gt=0, le=10**8, description="Seconds to plan for (default: the config's budget)."
+    )
+    probe: bool = Field(True, description="Time steps (TPU: compile) if no run of this shape finished.")
     timeout_s: float = Field(600, gt=0, le=3600, description="For the probe.")
 
     @model_validator(mode="after")
@@ -61,9 +70,10 @@ class RunEstimate(TrainEstimate):
 
     step_time_source: str | None = Field(description="'probe', 'run <id>' (same shape), a TPU compile, or null.")
     tokens_per_s: float | None
-    budget_s: float | None = Field(description="Training seconds planned for.")
-    steps_in_budget: int | None
-    tokens_in_budget: int | None
+    budget_kind: Literal["tokens", "flops", "time", "steps"] = Field(description="What fixes the run's length.")
+    budget_s: float | None = Field(description="Seconds of training the budget takes.")
+    steps_in_budget: int | None = Field(description="Steps the budget trains.")
+    tokens_in_budget: int | None = Field(description="Tokens those steps train.")
     compute_optimal_tokens: int = Field(description="20 per model parameter, frozen included.")
     compute_optimal_budget_s: float | None = Field(description="Seconds to train those.")
     hbm_per_chip_bytes: int | None = Field(description="TPU, compiled: HBM per chip the train step needs.")
@@ -78,12 +88,15 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
     Give launch_training's arguments as `config` (or an earlier `run_id`). Returns the trainable parameters
     (`frozen_parameters`: a LoRA run's base, held in bfloat16 without gradients or moments), FLOPs per
     token, memory against the device's, seconds per step, the steps and tokens the budget buys, the
-    compute-optimal token count (20 per parameter) and one sentence of advice. The step time comes from a
-    finished run of the same shape, else from a probe that compiles the model and times 3 steps (about as long
-    as a run's start); nothing is queued as a run. A config that does not fit memory is not probed, and the
-    probe is refused where the workspace's limits (settings.yaml) would refuse the run. For a TPU accelerator
-    the probe compiles the steps for the slice here, with no TPU: fits and the step time (an estimate) come
-    from that compile.
+    compute-optimal token count (20 per parameter) and one sentence of advice. A token, FLOP or step budget
+    fixes the steps, and `budget_s` says how long they take; a time budget (the config's `time_budget_s`, or
+    this request's) fixes the seconds, and the steps are those that fit (beside a token or FLOP budget it is a
+    cap). The step time, as the run's loop takes it with its evaluations, comes from a finished run of the same
+    shape, else from a probe that compiles the model, warms it up and times about 2 s of steps (at least 10:
+    `probed_steps`); that costs about as long as a run's start, and nothing is queued as a run. A config that
+    does not fit memory is not probed, and the probe is refused where the workspace's limits (settings.yaml)
+    would refuse the run. For a TPU accelerator the probe compiles the steps for the slice here, with no TPU:
+    fits and the step time (an estimate) come from that compile.
     """
     config, placement = _launch(ctx, request, progress)
     vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
@@ -101,8 +114,9 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
         what, instead = "estimate_run's probe", " use probe=false,"
         admit_job(ctx, config, placement, vocab_size=vocab_size, what=what, instead=instead)
         estimate, source = _probe(ctx, config, placement, request.timeout_s, progress), "probe"
-    budget = request.time_budget_s or config.time_budget_s
-    return _plan(estimate, source, budget, config, on_tpu, compiled)
+    if request.time_budget_s is not None:  # as if launched with it
+        config = config.model_copy(update={"time_budget_s": request.time_budget_s})
+    return _plan(estimate, source, config, on_tpu, compiled)
 
 
 def _launch(ctx: ToolContext, request: EstimateRunRequest, progress: Progress) -> tuple[TrainConfig, Placement]:
@@ -135,20 +149,24 @@ def _shape(config: TrainConfig, placement: Placement, vocab_size: int | None) ->
 def _same_shape_run(
     ctx: ToolContext, config: TrainConfig, placement: Placement, vocab_size: int
 ) -> tuple[float, str] | None:
-    """Seconds per step of the newest finished run of the same shape, and 'run <id>'; None if there is none."""
+    """Seconds per step of the newest finished run of the same shape, and 'run <id>'; None if there is none.
+
+    A run's seconds per step are its training seconds (the updates and its loop's evaluations, as a probe times
+    them) over the steps it trained in them (since it resumed, if it did).
+    """
     wanted = _shape(config, placement, vocab_size)
     found: list[tuple[float, float, str]] = []  # (finished at, seconds per step, run id)
     for folder in ctx.workspace.runs_dir.iterdir():
         layout = RunLayout(folder)
         try:
             summary = read_summary(layout.summary)
-            if summary is None or not summary.mean_tokens_per_s:
+            trained = summary.steps - (summary.resumed_from_step or 0) if summary is not None else 0
+            if summary is None or not summary.train_s or trained <= 0:
                 continue
             earlier = read_train_config(layout.config, ctx.workspace.reader("run_id"))
             vocab = None if earlier.model.vocab_size else _vocab_size(earlier)
             if _shape(earlier, run_placement(ctx, folder, "run_id"), vocab) == wanted:
-                seconds = earlier.tokens_per_step / summary.mean_tokens_per_s
-                found.append((layout.summary.stat().st_mtime, seconds, folder.name))
+                found.append((layout.summary.stat().st_mtime, summary.train_s / trained, folder.name))
         except (TradewindError, ValueError, OSError):  # not a readable run: list_runs reports those
             continue
     if not found:
@@ -179,7 +197,8 @@ def _probe(
         resources=placement.resources(),
         env=training_env(ctx, placement, ctx.backend),  # as the run will train, sharing its compiled programs
     )
-    run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity="probing 3 training steps", progress=progress)
+    activity = f"timing about {PROBE_S:g} s of training steps"
+    run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity=activity, progress=progress)
     return TrainEstimate.model_validate(read_json(out_path, ctx.workspace.reader("config")))
 
 
@@ -200,48 +219,49 @@ def _compiled_estimate(estimate: TrainEstimate, compiled: TpuCompileReport) -> T
 def _plan(
     estimate: TrainEstimate,
     source: str | None,
-    budget: float | None,
     config: TrainConfig,
     on_tpu: bool,
     compiled: TpuCompileReport | None = None,
 ) -> RunEstimate:
-    """The estimate with what the budget (else the config's steps) buys, and the advice."""
+    """The estimate with what the config's budget trains (its steps, tokens and seconds), and the advice."""
     step_s, tokens_per_step = estimate.step_time_s, estimate.tokens_per_step
-    tokens_per_s = tokens_per_step / step_s if step_s else None
-    budget_given = budget is not None
-    if budget_given:
-        steps = math.floor(budget / step_s) if step_s else None
-    else:
-        steps = config.steps
-        budget = config.steps * step_s if step_s else None
-    optimal = TOKENS_PER_PARAMETER * _model_parameters(estimate)
+    steps, seconds = config.total_steps, None  # the steps a token, FLOP or step budget fixes; None for time alone
+    if steps is not None and step_s:
+        seconds = steps * step_s
+    cap = config.time_budget_s
+    if cap is not None and (steps is None or (seconds is not None and seconds > cap)):
+        # A time budget alone, or a cap that ends the work sooner: the steps that fit.
+        seconds, steps = cap, math.floor(cap / step_s) if step_s else None
     tokens = steps * tokens_per_step if steps is not None else None
+    tokens_per_s = tokens_per_step / step_s if step_s else None
+    optimal = TOKENS_PER_PARAMETER * _model_parameters(estimate)
     return RunEstimate(
         **estimate.model_dump(exclude={"memory_bytes"}),
         memory_bytes=estimate.memory_bytes,
         step_time_source=source,
         tokens_per_s=tokens_per_s,
-        budget_s=budget,
+        budget_kind=config.budget.kind,
+        budget_s=seconds,
         steps_in_budget=steps,
         tokens_in_budget=tokens,
         compute_optimal_tokens=optimal,
         compute_optimal_budget_s=optimal / tokens_per_s if tokens_per_s else None,
         hbm_per_chip_bytes=compiled.hbm_bytes if compiled else None,
         estimated_mfu=compiled.step.mfu if compiled and compiled.step else None,
-        advice=_advice(estimate, tokens, optimal, config, timed=budget_given, on_tpu=on_tpu, compiled=compiled),
+        advice=_advice(estimate, config, steps, seconds, on_tpu, compiled),
     )
 
 
 def _advice(
     estimate: TrainEstimate,
-    tokens: int | None,
-    optimal: int,
     config: TrainConfig,
-    timed: bool,
+    steps: int | None,
+    seconds: float | None,
     on_tpu: bool,
     compiled: TpuCompileReport | None = None,
 ) -> str:
-    """One sentence: what to change first (memory, then the token count against the compute-optimal one)."""
+    """One or two sentences: what to change first when it does not fit; else what the budget trains, in tokens per
+    parameter against the compute-optimal 20, with a direction only when that is far off."""
     if compiled is not None and not compiled.fits:
         return (
             f"It does not fit a chip: the compiled step needs {compiled.hbm_bytes / GIB:,.2f} GiB of HBM per chip "
@@ -255,29 +275,59 @@ def _advice(
             f"the device has {(estimate.device_memory_bytes or 0) / GIB:,.1f} GiB ({estimate.device_memory_source}); "
             "shrink the model, batch_size or seq_len, or raise grad_accum."
         )
-    untimed = ""
     if estimate.step_time_s is None and on_tpu:
-        untimed = " (no step time: install the `tpu` extra, and estimate with probe=true to compile for the slice)"
+        untimed = "No step time: install the `tpu` extra, and estimate with probe=true to compile for the slice."
     elif estimate.step_time_s is None:
-        untimed = " (no step time: no finished run of this shape; estimate with probe=true to time 3 steps)"
-    if tokens is None:
-        return f"Unknown how many tokens the budget trains{untimed}."
-    what = "The budget" if timed else f"{config.steps:,} steps"
-    share = tokens / optimal
-    size = _model_parameters(estimate)
-    if share < 0.5:
-        verdict = (
-            f"{share:.0%} of the compute-optimal {optimal:,} for {size:,} parameters: a model of "
-            f"about {tokens // TOKENS_PER_PARAMETER:,} parameters would use them better, or train longer"
-        )
-    elif share > 2:
-        verdict = (
-            f"{share:.1f}x the compute-optimal {optimal:,} for {size:,} parameters: a larger model "
-            f"(about {tokens // TOKENS_PER_PARAMETER:,} parameters) would use them better"
-        )
+        untimed = "No step time: no finished run has this shape; estimate with probe=true to time its steps."
     else:
-        verdict = f"near the compute-optimal {optimal:,} for {size:,} parameters"
-    return f"{what} train {tokens:,} tokens, {verdict}{untimed}."
+        untimed = ""
+    if steps is None:
+        return f"The steps that {_seconds(seconds)} of training fit are unknown. {untimed}"
+    tokens = steps * estimate.tokens_per_step
+    per_parameter = tokens / _model_parameters(estimate)
+    if per_parameter < TOKENS_PER_PARAMETER / FAR_OFF:
+        optimal_steps = math.ceil(TOKENS_PER_PARAMETER * _model_parameters(estimate) / estimate.tokens_per_step)
+        took = f" ({_seconds(optimal_steps * estimate.step_time_s)})" if estimate.step_time_s else ""
+        verdict = (
+            f"far below the compute-optimal {TOKENS_PER_PARAMETER}, so the model will be undertrained; about "
+            f"{optimal_steps:,} steps{took} would reach {TOKENS_PER_PARAMETER}"
+        )
+    elif per_parameter > TOKENS_PER_PARAMETER * FAR_OFF:
+        verdict = f"far above the compute-optimal {TOKENS_PER_PARAMETER}: a larger model would likely use them better"
+    else:
+        verdict = f"within {FAR_OFF}x of the compute-optimal {TOKENS_PER_PARAMETER}"
+    trains = _trains(config, steps, seconds, tokens)
+    return " ".join(filter(None, [f"{trains}: {_ratio(per_parameter)} tokens per parameter, {verdict}.", untimed]))
+
+
+def _trains(config: TrainConfig, steps: int, seconds: float | None, tokens: int) -> str:
+    """What the budget trains, to begin a sentence: '60 s of training fit 1,200 steps (307,200 tokens)'."""
+    budget, total = config.budget, config.total_steps
+    if budget.kind == "time":
+        return f"{_seconds(seconds)} of training fit {steps:,} steps ({tokens:,} tokens)"
+    if steps < total:  # a time cap ends the work sooner
+        return (
+            f"The {_seconds(config.time_budget_s)} cap ends the run after {steps:,} of the {total:,} steps that "
+            f"{budget.describe()} take ({tokens:,} tokens)"
+        )
+    if budget.kind == "steps":
+        about = f" (about {_seconds(seconds)})" if seconds is not None else ""
+        return f"{steps:,} steps{about} train {tokens:,} tokens"
+    details = [f"{tokens:,} tokens"] if budget.kind == "flops" else []  # a token budget's say themselves
+    details += [f"about {_seconds(seconds)}"] if seconds is not None else []
+    return f"A budget of {budget.describe()} takes {steps:,} steps" + (f" ({', '.join(details)})" if details else "")
+
+
+def _ratio(value: float) -> str:
+    """Tokens per parameter as a person writes them: '0.03', '1.4', '180'."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.1f}" if value >= 0.1 else f"{value:.2g}"
+
+
+def _seconds(value: float | None) -> str:
+    """Seconds as a person reads them: '2.345 ms', '1.234 s', '1,234 s', or 'unknown'."""
+    if value is None:
+        return "unknown"
+    return f"{value * 1000:,.3f} ms" if value < 0.1 else f"{value:,.3f} s" if value < 10 else f"{value:,.0f} s"
 
 
 def _model_parameters(estimate: TrainEstimate) -> int:
@@ -288,11 +338,6 @@ def _model_parameters(estimate: TrainEstimate) -> int:
 
 def describe_estimate(result: RunEstimate) -> str:
     """The estimate as a person reads it: one figure a line, then the advice."""
-
-    def seconds(value: float | None) -> str:
-        if value is None:
-            return "unknown"
-        return f"{value * 1000:,.3f} ms" if value < 0.1 else f"{value:,.3f} s" if value < 10 else f"{value:,.0f} s"
 
     def count(value: int | None) -> str:
         return "unknown" if value is None else f"{value:,}"
@@ -318,16 +363,16 @@ def describe_estimate(result: RunEstimate) -> str:
             if result.hbm_per_chip_bytes is not None
             else []
         ),
-        ("step time", f"{seconds(result.step_time_s)} ({source})"),
+        ("step time", f"{_seconds(result.step_time_s)} ({source})"),
         *([("estimated MFU", f"{result.estimated_mfu:.1%}")] if result.estimated_mfu is not None else []),
-        ("compile", seconds(result.compile_s)),
+        ("compile", _seconds(result.compile_s)),
         ("tokens per step", f"{result.tokens_per_step:,}"),
         ("tokens per second", "unknown" if result.tokens_per_s is None else f"{result.tokens_per_s:,.0f}"),
-        ("budget", seconds(result.budget_s)),
+        ("budget", f"{result.budget_kind}; training time {_seconds(result.budget_s)}"),
         ("steps in budget", count(result.steps_in_budget)),
         ("tokens in budget", count(result.tokens_in_budget)),
         ("compute-optimal tokens", f"{result.compute_optimal_tokens:,}"),
-        ("compute-optimal time", seconds(result.compute_optimal_budget_s)),
+        ("compute-optimal time", _seconds(result.compute_optimal_budget_s)),
     ]
     width = max(len(name) for name, _ in rows)
     return "\n".join([*(f"{name:<{width}}  {value}" for name, value in rows), result.advice])

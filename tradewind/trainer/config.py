@@ -173,9 +173,7 @@ class TrainConfig(BaseModel):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, le=MAX_STEPS, description="Optimizer updates, unless a budget is set.")
     token_budget: int | None = Field(None, gt=0, le=10**15, description="Tokens to train; fixes the steps.")
-    flop_budget: float | None = Field(
-        None, gt=0, le=1e25, description="Model FLOPs to train; needs model.vocab_size."
-    )
+    flop_budget: float | None = Field(None, gt=0, le=1e25, description="Model FLOPs to train; needs model.vocab_size.")
     time_budget_s: float | None = Field(
         None, gt=0, le=604800, description="Seconds to train; caps a token/flop budget."
     )

@@ -4,8 +4,17 @@ The analytic part (`estimate_training(config, placement)`) reads the dataset's m
 imports no JAX and builds no model: parameter and FLOP counts come from the model config (a LoRA run's adapters
 from its `LoraConfig`, its base frozen), memory from `training_memory`, and the memory it is compared against is
 this machine's available RAM. With `probe=True` it also builds the run as `train` does
-(`setup_training`), trains one step so that nothing one-off is timed, times `probe_steps` more in the training
-loop (`run_steps`), and takes the device's memory limit from JAX where the device reports one.
+(`setup_training`), takes the device's memory limit from JAX where the device reports one, and measures the
+seconds per step the run's loop will take:
+
+- a few warm-up steps go untimed: the first executions pay one-off costs (allocation, thread pools);
+- then the training loop (`run_steps`) runs stretches of steps, waiting for the device after each as a run
+  waits at each metrics row (every `log_every` steps, shorter when steps are slow), until `probe_s` seconds
+  (2 by default) and at least `PROBE_MIN_STEPS` steps are timed, or `PROBE_MAX_S` have passed for a slow model;
+  a handful of steps times mostly noise (3 were off by up to 2x);
+- the step time is the median stretch's seconds per step, which one stall on a shared machine does not move,
+  plus the run's evaluations spread over its steps (one evaluation of `eval_batches`, timed, per `eval_every`
+  steps and at the last), since a run's training seconds (`TrainSummary.train_s`) include them.
 
 As a job (what the `estimate_run` tool submits; the keyword arguments are an `EstimateJob`):
     JobSpec(name="estimate", callable="tradewind.trainer.estimate:estimate_job",
@@ -16,9 +25,11 @@ writes a `TrainEstimate` as JSON to `output_file`. The probe's updates are throw
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,8 +40,16 @@ from tradewind.data import open_token_cache
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.flops import MemoryEstimate, training_memory
 
+if TYPE_CHECKING:  # the probe's types; JAX is imported only when it runs
+    from tradewind.trainer.setup import TrainSetup
+    from tradewind.trainer.state import TrainState
+
 ESTIMATE_CALLABLE = "tradewind.trainer.estimate:estimate_job"
-PROBE_STEPS = 3
+PROBE_WARMUP_STEPS = 3  # untimed, after the first step: the earliest executions run slower than the rest
+PROBE_S = 2.0  # seconds of steps the probe times
+PROBE_MIN_STEPS = 10  # steps it times at least, however slow...
+PROBE_MAX_S = 30.0  # ...unless these seconds pass first
+PROBE_STRETCHES = 8  # stretches of steps the probe times at least, when steps are fast enough
 
 
 class MemoryBytes(BaseModel):
@@ -57,8 +76,9 @@ class TrainEstimate(BaseModel):
     device_memory_bytes: int | None = Field(description="Memory it is compared with; null: unknown.")
     device_memory_source: str | None = Field(description="Where device_memory_bytes comes from.")
     fits: bool | None = Field(description="memory_bytes.total fits device_memory_bytes; null: unknown.")
-    step_time_s: float | None = Field(None, description="Mean probed step time after the first step.")
+    step_time_s: float | None = Field(None, description="Seconds per step in the run's loop, evals included.")
     compile_s: float | None = Field(None, description="Seconds compiling the probe's steps.")
+    probed_steps: int | None = Field(None, description="Steps the probe timed.")
 
 
 class EstimateJob(BaseModel):
@@ -69,7 +89,9 @@ class EstimateJob(BaseModel):
     config: TrainConfig
     placement: Placement = Field(default_factory=Placement)
     output_file: str = Field(description="Where the `TrainEstimate` is written as JSON.")
-    probe_steps: int = Field(default=PROBE_STEPS, ge=1, le=100, description="Steps timed after the first.")
+    probe_s: float = Field(
+        default=PROBE_S, gt=0, le=PROBE_MAX_S, description=f"Seconds of steps to time (at least {PROBE_MIN_STEPS})."
+    )
 
 
 def memory_bytes(memory: MemoryEstimate) -> MemoryBytes:
@@ -83,19 +105,19 @@ def memory_bytes(memory: MemoryEstimate) -> MemoryBytes:
 
 
 def estimate_training(
-    config: TrainConfig, placement: Placement | None = None, probe: bool = False, probe_steps: int = PROBE_STEPS
+    config: TrainConfig, placement: Placement | None = None, probe: bool = False, probe_s: float = PROBE_S
 ) -> TrainEstimate:
     """Parameters, FLOPs per token and memory of `config` against the device's; with `probe`, its step time.
 
     Args:
         config: the run (`config.dataset` is a token-cache folder).
         placement: where it runs: its accelerator, and the replicas that share the batch; None: one CPU process.
-        probe: build and compile the run, train one step, then time `probe_steps` more (loads JAX).
-        probe_steps: steps timed after the first.
+        probe: build and compile the run, warm it up, then time its steps (loads JAX; see the module docstring).
+        probe_s: seconds of steps to time (at least `PROBE_MIN_STEPS` steps, at most `PROBE_MAX_S` seconds).
 
     Returns:
-        The estimate; `step_time_s` and `compile_s` only with `probe`. `parameters` are the trained ones (a LoRA
-        run's adapters), `frozen_parameters` a LoRA run's base (else 0).
+        The estimate; `step_time_s`, `compile_s` and `probed_steps` only with `probe`. `parameters` are the trained
+        ones (a LoRA run's adapters), `frozen_parameters` a LoRA run's base (else 0).
 
     Raises:
         NotFoundError: no token cache at `config.dataset`.
@@ -108,9 +130,9 @@ def estimate_training(
     counted = training_memory(config, vocab_size, placement.replicas)
     memory = memory_bytes(counted)
     on_cpu = placement.accelerator.kind == "cpu"
-    step_time_s = compile_s = None
+    step_time_s = compile_s = probed_steps = None
     if probe:
-        step_time_s, compile_s = _probe(config, placement, probe_steps)
+        step_time_s, probed_steps, compile_s = _probe(config, placement, probe_s)
         device_memory, source = _device_memory()
     elif on_cpu:
         device_memory, source = psutil.virtual_memory().available, "available RAM"
@@ -129,27 +151,64 @@ def estimate_training(
         fits=None if device_memory is None else needed <= device_memory,
         step_time_s=step_time_s,
         compile_s=compile_s,
+        probed_steps=probed_steps,
     )
 
 
-def _probe(config: TrainConfig, placement: Placement, steps: int) -> tuple[float, float]:
-    """The mean time of `steps` training steps after the first, and the compile time, of a run built as `train`
-    builds it."""
-    import jax
-
+def _probe(config: TrainConfig, placement: Placement, probe_s: float) -> tuple[float, int, float]:
+    """Seconds per step of a run built as `train` builds it, in its loop with its evaluations; the steps timed;
+    and the compile time."""
     from tradewind.trainer.distributed import check_devices
-    from tradewind.trainer.loop import run_steps
-    from tradewind.trainer.setup import setup_training
+    from tradewind.trainer.setup import evaluate, setup_training
 
     check_devices(placement.accelerator)
     setup = setup_training(config)
-    # The first execution pays one-off costs (allocation, autotuning); it is left out of the timing.
-    state = run_steps(setup, setup.state, hooks=[], last_step=1)
-    jax.block_until_ready(state.params)
+    state, _ = _run(setup, setup.state, 1)  # the first step pays one-off costs (allocation, autotuning)
+    state, warm_up_s = _run(setup, state, PROBE_WARMUP_STEPS)
+    evaluate(setup, state.params)  # the eval step's first execution pays its own one-off costs
     start = time.perf_counter()
-    state = run_steps(setup, state, hooks=[], last_step=1 + steps)
+    evaluate(setup, state.params)
+    eval_s = time.perf_counter() - start
+    step_s, steps = _time_steps(setup, state, probe_s, rough_step_s=warm_up_s / PROBE_WARMUP_STEPS)
+    return step_s + eval_s * _evaluations_per_step(config), steps, setup.compile_s
+
+
+def _time_steps(setup: TrainSetup, state: TrainState, probe_s: float, rough_step_s: float) -> tuple[float, int]:
+    """The median seconds per step over stretches of steps in the training loop, and the steps timed.
+
+    A run's loop waits for the device at each metrics row, every `log_every` steps: a stretch is as long, unless
+    that leaves fewer than `PROBE_STRETCHES` stretches in `probe_s` at `rough_step_s` a step.
+    """
+    stretch = max(1, min(setup.config.log_every, round(probe_s / PROBE_STRETCHES / rough_step_s)))
+    per_step: list[float] = []
+    start = time.perf_counter()
+    while True:
+        state, seconds = _run(setup, state, stretch)
+        per_step.append(seconds / stretch)
+        spent, timed = time.perf_counter() - start, len(per_step) * stretch
+        if spent >= PROBE_MAX_S or (spent >= probe_s and timed >= PROBE_MIN_STEPS):
+            return statistics.median(per_step), timed
+
+
+def _run(setup: TrainSetup, state: TrainState, steps: int) -> tuple[TrainState, float]:
+    """`steps` more updates in the training loop, with no hooks, and the seconds until the device finished them."""
+    import jax
+
+    from tradewind.trainer.loop import run_steps
+
+    start = time.perf_counter()
+    state = run_steps(setup, state, hooks=[], last_step=state.step + steps)
     jax.block_until_ready(state.params)
-    return (time.perf_counter() - start) / steps, setup.compile_s
+    return state, time.perf_counter() - start
+
+
+def _evaluations_per_step(config: TrainConfig) -> float:
+    """The evaluations a run of `config` makes in its loop per step: one every `eval_every` steps and one at the
+    last (a run's first evaluation, before its first step, is not in its training seconds)."""
+    total = config.total_steps
+    if total is None:  # a time budget: its steps are not known before it runs
+        return 1 / config.eval_every
+    return math.ceil(total / config.eval_every) / total
 
 
 def _device_memory() -> tuple[int, str]:
@@ -166,10 +225,10 @@ def estimate_job(**job: Any) -> None:
     """The entry of an estimating job: validates its keyword arguments as an `EstimateJob`, probes the config
     and writes the `TrainEstimate` to `output_file`."""
     request = parse_config(EstimateJob, job, source="estimate job")
-    estimate = estimate_training(request.config, request.placement, probe=True, probe_steps=request.probe_steps)
+    estimate = estimate_training(request.config, request.placement, probe=True, probe_s=request.probe_s)
     atomic_write_json(Path(request.output_file), estimate.model_dump())
     print(
         f"{estimate.parameters:,} parameters; compile {estimate.compile_s:.1f}s; "
-        f"{(estimate.step_time_s or 0) * 1000:.1f} ms/step over {request.probe_steps} steps",
+        f"{(estimate.step_time_s or 0) * 1000:.1f} ms/step over {estimate.probed_steps} steps",
         flush=True,
     )

@@ -68,9 +68,7 @@ class SampleOptions(BaseModel):
     max_tokens: int = Field(default=200, ge=1, le=4096, description="Tokens to generate.")
     temperature: float = Field(default=0.8, ge=0, le=5, description="0: always the likeliest.")
     top_k: int = Field(default=0, ge=0, le=2**20, description="Only the k likeliest tokens; 0: all.")
-    top_p: float = Field(
-        default=1.0, gt=0, le=1, description="Nucleus: likeliest tokens summing to top_p."
-    )
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus: likeliest tokens summing to top_p.")
     seed: int = Field(default=0, ge=0, lt=2**32, description="Same seed, same text.")
     step: int | None = Field(default=None, ge=0, le=10**9, description="Checkpoint step; null: the newest.")
 
