@@ -160,7 +160,7 @@ def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> Exper
 
 @tool("Keep or discard an experiment", idempotent=True, open_world=True)
 def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest) -> Experiment:
-    """Keep or discard an ended run, with a reason. Use it after list_experiments shows its delta and noise.
+    """Keep or discard an ended run, with a reason. Use it once list_experiments has judged its delta.
 
     The ledger keeps both the status and the reason. Keeping a run whose delta does not beat the noise (or
     whose noise is not measured: fewer than 3 reruns at its dataset and budget) succeeds, and its `verdict`

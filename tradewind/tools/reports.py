@@ -52,7 +52,7 @@ class SummarizeReportRequest(RunRequest):
 
     run_id: str | None = None
     run_ids: list[str] | None = Field(default=None, min_length=1, max_length=MAX_RUNS, description="Or several.")
-    sample: bool | None = Field(default=None, description="Sample checkpoints (default: one run only).")
+    sample: bool | None = Field(default=None, description="Sample checkpoints (null: one run only).")
 
     @model_validator(mode="after")
     def _one_way(self) -> SummarizeReportRequest:

@@ -55,8 +55,9 @@ def tool(
 ) -> Callable[[F], F]:
     """Declare the function it decorates a tool, with its `ToolSpec`; the function itself is unchanged.
 
-    Every effect defaults to the harmless answer, so a declaration states what the tool does, not what it
-    does not: `read_only` tools change nothing, the rest say whether they destroy, repeat safely or reach out.
+    Every effect defaults to False, so a declaration names the effects a tool has. (MCP's own defaults differ:
+    a client takes a hint left out of the listing as destructive and open-world, so the server states each one
+    that differs from MCP's.)
     """
     if read_only and destructive:
         raise ValueError(f"tool {title!r}: a read-only tool cannot be destructive")

@@ -47,7 +47,7 @@ BUILTIN_PREFIX = "builtin:"
 TOKENIZERS_DIR = "tokenizers"
 MAX_FILES_SHOWN = 20  # input files named in one result (a dataset may have thousands)
 BUILTINS = ", ".join(BUILTIN_PREFIX + name for name in BUILTIN_CORPORA)
-_INPUT_HELP = f"A file, folder or glob (.gz, .zst too), or {BUILTINS}."
+_INPUT_HELP = f"File, folder or glob (.gz, .zst too) or {BUILTINS}."
 
 
 class BadRecordReport(BaseModel):
