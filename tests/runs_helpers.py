@@ -2,6 +2,7 @@
 run PENDING."""
 
 import math
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -148,3 +149,12 @@ def finish_sweep(ctx: ToolContext, sweep_id: str, timeout: float = 300):
         f"sweep {sweep_id} to end",
         interval=0.5,
     )
+
+
+def workspace_with_dataset(ctx: ToolContext, dataset_id: str, root: Path) -> ToolContext:
+    """A workspace of its own at `root` holding `ctx`'s dataset under the same id, its runs on the local backend:
+    its ledger holds only the runs a test makes there."""
+    fresh = ToolContext.open(root)
+    shutil.copytree(ctx.workspace.dataset_dir(dataset_id), fresh.workspace.datasets_dir / dataset_id)
+    (fresh.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
+    return fresh

@@ -5,13 +5,13 @@ Every id comes from a result, as an agent's must; the ledger's decisions are the
 and spread recomputed here from each run's val_bpb, by the rule `tradewind.tools.noise` states.
 """
 
-import shutil
 import statistics
 
 import anyio
 import pytest
 from mcp import Client
 from mcp_helpers import call
+from runs_helpers import workspace_with_dataset
 
 from tradewind.server import build_server
 from tradewind.tools import ToolContext
@@ -34,11 +34,7 @@ SPACE = {"optimizer.learning_rate": [3e-4, 1e-3, 3e-3, 2e-2, 4e-2], "model.d_mod
 
 @pytest.fixture
 def loop_ctx(ctx, dataset_id, tmp_path) -> ToolContext:
-    """A workspace of its own holding the session's dataset, so that its ledger holds only this session's runs."""
-    fresh = ToolContext.open(tmp_path / "ws")
-    shutil.copytree(ctx.workspace.dataset_dir(dataset_id), fresh.workspace.datasets_dir / dataset_id)
-    (fresh.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
-    return fresh
+    return workspace_with_dataset(ctx, dataset_id, tmp_path / "ws")
 
 
 async def wait(client, run_id):

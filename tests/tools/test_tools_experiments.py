@@ -2,11 +2,10 @@
 each changed, its note, its status and cause; keeping and discarding; filters; TSV and CSV export."""
 
 import csv
-import shutil
 
 import pytest
 from polling import wait_until
-from runs_helpers import finish
+from runs_helpers import finish, workspace_with_dataset
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError, read_json
@@ -27,11 +26,7 @@ from tradewind.trainer import RunLayout
 
 @pytest.fixture(scope="module")
 def ledger_ctx(ctx, dataset_id, tmp_path_factory) -> ToolContext:
-    """A workspace of its own holding the session's dataset, so that its ledger lists only these runs."""
-    fresh = ToolContext.open(tmp_path_factory.mktemp("ledger") / "ws")
-    shutil.copytree(ctx.workspace.dataset_dir(dataset_id), fresh.workspace.datasets_dir / dataset_id)
-    (fresh.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
-    return fresh
+    return workspace_with_dataset(ctx, dataset_id, tmp_path_factory.mktemp("ledger") / "ws")
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,10 @@
 judges each change's delta against it, reruns never rank, and runs on a time budget never share the machine."""
 
 import math
-import shutil
 import statistics
 
 import pytest
-from runs_helpers import finish, pending_run
+from runs_helpers import finish, pending_run, workspace_with_dataset
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError
@@ -40,11 +39,7 @@ def test_the_pooled_spread_counts_each_configs_runs_less_one_and_its_threshold_u
 
 @pytest.fixture(scope="module")
 def noise_ctx(ctx, dataset_id, tmp_path_factory) -> ToolContext:
-    """A workspace of its own holding the session's dataset, so that its ledger holds only these runs."""
-    fresh = ToolContext.open(tmp_path_factory.mktemp("noise") / "ws")
-    shutil.copytree(ctx.workspace.dataset_dir(dataset_id), fresh.workspace.datasets_dir / dataset_id)
-    (fresh.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
-    return fresh
+    return workspace_with_dataset(ctx, dataset_id, tmp_path_factory.mktemp("noise") / "ws")
 
 
 @pytest.fixture(scope="module")

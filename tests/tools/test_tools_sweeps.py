@@ -5,11 +5,9 @@ The sweeps train for real: tiny models, 20 steps, an eval every 10; each sweep's
 its own (the session's dataset copied in), so its runs do not crowd the other tests' listings.
 """
 
-import shutil
-
 import pytest
 from polling import wait_until
-from runs_helpers import finish_sweep, write_run
+from runs_helpers import finish_sweep, workspace_with_dataset, write_run
 
 from tradewind.cluster import JobSpec, JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json
@@ -46,11 +44,7 @@ RATES = [3e-3, 1e10, 1e-5, 3e-2]
 
 @pytest.fixture
 def sweep_ctx(ctx, dataset_id, tmp_path) -> ToolContext:
-    """A fresh workspace holding the session's dataset under the same id; runs go to the local backend."""
-    fresh = ToolContext.open(tmp_path / "ws")
-    shutil.copytree(ctx.workspace.dataset_dir(dataset_id), fresh.workspace.datasets_dir / dataset_id)
-    (fresh.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
-    return fresh
+    return workspace_with_dataset(ctx, dataset_id, tmp_path / "ws")
 
 
 def write_sweep(ctx: ToolContext, sweep_id: str, trials: list[TrialState], **fields) -> SweepState:
