@@ -52,9 +52,7 @@ class EstimateRunRequest(BaseModel):
 
     config: dict[str, Any] | None = Field(None, description="launch_training's arguments.")
     run_id: str | None = Field(None, description="Or an earlier run's config.")
-    time_budget_s: float | None = Field(
-        None, gt=0, le=10**8, description="Seconds to plan for; null: the config's."
-    )
+    time_budget_s: float | None = Field(None, gt=0, le=10**8, description="Seconds to plan for; null: the config's.")
     probe: bool = Field(True, description="Time steps (TPU: compile) unless a same-shape run did.")
     timeout_s: float = Field(600, gt=0, le=3600, description="For the probe.")
 
