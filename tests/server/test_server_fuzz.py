@@ -81,6 +81,7 @@ CONFINED = {
     ("train_tokenizer", "input"),
     ("sample_text", "run_id"),
     ("profile_run", "run_id"),
+    ("rerun_baseline", "run_id"),
     ("run_pipeline", "pipeline"),
 }
 # Values that are the wrong type for most schemas; each schema's own wrong types are added to them.

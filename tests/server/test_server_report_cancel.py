@@ -1,5 +1,6 @@
 """summarize_report through the real MCP client: a cancel stops it while it samples a run's checkpoint."""
 
+import shutil
 import time
 
 import anyio
@@ -11,11 +12,15 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.mark.slow
-async def test_a_cancelled_summarize_report_stops_sampling_within_a_second(server, finished_run):
+async def test_a_cancelled_summarize_report_stops_sampling_within_a_second(server, ctx, finished_run):
     # The measured defect: summarize_report(sample=true) went on sampling for 13.8-22 s after the cancel.
+    # A copy of the run, which no earlier test sampled: the sampling worker must load it, so the report is seen
+    # waiting on the worker (a run the worker holds already answers in milliseconds, between two looks).
+    copy = "run-report-cancel"
+    shutil.copytree(ctx.workspace.run_dir(finished_run.run_id), ctx.workspace.runs_dir / copy)
     async with Client(server) as client:
         async with anyio.create_task_group() as group:
-            group.start_soon(client.call_tool, "summarize_report", {"run_id": finished_run.run_id, "sample": True})
+            group.start_soon(client.call_tool, "summarize_report", {"run_id": copy, "sample": True})
             # Cancel once the server is waiting on the sampling worker (starting it, or its answer).
             await anyio.to_thread.run_sync(
                 lambda: wait_until(lambda: threads_inside("ask_sample_worker"), 120, "the report to start sampling")
