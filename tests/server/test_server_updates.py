@@ -114,4 +114,5 @@ async def test_a_client_listening_to_a_training_runs_metrics_hears_them_grow_whi
             status = await call(client, "get_run", {"run_id": run["run_id"]})
         finally:
             await call(client, "cancel_run", {"run_id": run["run_id"]})
-    assert json.loads(rows[0])["step"] >= 0 and status["status"] == "RUNNING"
+    # The newest row: on a fast machine the file may already be long enough to be served cut, after a note.
+    assert json.loads(rows[-1])["step"] >= 0 and status["status"] == "RUNNING"
