@@ -25,6 +25,7 @@ from tradewind.tools import (
     wait_for_run,
 )
 from tradewind.tools.context import Cancelled
+from tradewind.tools.sweep_controller import SweepState, TrialState, write_state
 from tradewind.tools.sweeps import SweepRequest, get_sweep
 from tradewind.trainer import MetricRow, RunLayout, RunRecord, TrainConfig, read_metrics, write_record
 
@@ -158,3 +159,22 @@ def workspace_with_dataset(ctx: ToolContext, dataset_id: str, root: Path) -> Too
     shutil.copytree(ctx.workspace.dataset_dir(dataset_id), fresh.workspace.datasets_dir / dataset_id)
     (fresh.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
     return fresh
+
+
+def write_sweep(ctx: ToolContext, sweep_id: str, trials: list[TrialState], **fields) -> SweepState:
+    """A sweep's state file as its controller would have left it (no controller runs)."""
+    state = SweepState(
+        sweep_id=sweep_id,
+        job_id=sweep_id,
+        method="grid",
+        backend="local",
+        max_concurrent=2,
+        canary_steps=0,
+        halving_tokens=[],
+        halving_eta=2,
+        trials=trials,
+        **fields,
+    )
+    ctx.workspace.sweep_dir(sweep_id, must_exist=False).mkdir(parents=True)
+    write_state(ctx, state)
+    return state

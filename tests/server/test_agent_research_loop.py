@@ -19,16 +19,7 @@ from tradewind.tools.noise import pooled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-TINY = {
-    "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64},
-    "batch_size": 8,
-    "seq_len": 32,
-    "eval_every": 10,
-    "eval_batches": 2,
-    "log_every": 5,
-    "optimizer": {"learning_rate": 1e-2, "warmup_steps": 5},
-}
-BUDGET = {"token_budget": 20 * 8 * 32}  # 20 steps of the tiny batch, whatever the machine's speed
+BUDGET = {"token_budget": 20 * 8 * 32}  # 20 steps of the tiny batch (8 x 32), whatever the machine's speed
 SPACE = {"optimizer.learning_rate": [3e-4, 1e-3, 3e-3, 2e-2, 4e-2], "model.d_model": [16, 32, 48]}
 
 
@@ -44,10 +35,10 @@ async def wait(client, run_id):
 
 
 @pytest.mark.timeout(900)
-async def test_twenty_experiments_on_a_token_budget_keep_only_the_changes_beyond_the_noise(loop_ctx):
+async def test_twenty_experiments_on_a_token_budget_keep_only_the_changes_beyond_the_noise(loop_ctx, tiny_run_settings):
     async with Client(build_server(loop_ctx)) as client:
         (dataset,) = (await call(client, "list_datasets"))["datasets"]
-        base = {"dataset": dataset["dataset_id"], **BUDGET, **TINY}
+        base = {"dataset": dataset["dataset_id"], **BUDGET, **tiny_run_settings}
         baseline = (await call(client, "launch_training", {**base, "note": "baseline"}))["run_id"]
         await wait(client, baseline)
         reruns = await call(client, "rerun_baseline", {"run_id": baseline, "count": 3})

@@ -9,7 +9,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
-from runs_helpers import metric_rows, write_run
+from runs_helpers import metric_rows, write_run, write_sweep
 
 from tradewind.prompts import load_skill, skill_names
 from tradewind.server import build_server
@@ -24,7 +24,6 @@ from tradewind.tools import (
     summarize_report,
 )
 from tradewind.tools.bounds import SUMMARY_CHARS
-from tradewind.tools.sweep_controller import SweepState, write_state
 from tradewind.trainer import RunRecord
 
 pytestmark = pytest.mark.anyio
@@ -96,20 +95,7 @@ async def test_the_run_list_reads_as_what_list_runs_returns(tmp_path):
 
 async def test_a_sweep_reads_as_what_get_sweep_returns_and_an_unknown_one_is_a_readable_error(tmp_path):
     ctx = ToolContext.open(tmp_path / "ws")
-    state = SweepState(
-        sweep_id="sweep-done",
-        status="succeeded",
-        job_id="sweep-done",
-        method="grid",
-        backend="local",
-        max_concurrent=1,
-        canary_steps=0,
-        halving_tokens=[],
-        halving_eta=3,
-        trials=[],
-    )
-    ctx.workspace.make_dir(ctx.workspace.sweep_dir(state.sweep_id, must_exist=False), argument="sweep_id")
-    write_state(ctx, state)
+    write_sweep(ctx, "sweep-done", [], status="succeeded")
     async with Client(build_server(ctx)) as client:
         content = await read(client, "tradewind://sweeps/sweep-done")
         missing = await read_error(client, "tradewind://sweeps/no-such-sweep")

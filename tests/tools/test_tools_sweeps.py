@@ -7,7 +7,7 @@ its own (the session's dataset copied in), so its runs do not crowd the other te
 
 import pytest
 from polling import wait_until
-from runs_helpers import finish_sweep, workspace_with_dataset, write_run
+from runs_helpers import finish_sweep, workspace_with_dataset, write_run, write_sweep
 
 from tradewind.cluster import JobSpec, JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json
@@ -22,7 +22,7 @@ from tradewind.tools import (
     list_experiments,
 )
 from tradewind.tools.experiments import experiment
-from tradewind.tools.sweep_controller import SweepState, TrialState, halving_verdict, read_state, write_state
+from tradewind.tools.sweep_controller import TrialState, halving_verdict, read_state
 from tradewind.tools.sweeps import LaunchSweepRequest, SweepRequest, cancel_sweep, get_sweep, launch_sweep
 from tradewind.trainer import RunLayout, RunRecord, TrainConfig, read_record, read_train_config
 
@@ -45,25 +45,6 @@ RATES = [3e-3, 1e10, 1e-5, 3e-2]
 @pytest.fixture
 def sweep_ctx(ctx, dataset_id, tmp_path) -> ToolContext:
     return workspace_with_dataset(ctx, dataset_id, tmp_path / "ws")
-
-
-def write_sweep(ctx: ToolContext, sweep_id: str, trials: list[TrialState], **fields) -> SweepState:
-    """A sweep's state file as its controller would have left it (no controller runs)."""
-    state = SweepState(
-        sweep_id=sweep_id,
-        job_id=sweep_id,
-        method="grid",
-        backend="local",
-        max_concurrent=2,
-        canary_steps=0,
-        halving_tokens=[],
-        halving_eta=2,
-        trials=trials,
-        **fields,
-    )
-    ctx.workspace.sweep_dir(sweep_id, must_exist=False).mkdir(parents=True)
-    write_state(ctx, state)
-    return state
 
 
 def run_halving_sweep(ctx: ToolContext, dataset_id: str, backend: str) -> None:
