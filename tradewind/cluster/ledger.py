@@ -1,12 +1,13 @@
 """The resource ledger of the local backend: admit a job only when everything it declares is free.
 
-Capacity is what the backend was told it may use (default: this machine's CPU count, physical memory
-and visible NVIDIA GPUs). A job holds `replicas x resources` from admission until its supervisor
-records a terminal state. Admission runs inside one SQLite write transaction, so two servers
-submitting at once can never both take the last core. Queued jobs are admitted in submission order;
-a later, smaller job may start before an earlier one that does not fit yet (backfill). A queued job
-still waiting `pending_timeout_s` after submission is failed, with what it waits for, in the same
-transaction; it never held anything, so the ledger frees nothing for it.
+Capacity is what the backend was told it may use (default: this machine's CPU count, physical memory,
+visible NVIDIA GPUs and its own TPU chips). A TPU job holds the chips of its slice type, which must be this
+host's type: one process at a time can use a TPU chip, so a second TPU run waits for the first. A job
+holds `replicas x resources` from admission until its supervisor records a terminal state. Admission runs
+inside one SQLite write transaction, so two servers submitting at once can never both take the last core.
+Queued jobs are admitted in submission order; a later, smaller job may start before an earlier one that
+does not fit yet (backfill). A queued job still waiting `pending_timeout_s` after submission is failed,
+with what it waits for, in the same transaction; it never held anything, so the ledger frees nothing for it.
 
 Reading changes nothing: a read reports each job as it stands (`observe`: a job whose supervisor vanished
 is FAILED, an expired queued one too) and only those who change the workspace anyway record it and admit
@@ -27,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, utc_now
 from tradewind.cluster.process import process_alive
 from tradewind.cluster.store import ACTIVE, JobRow, JobStore
+from tradewind.cluster.tpu_host import host_tpu
+from tradewind.cluster.tpus import tpu_slice
 from tradewind.core import InvalidInputError
 
 CAPACITY_KEY = "capacity"
@@ -42,22 +45,31 @@ class Capacity(BaseModel):
     cpus: float = Field(description="CPU cores.")
     memory_gb: float = Field(description="Memory in GiB.")
     gpus: int = Field(default=0, description="GPUs.")
+    tpus: int = Field(default=0, description="TPU chips of this host.")
+    tpu_type: str | None = Field(default=None, description="The slice type this host's TPU chips make, if any.")
 
     def plus(self, other: Capacity) -> Capacity:
-        return Capacity(
-            cpus=self.cpus + other.cpus, memory_gb=self.memory_gb + other.memory_gb, gpus=self.gpus + other.gpus
-        )
+        return self.model_copy(update={name: getattr(self, name) + getattr(other, name) for name in AMOUNTS})
 
     def within(self, limit: Capacity) -> bool:
         eps = 1e-9
-        return self.cpus <= limit.cpus + eps and self.memory_gb <= limit.memory_gb + eps and self.gpus <= limit.gpus
+        return all(getattr(self, name) <= getattr(limit, name) + eps for name in AMOUNTS)
 
     def describe(self) -> str:
-        """E.g. `2 CPUs, 4 GiB memory, 0 GPUs`: how messages name an amount of each resource."""
-        return ", ".join(amount(value, unit) for value, unit in zip(self.model_dump().values(), UNITS, strict=True))
+        """E.g. `2 CPUs, 4 GiB memory, 0 GPUs`: how messages name an amount of each resource (TPU chips only
+        where there are some)."""
+        return ", ".join(
+            amount(getattr(self, name), unit) for name, unit in AMOUNTS.items() if name != "tpus" or self.tpus
+        )
 
 
-UNITS = (("CPU", "CPUs"), ("GiB memory", "GiB memory"), ("GPU", "GPUs"))  # in `Capacity`'s field order
+# The amounts a job holds, with their units as messages name them.
+AMOUNTS = {
+    "cpus": ("CPU", "CPUs"),
+    "memory_gb": ("GiB memory", "GiB memory"),
+    "gpus": ("GPU", "GPUs"),
+    "tpus": ("TPU chip", "TPU chips"),
+}
 
 
 def amount(value: float, unit: tuple[str, str]) -> str:
@@ -66,18 +78,26 @@ def amount(value: float, unit: tuple[str, str]) -> str:
 
 
 def detect_capacity() -> Capacity:
-    """This machine: CPU count, physical memory, NVIDIA GPUs visible as /dev/nvidia<N>."""
+    """This machine: CPU count, physical memory, NVIDIA GPUs visible as /dev/nvidia<N>, and its TPU chips."""
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError):
         memory = 0.0
-    return Capacity(cpus=os.cpu_count() or 1, memory_gb=round(memory, 2), gpus=len(glob.glob("/dev/nvidia[0-9]*")))
+    tpu = host_tpu()
+    return Capacity(
+        cpus=os.cpu_count() or 1,
+        memory_gb=round(memory, 2),
+        gpus=len(glob.glob("/dev/nvidia[0-9]*")),
+        tpus=tpu.chips if tpu else 0,
+        tpu_type=tpu.tpu_type if tpu else None,
+    )
 
 
 def demand(spec: JobSpec) -> Capacity:
     """What a job holds while it runs: each replica's resources times the replica count."""
-    r = spec.resources
-    return Capacity(cpus=r.cpus * spec.replicas, memory_gb=r.memory_gb * spec.replicas, gpus=r.gpus * spec.replicas)
+    r, n = spec.resources, spec.replicas
+    chips = tpu_slice(r.tpu_type).chips * r.tpu_slices if r.tpu_type else 0
+    return Capacity(cpus=r.cpus * n, memory_gb=r.memory_gb * n, gpus=r.gpus * n, tpus=chips * n)
 
 
 def check_fits_at_all(spec: JobSpec, capacity: Capacity) -> None:
@@ -86,10 +106,7 @@ def check_fits_at_all(spec: JobSpec, capacity: Capacity) -> None:
     The message says what the job asks for, what this backend has, and what to change.
     """
     if spec.resources.tpu_type is not None:
-        raise InvalidInputError(
-            f"job {spec.name!r} asks for TPU {spec.resources.tpu_type!r}, but TPUs run on the Ray backend only; "
-            "set backend 'ray' (with RAY_ADDRESS pointing at a Ray cluster with TPU hosts)"
-        )
+        _check_host_tpu(spec, capacity)
     short = _shortfalls(spec, capacity)
     if not short:
         return
@@ -100,13 +117,33 @@ def check_fits_at_all(spec: JobSpec, capacity: Capacity) -> None:
     raise InvalidInputError(f"job {spec.name!r} needs {'; '.join(short)} (capacity: {capacity.describe()}); {change}")
 
 
+def _check_host_tpu(spec: JobSpec, capacity: Capacity) -> None:
+    """A TPU job runs here only on this host's own chips: one host's slice, of the type the host has."""
+    asked = tpu_slice(spec.resources.tpu_type)
+    slices = spec.resources.tpu_slices
+    where = f"job {spec.name!r} asks for {f'{slices} x ' if slices > 1 else ''}TPU {asked.tpu_type!r}"
+    ray = "set backend 'ray' (with RAY_ADDRESS pointing at a Ray cluster with TPU hosts)"
+    if asked.hosts > 1 or slices > 1:
+        raise InvalidInputError(
+            f"{where}, which spans {asked.hosts * slices} hosts; the local backend runs on this host alone, and "
+            f"TPUs of several hosts run on the Ray backend: {ray}"
+        )
+    if capacity.tpu_type is None:
+        raise InvalidInputError(f"{where}, but this host has no TPU chip; run it on a TPU VM, or {ray}")
+    if asked.family != tpu_slice(capacity.tpu_type).family or asked.chips > capacity.tpus:
+        raise InvalidInputError(
+            f"{where}, but this host's TPU is {capacity.tpu_type!r} ({amount(capacity.tpus, AMOUNTS['tpus'])}); "
+            f"use accelerator 'tpu' (this host's) or 'tpu-{capacity.tpu_type}', or {ray}"
+        )
+
+
 def _shortfalls(spec: JobSpec, capacity: Capacity) -> list[str]:
     """Each resource the job needs more of than the backend has at all, said as the job asks for it."""
     n = spec.replicas
-    per_replica = spec.resources.model_dump(include={"cpus", "memory_gb", "gpus"})
+    per_replica = demand(spec.model_copy(update={"replicas": 1}))
     short = []
-    for (field, have), unit in zip(capacity.model_dump().items(), UNITS, strict=True):
-        each = per_replica[field]
+    for name, unit in AMOUNTS.items():
+        each, have = getattr(per_replica, name), getattr(capacity, name)
         if each * n <= have + 1e-9:
             continue
         asked = f"{amount(each, unit)} per replica" + (f" x {n} replicas = {amount(each * n, unit)}" if n > 1 else "")
@@ -128,7 +165,7 @@ def supervisor_vanished(row: JobRow) -> bool:
 def held(rows: list[JobRow]) -> tuple[Capacity, list[str]]:
     """What the admitted, unfinished jobs among `rows` hold together, and their ids; a job whose supervisor
     vanished holds nothing (it is FAILED, recorded or not)."""
-    used, holders = Capacity(cpus=0, memory_gb=0, gpus=0), []
+    used, holders = Capacity(cpus=0, memory_gb=0), []
     for row in rows:
         if row.admitted and not row.record.status.finished and not supervisor_vanished(row):
             used = used.plus(demand(row.record.spec))

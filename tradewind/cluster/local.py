@@ -88,8 +88,9 @@ class LocalBackend:
 
     Args:
         jobs_dir: folder of the database and the per-job folders (normally `Workspace.jobs_dir`).
-        cpus, memory_gb, gpus: the capacity the ledger may hand out; each defaults to what was declared
-            before for this folder, else to this machine's. Declaring one stores it for later backends.
+        cpus, memory_gb, gpus, tpus (chips of slice type `tpu_type`): the capacity the ledger may hand out; each
+            defaults to what was declared before for this folder, else to this machine's. Declaring one stores it
+            for later backends.
         read_only: only read: open the database read-only, store no capacity, start no process; `submit`
             and `cancel` are refused.
     """
@@ -105,6 +106,8 @@ class LocalBackend:
         memory_gb: float | None = None,
         gpus: int | None = None,
         read_only: bool = False,
+        tpus: int | None = None,
+        tpu_type: str | None = None,
     ):
         self.jobs_dir = Path(jobs_dir)
         self.read_only = read_only
@@ -116,7 +119,17 @@ class LocalBackend:
         stored = self.store.get_meta(CAPACITY_KEY) or {}
         declared = {
             **stored.get("declared", {}),
-            **{k: v for k, v in (("cpus", cpus), ("memory_gb", memory_gb), ("gpus", gpus)) if v is not None},
+            **{
+                name: value
+                for name, value in (
+                    ("cpus", cpus),
+                    ("memory_gb", memory_gb),
+                    ("gpus", gpus),
+                    ("tpus", tpus),
+                    ("tpu_type", tpu_type),
+                )
+                if value is not None
+            },
         }
         capacity = detect_capacity().model_copy(update=declared)
         if {**capacity.model_dump(), "declared": declared} != stored and not read_only:
@@ -188,6 +201,9 @@ class LocalBackend:
         self._check_writable("submit a job")
         job_id = check_id(job_id or make_id("job"), "job_id")
         check_fits_at_all(spec, self.capacity)
+        if self.capacity.tpus and spec.resources.tpu_type is None:
+            # One process at a time can open the host's TPU: a job that did not ask for its chips must not take them.
+            spec = spec.model_copy(update={"env": {"JAX_PLATFORMS": "cpu", **spec.env}})
         (self.jobs_dir / job_id).mkdir(parents=True, exist_ok=True)
         log_path = spec.log_path or str(self.jobs_dir / job_id / "job.log")
         record = JobRecord(id=job_id, spec=spec, log_path=log_path)

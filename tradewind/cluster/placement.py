@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from tradewind.cluster.jobs import Resources
+from tradewind.cluster.tpu_host import host_tpu
 from tradewind.cluster.tpus import TpuSlice, canonical_tpu_type, tpu_slice
 from tradewind.core.buckets import bucket_url
 
@@ -87,8 +88,9 @@ class Accelerator(BaseModel):
 
 
 def parse_accelerator(text: str) -> Accelerator:
-    """Read an accelerator string: `cpu`, `gpu`, `gpu:N`, or `tpu-<type>` with a type from `TPU_TYPES`
-    (e.g. `tpu-v5litepod-8`, `tpu-v4-32`, `tpu-v5p-128`; `tpu-v5e-8` is read as `tpu-v5litepod-8`).
+    """Read an accelerator string: `cpu`, `gpu`, `gpu:N`, `tpu` (this host's chips, as their type), or
+    `tpu-<type>` with a type from `TPU_TYPES` (e.g. `tpu-v5litepod-8`, `tpu-v4-32`, `tpu-v5p-128`; `tpu-v5e-8` is
+    read as `tpu-v5litepod-8`).
 
     Raises:
         ValueError: anything else; the message lists the accepted forms (and the known TPU types).
@@ -101,12 +103,29 @@ def parse_accelerator(text: str) -> Accelerator:
         if gpus < 1:
             raise ValueError(f"accelerator {text!r} asks for no GPU; use 'cpu', 'gpu' or 'gpu:N' with N >= 1")
         return Accelerator(kind="gpu", gpus=gpus)
+    if name == "tpu":
+        return this_host_tpu(text)
     if name.startswith("tpu-"):
         return Accelerator(kind="tpu", tpu_type=canonical_tpu_type(name.removeprefix("tpu-")))
     raise ValueError(
-        f"unknown accelerator {text!r}; use 'cpu', 'gpu', 'gpu:N' (N GPUs per host) or 'tpu-<type>' "
-        "such as 'tpu-v5litepod-8', 'tpu-v4-32', 'tpu-v5p-128'"
+        f"unknown accelerator {text!r}; use 'cpu', 'gpu', 'gpu:N' (N GPUs per host), 'tpu' (this host's) or "
+        "'tpu-<type>' such as 'tpu-v5litepod-8', 'tpu-v4-32', 'tpu-v5p-128'"
     )
+
+
+def this_host_tpu(text: str = "tpu") -> Accelerator:
+    """The accelerator `tpu` names: every TPU chip of this host, as their slice type.
+
+    Raises:
+        ValueError: this host has no TPU chip.
+    """
+    host = host_tpu()
+    if host is None:
+        raise ValueError(
+            f"accelerator {text!r} means this host's TPU chips, and this host has none; name a slice type "
+            "(e.g. 'tpu-v5litepod-8') to train on a Ray cluster's TPUs, or use 'cpu'"
+        )
+    return Accelerator(kind="tpu", tpu_type=host.tpu_type)
 
 
 def _read_accelerator(value: Any) -> Any:
@@ -135,7 +154,7 @@ class Placement(BaseModel):
     accelerator: AcceleratorName = Field(
         "cpu",
         validate_default=True,
-        description="cpu, gpu, gpu:N (per host), or a TPU slice, e.g. tpu-v5e-8 (Ray).",
+        description="cpu, gpu, gpu:N (per host), tpu (this host's), or a TPU slice, e.g. tpu-v5e-8.",
     )
     slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
     replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run.")

@@ -52,6 +52,12 @@ class WorkspaceSettings(BaseModel):
         default=None,
         description="Bucket prefix (gs://, s3://) of runs that name none: their data copy, checkpoints and outputs.",
     )
+    compile_cache_gb: float = Field(
+        default=8.0,
+        gt=0,
+        le=4096,
+        description="Size bound of cache/xla, the compiled programs local jobs share (least recently used go first).",
+    )
 
 
 Progress = Callable[[float, float | None, str | None], None]
@@ -139,6 +145,16 @@ class ToolContext:
         if chosen := self.settings().backend:
             return chosen
         return "ray" if os.environ.get("RAY_ADDRESS") else "local"
+
+
+def compile_cache_env(ctx: ToolContext) -> dict[str, str]:
+    """What points a local job's JAX at the workspace's compiled programs (JAX's persistent cache in `cache/xla`):
+    every program, however quick to compile (the eval step too), within settings.yaml's `compile_cache_gb`."""
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(ctx.workspace.compile_cache_dir),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_COMPILATION_CACHE_MAX_SIZE": str(int(ctx.settings().compile_cache_gb * 2**30)),
+    }
 
 
 def run_job(

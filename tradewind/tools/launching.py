@@ -24,6 +24,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from tradewind.cluster import Backend, JobSpec, Placement
 from tradewind.cluster.backends import BACKEND_TYPES
+from tradewind.cluster.placement import this_host_tpu
+from tradewind.cluster.tpu_host import describe_holders, host_tpu, lock_holders
 from tradewind.core import (
     ConfigError,
     InvalidInputError,
@@ -35,7 +37,7 @@ from tradewind.core import (
 )
 from tradewind.core.buckets import ENDPOINT_SETTINGS, is_remote
 from tradewind.tools.buckets import fetch_model, stage_in_bucket
-from tradewind.tools.context import Progress, ToolContext, no_progress
+from tradewind.tools.context import Progress, ToolContext, compile_cache_env, no_progress
 from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.limits import active_runs, check_launch_limits, holds_devices_alone
 from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_placement
@@ -107,6 +109,7 @@ class Launch:
     ledger: LedgerEntry
     parent: str | None = None
     parent_step: int | None = None
+    accelerator_note: str | None = None
 
 
 @tool("Launch a training run", open_world=True, links=("config", "logs"))
@@ -133,9 +136,11 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         ctx, config, placement, vocab_size=vocab_size, on_this_machine=on_this_machine, active_runs=active
     )
     alone = holds_devices_alone(config, on_this_machine)
-    if placement.accelerator.kind == "tpu" and not on_this_machine:  # the local backend refuses a TPU at once
-        check_fits_slice(ctx, config, placement, vocab_size, progress)
     backend = ctx.job_backend(placement.backend)
+    if placement.accelerator.kind == "tpu":
+        if on_this_machine:
+            check_host_tpu(ctx, placement, backend)
+        check_fits_slice(ctx, config, placement, vocab_size, progress)
 
     run_id = make_id("run")
     layout = RunLayout(ctx.workspace.run_dir(run_id, must_exist=False))
@@ -152,8 +157,11 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         parent=launch.parent,
         parent_step=launch.parent_step,
         concurrent_runs=len(active),
+        accelerator_note=launch.accelerator_note,
     )
     ctx.workspace.write_atomic(layout.record, record.model_dump_json(indent=2), argument="run_id")
+    if launch.accelerator_note:  # the run's log starts by saying where it trains, and why there
+        ctx.workspace.write_atomic(layout.log, f"tradewind: {launch.accelerator_note}\n", argument="run_id")
     run_dir, job_config = str(layout.root), config
     try:
         if placement.storage is not None:
@@ -183,19 +191,35 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
 
 
 def training_env(ctx: ToolContext, placement: Placement, backend: Backend) -> dict[str, str]:
-    """The environment of a job that trains on `placement` (a run, or estimate_run's probe).
+    """The environment of a job that trains on `placement` (a run, estimate_run's probe, profile_run's job).
 
-    A CPU run stays on the CPU even where JAX would find an accelerator (or is told JAX_PLATFORMS=cuda). A job
-    on this machine reuses the workspace's compiled programs (JAX's persistent cache: a shape trained before
-    compiles in about a quarter of the time); only this machine reads that folder, so a Ray job does not, nor a
-    run whose processes share no disk (`storage`), which gets the launcher's bucket endpoints instead."""
+    A CPU run stays on the CPU even where JAX would find an accelerator (or is told JAX_PLATFORMS=cuda); a TPU
+    run on this host lets JAX find the chips, whatever this process was told. A job on this machine reuses the
+    workspace's compiled programs (JAX's persistent cache, bounded by settings.yaml's `compile_cache_gb`: a
+    shape trained before compiles in a fraction of the time); only this machine reads that folder, so a Ray job
+    does not, nor a run whose processes share no disk (`storage`), which gets the launcher's bucket endpoints
+    instead."""
     env = {"JAX_PLATFORMS": "cpu"} if placement.accelerator.kind == "cpu" else {}
+    if placement.accelerator.kind == "tpu" and backend.on_this_machine:
+        env["JAX_PLATFORMS"] = ""  # JAX's own choice: the host's chips (this server keeps itself off them)
     if placement.storage is not None:
         env.update({name: os.environ[name] for name in ENDPOINT_SETTINGS if name in os.environ})
     if backend.on_this_machine and placement.storage is None:  # a run in a bucket shares no folder
-        env["JAX_COMPILATION_CACHE_DIR"] = str(ctx.workspace.compile_cache_dir)
-        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the eval step too, though it compiles in < 1 s
+        env.update(compile_cache_env(ctx))
     return env
+
+
+def check_host_tpu(ctx: ToolContext, placement: Placement, backend: Backend) -> None:
+    """Refuse a TPU run on this host at once where its chips are held by a process that is not one of the
+    backend's own jobs (those queue it): libtpu would fail its start with a lock-file error.
+
+    Raises:
+        InvalidInputError: naming the holder, the lock file and what to do.
+    """
+    holders = lock_holders()
+    ours = {pid for record in backend.cluster_status().running for pid in record.pids}
+    if holders and not ours:
+        raise InvalidInputError(f"argument 'accelerator': {placement.accelerator}: {describe_holders(holders)}")
 
 
 def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> Launch:
@@ -220,7 +244,15 @@ def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: P
     if storage is not None:
         ctx.check_bucket(storage, "storage")
     backend = launch.placement.backend or ctx.default_backend()
-    return replace(launch, placement=launch.placement.model_copy(update={"backend": backend, "storage": storage}))
+    placement = launch.placement.model_copy(update={"backend": backend, "storage": storage})
+    note = None
+    if "accelerator" not in request.model_fields_set and launch.parent is None and backend == "local" and host_tpu():
+        placement = placement.model_copy(update={"accelerator": this_host_tpu()})
+        note = (
+            f"accelerator {placement.accelerator}: this host's TPU, the default on a TPU host "
+            "(give accelerator 'cpu' to train on its CPU)"
+        )
+    return replace(launch, placement=placement, accelerator_note=note)
 
 
 def _new_launch(ctx: ToolContext, request: LaunchTrainingRequest, ledger: LedgerEntry, progress: Progress) -> Launch:

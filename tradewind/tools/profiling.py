@@ -6,13 +6,13 @@ from pathlib import Path
 
 from pydantic import Field
 
-from tradewind.cluster import JobSpec
+from tradewind.cluster import JobSpec, Resources
 from tradewind.core import make_id
 from tradewind.core.buckets import join_url, upload_folder
 from tradewind.data import open_token_cache
 from tradewind.tools.buckets import copy_progress
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
-from tradewind.tools.launching import read_run_config
+from tradewind.tools.launching import read_run_config, training_env
 from tradewind.tools.limits import admit_job
 from tradewind.tools.runs import RunRequest, run_placement
 from tradewind.tools.spec import tool
@@ -49,10 +49,16 @@ def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress
     ctx.workspace.make_dir(layout.profile, argument="run_id")
     log_path = layout.profile / "profile.log"
     job = ProfileJob(run_dir=str(layout.root), **request.model_dump(include=set(ProfileOptions.model_fields)))
+    local = placement.backend == "local"  # on the run's own devices (a TPU run's chip: it waits its turn there)
     run_job(
         ctx,
         JobSpec(
-            name=f"profile {request.run_id}", callable=PROFILE_CALLABLE, kwargs=job.model_dump(), log_path=str(log_path)
+            name=f"profile {request.run_id}",
+            callable=PROFILE_CALLABLE,
+            kwargs=job.model_dump(),
+            log_path=str(log_path),
+            resources=placement.resources() if local else Resources(),
+            env=training_env(ctx, placement, ctx.backend) if local else {},
         ),
         job_id=make_id("profile"),
         timeout_s=request.timeout_s,

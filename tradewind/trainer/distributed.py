@@ -17,6 +17,7 @@ import jax
 
 from tradewind.cluster.jobs import distributed_env
 from tradewind.cluster.placement import Accelerator
+from tradewind.cluster.tpu_host import describe_holders, lock_holders
 from tradewind.core import ConfigError
 from tradewind.trainer.config import DistributedConfig
 
@@ -61,13 +62,15 @@ def check_devices(accelerator: Accelerator | None) -> str:
     resource names, so a CPU cluster that advertises them tests the scheduling end to end.
 
     Raises:
-        ConfigError: JAX could not start its platform (e.g. JAX_PLATFORMS=cuda without a GPU), or a GPU run
-            found no GPU.
+        ConfigError: JAX could not start its platform (e.g. JAX_PLATFORMS=cuda without a GPU), another process
+            holds this host's TPU chips (the message names it), or a GPU run found no GPU.
     """
     requested = os.environ.get("JAX_PLATFORMS")
     try:
         platform = jax.default_backend()
     except (RuntimeError, AssertionError) as error:
+        if "libtpu" in str(error) and "lock" in str(error):  # another process has the chips
+            raise ConfigError(f"accelerator '{accelerator or 'tpu'}': {describe_holders(lock_holders())}") from None
         setting = f" JAX_PLATFORMS={requested!r}" if requested else ""
         raise ConfigError(
             f"JAX could not start the devices of{setting or ' this machine'} ({type(error).__name__}: "
@@ -84,6 +87,23 @@ def check_devices(accelerator: Accelerator | None) -> str:
     if accelerator.kind == "tpu" and platform != "tpu":
         print(f"warning: accelerator '{accelerator}' but JAX found only {platform} devices; training on {platform}")
     return platform
+
+
+def describe_out_of_memory(error: BaseException) -> str | None:
+    """A readable reason for a step that ran out of accelerator memory (XLA's `RESOURCE_EXHAUSTED`), with
+    XLA's own figures and the device's memory; None for any other error."""
+    text = str(error)
+    if "RESOURCE_EXHAUSTED" not in text:
+        return None
+    figures = next((line.strip() for line in text.splitlines() if "allocat" in line.lower()), text.splitlines()[0])
+    device = jax.devices()[0]
+    limit = (device.memory_stats() or {}).get("bytes_limit")
+    has = f" of {limit / 2**30:,.2f} GiB" if limit else ""
+    return (
+        f"out of memory on {device.device_kind}{has} (XLA: {figures[:300]}), though the launch's compiled "
+        "estimate fitted; train with a smaller batch_size and a larger grad_accum, remat='full' with "
+        "scan_layers=true, or a larger accelerator"
+    )
 
 
 def is_main_process() -> bool:

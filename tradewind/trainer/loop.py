@@ -47,7 +47,12 @@ from tradewind.core.buckets import is_remote
 from tradewind.data import open_token_cache
 from tradewind.trainer.checkpoint import Checkpointer, open_checkpointer, read_checkpoint
 from tradewind.trainer.config import TrainConfig
-from tradewind.trainer.distributed import check_devices, initialize_distributed, is_main_process
+from tradewind.trainer.distributed import (
+    check_devices,
+    describe_out_of_memory,
+    initialize_distributed,
+    is_main_process,
+)
 from tradewind.trainer.hooks import (
     CheckpointHook,
     Hook,
@@ -124,6 +129,7 @@ def train(
     except BaseException as error:
         if is_main_process():
             reason = str(error) if isinstance(error, TradewindError) else f"{type(error).__name__}: {error}"
+            reason = describe_out_of_memory(error) or reason
             record_end(layout.record, JobStatus.FAILED, reason)
             if remote is not None:
                 remote.push()
