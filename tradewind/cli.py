@@ -14,7 +14,7 @@
     tradewind report RUN [RUN ...] [--metric val_bpb|eval_loss|loss] [--no-sample] [--json]
     tradewind train CONFIG.yaml [--set key=value ...] [--detach]
     tradewind estimate CONFIG.yaml [--set key=value ...] [--budget-s S] [--no-probe] [--json]
-    tradewind compile CONFIG.yaml --accelerator v5litepod-16 [--slices N] [--set key=value ...] [--json]
+    tradewind compile CONFIG.yaml [--accelerator v5litepod-16] [--slices N] [--set key=value ...] [--json]
     tradewind runs list [--limit N] [--json] | show RUN [--json] | cancel RUN
     tradewind export RUN --format hf --out DIR
     tradewind cluster status|logs|cancel|pipeline ...
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from collections.abc import Sequence
 
@@ -248,7 +249,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     _add_config_arguments(compile_)
     compile_.add_argument(
-        "--accelerator", required=True, metavar="TYPE", help="a TPU slice type, e.g. v5litepod-16 or tpu-v5p-8"
+        "--accelerator",
+        metavar="TYPE",
+        help="a TPU slice type, e.g. v5litepod-16 or tpu-v5p-8 (default: this host's TPU, where it has one)",
     )
     compile_.add_argument("--slices", type=_positive(int), default=1, help="slices training together (default 1)")
     compile_.add_argument(
@@ -312,12 +315,22 @@ def _add_sample_options(command: str | None, parser: argparse.ArgumentParser) ->
     add_model_options(parser, commands.sample_options(), positional=("run_id",))
 
 
+def keep_off_the_tpu() -> None:
+    """On a TPU host, keep this process's JAX (should anything here load it) on the CPU: one process at a time
+    can use the chips, and they are for the training jobs, which choose for themselves."""
+    from tradewind.cluster.tpu_host import host_tpu
+
+    if host_tpu() is not None:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv else "").parse_args(argv)
     from tradewind.core import TradewindError, configure_logging
 
     configure_logging(args.log_level)
+    keep_off_the_tpu()
     try:
         return args.handler(args)
     except TradewindError as error:

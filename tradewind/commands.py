@@ -211,7 +211,8 @@ def compile_for_slice(args: argparse.Namespace) -> int:
     from tradewind.tools.tpu_fit import require_libtpu
 
     require_libtpu()  # estimate_run would fall back to the analytic estimate
-    accelerator = f"tpu-{args.accelerator.removeprefix('tpu-')}"  # the option names a TPU type, with or without
+    # The option names a TPU type, with or without `tpu-`; without it, this host's chips.
+    accelerator = f"tpu-{args.accelerator.removeprefix('tpu-')}" if args.accelerator else "tpu"
     placement = [f"accelerator={accelerator}", f"slices={args.slices}"]
     config = load_config(LaunchTrainingRequest, args.config, overrides=[*args.set, *placement])
     request = EstimateRunRequest(config=config.model_dump(mode="json", exclude_unset=True), timeout_s=args.timeout_s)

@@ -1,8 +1,10 @@
-"""The `tradewind cluster` commands: look at the backends, read a job's log, cancel a job, run a pipeline.
+"""The `tradewind cluster` commands: look at the backends, read a job's log, cancel a job, run a pipeline,
+empty the compile cache.
 
     tradewind cluster status [--json]                  # backends, capacity and use, queued and running jobs
     tradewind cluster logs JOB_ID [--offset N] [--replica N]
     tradewind cluster cancel JOB_ID
+    tradewind cluster clear-cache                      # delete the compiled programs in cache/xla
     tradewind cluster pipeline FILE [--run] [--force] [--storage URL]  # plan by default; --run executes here
 
 The Ray backend is shown when `$RAY_ADDRESS` is set. Handlers import what they need when they run,
@@ -40,6 +42,7 @@ def _backend(args: argparse.Namespace, job_id: str):
 
 def _status(args: argparse.Namespace) -> int:
     from tradewind.cluster.backends import BACKENDS, get_backend
+    from tradewind.core import Workspace
 
     jobs_dir = _jobs_dir(args)
     names = BACKENDS if os.environ.get("RAY_ADDRESS") else ["local"]
@@ -55,6 +58,17 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  running {len(status.running)}, queued {len(status.queued)}")
         for record in [*status.running, *status.queued]:
             print(f"    {record.status.value:9} {record.id}  {record.spec.name}  (submitted {record.submitted_at})")
+    used, files = Workspace.from_env(args.workspace).compile_cache_use()
+    print(f"compile cache: {used / 2**30:,.2f} GiB in {files} files (tradewind cluster clear-cache empties it)")
+    return 0
+
+
+def _clear_cache(args: argparse.Namespace) -> int:
+    from tradewind.core import Workspace
+
+    workspace = Workspace.from_env(args.workspace)
+    freed = workspace.clear_compile_cache()
+    print(f"cleared {workspace.compile_cache_dir}: {freed / 2**30:,.2f} GiB freed")
     return 0
 
 
@@ -111,6 +125,9 @@ def add_cluster_commands(commands: argparse._SubParsersAction, common: argparse.
     cancel = actions.add_parser("cancel", parents=[common], help="stop a queued or running job")
     cancel.add_argument("job_id")
     cancel.set_defaults(handler=_cancel)
+
+    clear = actions.add_parser("clear-cache", parents=[common], help="empty the workspace's compile cache (cache/xla)")
+    clear.set_defaults(handler=_clear_cache)
 
     pipeline = actions.add_parser("pipeline", parents=[common], help="plan (default) or run a step pipeline file")
     pipeline.add_argument("file", help="a Python file defining `steps` (a relative path starts at the workspace root)")

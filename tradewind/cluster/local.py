@@ -2,7 +2,7 @@
 
 State lives in `<workspace>/jobs/cluster.sqlite` (see `store.py`); each job's logs and supervisor log
 under `<workspace>/jobs/<id>/` unless the spec names a log file. A resource ledger (`ledger.py`) admits
-jobs only while their declared CPUs, memory and GPUs fit; the rest wait as PENDING, and one still waiting
+jobs only while their declared CPUs, memory, GPUs and TPU chips fit; the rest wait as PENDING, and one still waiting
 `pending_timeout_s` after submission ends FAILED, with the reason. A restarted server loses nothing: it
 re-attaches to running jobs by checking their supervisor's pid *and* kernel start time; a job whose
 supervisor vanished is FAILED with that reason.
@@ -276,10 +276,12 @@ class LocalBackend:
         """Capacity, resources in use, and the queued and running jobs (oldest first)."""
         rows = self.store.rows(ACTIVE)
         seen = self._seen(rows)
+        tpu = self.capacity.tpu_type
         return BackendStatus(
             name=self.name,
-            capacity=self.capacity.model_dump(),
-            used=held(rows)[0].model_dump(),
+            detail=f"this host's TPU: {tpu}, {self.capacity.tpus} chips" if tpu else None,
+            capacity=self.capacity.model_dump(exclude={"tpu_type"}),
+            used=held(rows)[0].model_dump(exclude={"tpu_type"}),
             queued=[record for record in seen if record.status is JobStatus.PENDING],
             running=[record for record in seen if record.status is JobStatus.RUNNING],
         )

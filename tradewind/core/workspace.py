@@ -164,6 +164,27 @@ class Workspace:
         """`cache/xla/`: compiled XLA programs that local training jobs reuse (JAX's persistent cache)."""
         return self.root / "cache" / "xla"
 
+    def compile_cache_use(self) -> tuple[int, int]:
+        """Bytes and files in `cache/xla/` now (JAX evicts the least recently used past its bound)."""
+        sizes = [entry.stat().st_size for entry in self._cache_files()]
+        return sum(sizes), len(sizes)
+
+    def clear_compile_cache(self) -> int:
+        """Delete every compiled program in `cache/xla/`; returns the bytes freed. A job compiling meanwhile
+        only misses the cache."""
+        freed = 0
+        for entry in self._cache_files():
+            freed += entry.stat().st_size
+            entry.unlink(missing_ok=True)
+        return freed
+
+    def _cache_files(self) -> list[os.DirEntry[str]]:
+        try:
+            with os.scandir(self.compile_cache_dir) as entries:
+                return [entry for entry in entries if entry.is_file(follow_symlinks=False)]
+        except FileNotFoundError:
+            return []
+
     @property
     def pipelines_dir(self) -> Path:
         return self.root / PIPELINES_DIR

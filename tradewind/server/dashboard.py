@@ -55,6 +55,7 @@ from tradewind.tools import (
     read_metrics,
     tail_logs,
 )
+from tradewind.tools.cluster import describe_compile_cache
 from tradewind.trainer import RunLayout, read_record
 
 DASHBOARD_URI = "ui://tradewind/dashboard"
@@ -242,7 +243,7 @@ def dashboard_routes(ctx: ToolContext) -> list[Route]:
             f"{e.status.value.lower()}, step {e.step}/{e.total_steps}</li>"
             for e in entries
         )
-        return HTMLResponse(render_index(links))
+        return HTMLResponse(render_index(links, describe_compile_cache(ctx)))
 
     def page(runs: str) -> Response:
         run_ids = parse_run_ids(runs)
@@ -272,12 +273,14 @@ def dashboard_routes(ctx: ToolContext) -> list[Route]:
     ]
 
 
-def render_index(links: str) -> str:
-    """The index page: the runs as links (the token, where the page got one, is carried on by its script)."""
+def render_index(links: str, compile_cache: str) -> str:
+    """The index page: the runs as links (the token, where the page got one, is carried on by its script), and
+    the workspace's compile cache."""
     return (
         "<!doctype html><meta charset=utf-8><title>Tradewind runs</title>"
         "<style>body{font:14px system-ui,sans-serif;margin:2em}</style>"
         f"<h1>Tradewind runs</h1><ul>{links or '<li>no runs yet</li>'}</ul>"
+        f"<p>Compile cache: {html.escape(compile_cache)}</p>"
         "<script>const t=new URLSearchParams(location.search).get('token');"
         "if(t){for(const a of document.links){a.href+='?token='+encodeURIComponent(t)}}</script>"
     )

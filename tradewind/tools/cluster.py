@@ -68,6 +68,7 @@ class BackendInfo(BaseModel):
 
 class ClusterStatus(BaseModel):
     backends: list[BackendInfo]
+    compile_cache: str = Field(description="Size and bound of cache/xla, compiled programs.")
 
 
 class RunPipelineRequest(BaseModel):
@@ -139,7 +140,7 @@ def _ray_info(ctx: ToolContext, limit: int, budget: int) -> BackendInfo:
 def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterStatus:
     """The job backends' capacity, use, queued and running jobs. Use it to see why a run waits.
 
-    The local backend is always there (this machine, with a ledger of CPUs, memory and GPUs); Ray
+    The local backend is always there (this machine, with a ledger of CPUs, memory, GPUs and TPU chips); Ray
     appears when RAY_ADDRESS is set. Cheap: reads the job database and, for Ray, asks its head.
     """
     # The job lists of each backend share what is left of the result once capacities and counts are in.
@@ -149,7 +150,16 @@ def cluster_status(ctx: ToolContext, request: ClusterStatusRequest) -> ClusterSt
         backends.append(_info(ctx.backend.cluster_status(), request.limit, budget))
     if request.backend == "ray" or (request.backend == "all" and os.environ.get("RAY_ADDRESS")):
         backends.append(_ray_info(ctx, request.limit, budget))
-    return ClusterStatus(backends=backends)
+    return ClusterStatus(backends=backends, compile_cache=describe_compile_cache(ctx))
+
+
+def describe_compile_cache(ctx: ToolContext) -> str:
+    """E.g. `1.20 GiB in 34 files of 8 GiB allowed (settings.yaml's compile_cache_gb)`."""
+    used, files = ctx.workspace.compile_cache_use()
+    return (
+        f"{used / 2**30:,.2f} GiB in {files} files of {ctx.settings().compile_cache_gb:g} GiB allowed "
+        "(settings.yaml's compile_cache_gb; tradewind cluster clear-cache empties it)"
+    )
 
 
 def _pipeline_kwargs(ctx: ToolContext, path: Path, force: bool, storage: str | None, **fields: Any) -> dict[str, Any]:

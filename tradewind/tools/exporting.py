@@ -19,7 +19,13 @@ from tradewind.data import open_token_cache
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.launching import read_run_config
 from tradewind.tools.runs import RunRequest
-from tradewind.tools.sampling import ask_sample_worker, check_worker_reads, worker_error
+from tradewind.tools.sampling import (
+    WORKER_DEVICE_MEANING,
+    ask_sample_worker,
+    check_worker_reads,
+    worker_device,
+    worker_error,
+)
 from tradewind.tools.spec import tool
 from tradewind.trainer import RunLayout
 from tradewind.trainer.jobs import ExportJob
@@ -36,6 +42,7 @@ class ExportModelResult(BaseModel):
     run_id: str
     path: str
     files: list[str]
+    device: str = Field(default="cpu", description=f"Where it was written: {WORKER_DEVICE_MEANING}")
 
 
 @tool("Export a model", destructive=True, idempotent=True)
@@ -74,4 +81,5 @@ def export_model(ctx: ToolContext, request: ExportModelRequest, progress: Progre
             raise TradewindError(f"export of run {request.run_id!r}: could not replace {final}: {error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return ExportModelResult(run_id=request.run_id, path=str(final), files=sorted(p.name for p in final.iterdir()))
+    files = sorted(p.name for p in final.iterdir())
+    return ExportModelResult(run_id=request.run_id, path=str(final), files=files, device=worker_device(reply))

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 import tradewind.core
 from tradewind.cluster import JobSpec, Resources
+from tradewind.cluster.tpu_host import host_tpu
 from tradewind.core import NotFoundError, TradewindError, make_id, tail_lines
 from tradewind.data import open_token_cache
 from tradewind.tools.bounds import LINE_CHARS, cut
@@ -34,6 +35,15 @@ from tradewind.trainer.sample_worker import LOCK_NAME, ask, connect, idle_second
 
 # The generated text as JSON: most of a result's 31,000 characters (max_tokens long tokens can decode to more).
 MAX_TEXT_CHARS = 28_000
+
+
+WORKER_DEVICE_MEANING = "the sampling worker's JAX platform; on a TPU host the CPU (its chips are for training)."
+
+
+def worker_device(reply: dict[str, Any]) -> str:
+    """Where the sampling worker computed a reply, in words: on a TPU host, the CPU and why."""
+    device = reply.get("device") or "cpu"
+    return f"{device} (this host's TPU is for training runs)" if device == "cpu" and host_tpu() else device
 
 
 class SampleTextRequest(SampleOptions, RunRequest):
@@ -55,6 +65,7 @@ class SampleTextResult(BaseModel):
     )
     step: int = Field(description="Checkpoint step the text was sampled from.")
     output_file: str = Field(description="JSON file with the result and the token ids.")
+    device: str = Field(default="cpu", description=f"Where it was sampled: {WORKER_DEVICE_MEANING}")
 
 
 @tool("Sample text from a run")
@@ -101,6 +112,7 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
         tokens=len(output["tokens"]),
         step=output["step"],
         output_file=str(out_path),
+        device=worker_device(reply),
     )
 
 

@@ -212,6 +212,13 @@ def _export(request: dict[str, Any], cache: RunCache) -> None:
 OPS = {"sample": _sample, "export": _export}
 
 
+def _platform() -> str:
+    """The platform this worker's JAX computes on (loaded by the request it has just answered)."""
+    import jax
+
+    return jax.default_backend()
+
+
 def _answer(request: dict[str, Any], cache: RunCache) -> dict[str, Any]:
     reply: dict[str, Any] = {"pid": os.getpid(), "error": None}
     try:
@@ -220,6 +227,7 @@ def _answer(request: dict[str, Any], cache: RunCache) -> dict[str, Any]:
         if request.get("op") not in OPS:
             raise TradewindError(f"unknown sampling worker request {request.get('op')!r}")
         OPS[request["op"]](request, cache)
+        reply["device"] = _platform()
     except TradewindError as error:
         print(f"{request.get('op')} request failed: {error}", file=sys.stderr, flush=True)
         reply["error"] = {"type": type(error).__name__, "message": str(error)}
