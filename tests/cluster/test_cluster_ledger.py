@@ -89,14 +89,20 @@ def test_a_job_that_fits_the_capacity_passes_the_submission_check():
         ),
         (
             spec("tpu", tpu_type="v5litepod-8"),
-            r"job 'tpu' asks for TPU 'v5litepod-8', but TPUs run on the Ray backend only; set backend 'ray'",
+            r"job 'tpu' asks for TPU 'v5litepod-8', but this host has no TPU chip; run it on a TPU VM, or set "
+            r"backend 'ray'",
+        ),
+        (
+            spec("pod", tpu_type="v5litepod-16"),
+            r"job 'pod' asks for TPU 'v5litepod-16', which spans 4 hosts; the local backend runs on this host alone, "
+            r"and TPUs of several hosts run on the Ray backend: set backend 'ray'",
         ),
         (
             spec("big", cpus=1, memory_gb=9),
             r"needs 9 GiB memory per replica but this backend has 8 GiB memory",
         ),
     ],
-    ids=["too-many-cpus", "gpu-without-gpus", "tpu", "too-much-memory"],
+    ids=["too-many-cpus", "gpu-without-gpus", "tpu", "multi-host-tpu", "too-much-memory"],
 )
 def test_a_job_that_could_never_be_admitted_is_refused_saying_what_it_asks_and_what_to_change(job, expected):
     with pytest.raises(InvalidInputError, match=expected):
@@ -183,3 +189,42 @@ def test_an_admitted_job_no_supervisor_claimed_within_the_grace_is_handed_out_ag
     capacity = Capacity(cpus=2, memory_gb=0, gpus=0)
     assert admit_queued(store, capacity) == [orphan]
     assert admit_queued(store, capacity) == []  # the supervisor started now has its own grace
+
+
+HOST_V5E_4 = Capacity(cpus=8, memory_gb=16, tpus=4, tpu_type="v5litepod-4")
+
+
+def test_a_tpu_job_holds_its_slices_chips_and_its_amount_is_described_with_them():
+    assert demand(spec(tpu_type="v4-8")) == Capacity(cpus=1, memory_gb=0, tpus=4)  # v4 counts TensorCores
+    assert HOST_V5E_4.describe() == "8 CPUs, 16 GiB memory, 0 GPUs, 4 TPU chips"
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        (spec("bigger", tpu_type="v5litepod-8"), r"this host's TPU is 'v5litepod-4' \(4 TPU chips\); use accelerator"),
+        (spec("other family", tpu_type="v6e-4"), r"this host's TPU is 'v5litepod-4'.*or 'tpu-v5litepod-4'"),
+        (spec("slices", tpu_type="v5litepod-4", tpu_slices=2), r"which spans 2 hosts.*set backend 'ray'"),
+    ],
+    ids=["more-chips", "another-family", "two-slices"],
+)
+def test_on_a_tpu_host_a_job_for_other_chips_is_refused_naming_the_hosts(job, expected):
+    with pytest.raises(InvalidInputError, match=expected):
+        check_fits_at_all(job, HOST_V5E_4)
+
+
+def test_a_second_tpu_job_queues_behind_the_first_and_starts_when_it_ends(tmp_path):
+    """One process at a time can use a TPU chip: the ledger hands the host's chips to one job, then the next."""
+    store = JobStore(tmp_path / "jobs.sqlite")
+    first, second, cpu_job = queue(store, spec("a", tpu_type="v5litepod-4"), spec("b", tpu_type="v5litepod-1"), spec())
+    check_fits_at_all(store.get(second).record.spec, HOST_V5E_4)
+    assert admit_queued(store, HOST_V5E_4) == [first, cpu_job]  # a CPU job passes the waiting TPU one
+    assert usage(store).tpus == 4
+
+    def finish(row):
+        row.record.status = JobStatus.SUCCEEDED
+        return row.record
+
+    store.update(first, finish)
+    assert admit_queued(store, HOST_V5E_4) == [second]
+    assert usage(store).tpus == 1

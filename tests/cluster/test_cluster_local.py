@@ -209,7 +209,7 @@ def test_twenty_concurrent_submissions_never_oversubscribe_the_ledger(backend, t
         ),
         (
             {"resources": Resources(tpu_type="v5litepod-8")},
-            "asks for TPU 'v5litepod-8', but TPUs run on the Ray backend only; set backend 'ray'",
+            "asks for TPU 'v5litepod-8', but this host has no TPU chip; run it on a TPU VM, or set backend 'ray'",
         ),
     ],
 )

@@ -25,7 +25,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, utc_now
+from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, Resources, utc_now
 from tradewind.cluster.process import process_alive
 from tradewind.cluster.store import ACTIVE, JobRow, JobStore
 from tradewind.cluster.tpu_host import host_tpu
@@ -106,7 +106,7 @@ def check_fits_at_all(spec: JobSpec, capacity: Capacity) -> None:
     The message says what the job asks for, what this backend has, and what to change.
     """
     if spec.resources.tpu_type is not None:
-        _check_host_tpu(spec, capacity)
+        check_host_tpu(spec.resources, capacity, f"job {spec.name!r}")
     short = _shortfalls(spec, capacity)
     if not short:
         return
@@ -117,11 +117,15 @@ def check_fits_at_all(spec: JobSpec, capacity: Capacity) -> None:
     raise InvalidInputError(f"job {spec.name!r} needs {'; '.join(short)} (capacity: {capacity.describe()}); {change}")
 
 
-def _check_host_tpu(spec: JobSpec, capacity: Capacity) -> None:
-    """A TPU job runs here only on this host's own chips: one host's slice, of the type the host has."""
-    asked = tpu_slice(spec.resources.tpu_type)
-    slices = spec.resources.tpu_slices
-    where = f"job {spec.name!r} asks for {f'{slices} x ' if slices > 1 else ''}TPU {asked.tpu_type!r}"
+def check_host_tpu(resources: Resources, capacity: Capacity, what: str) -> None:
+    """Refuse TPU `resources` this host cannot give (`what` names who asks, e.g. "job 'train r1'"): the local
+    backend runs a TPU job on this host's own chips alone, one host's slice of the type the host has.
+
+    Raises:
+        InvalidInputError: naming the type asked for, the host's, and what to use instead.
+    """
+    asked, slices = tpu_slice(resources.tpu_type), resources.tpu_slices
+    where = f"{what} asks for {f'{slices} x ' if slices > 1 else ''}TPU {asked.tpu_type!r}"
     ray = "set backend 'ray' (with RAY_ADDRESS pointing at a Ray cluster with TPU hosts)"
     if asked.hosts > 1 or slices > 1:
         raise InvalidInputError(

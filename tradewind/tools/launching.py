@@ -24,6 +24,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from tradewind.cluster import Backend, JobSpec, Placement
 from tradewind.cluster.backends import BACKEND_TYPES
+from tradewind.cluster.ledger import check_host_tpu
 from tradewind.cluster.placement import this_host_tpu
 from tradewind.cluster.tpu_host import describe_holders, host_tpu, lock_holders
 from tradewind.core import (
@@ -139,7 +140,7 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
     backend = ctx.job_backend(placement.backend)
     if placement.accelerator.kind == "tpu":
         if on_this_machine:
-            check_host_tpu(ctx, placement, backend)
+            check_this_host_tpu(placement, backend)
         check_fits_slice(ctx, config, placement, vocab_size, progress)
 
     run_id = make_id("run")
@@ -209,13 +210,15 @@ def training_env(ctx: ToolContext, placement: Placement, backend: Backend) -> di
     return env
 
 
-def check_host_tpu(ctx: ToolContext, placement: Placement, backend: Backend) -> None:
-    """Refuse a TPU run on this host at once where its chips are held by a process that is not one of the
-    backend's own jobs (those queue it): libtpu would fail its start with a lock-file error.
+def check_this_host_tpu(placement: Placement, backend: Backend) -> None:
+    """Refuse at once a TPU run this host cannot train: chips it does not have (a slice of several hosts, another
+    type), or chips held by a process that is not one of the backend's own jobs (those queue it), which would
+    fail its start with libtpu's lock-file error.
 
     Raises:
-        InvalidInputError: naming the holder, the lock file and what to do.
+        InvalidInputError: naming the chips asked for and the host's, or the holder, the lock file and what to do.
     """
+    check_host_tpu(placement.resources(), backend.capacity, "the run")
     holders = lock_holders()
     ours = {pid for record in backend.cluster_status().running for pid in record.pids}
     if holders and not ours:
