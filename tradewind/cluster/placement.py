@@ -154,7 +154,7 @@ class Placement(BaseModel):
     accelerator: AcceleratorName = Field(
         "cpu",
         validate_default=True,
-        description="cpu, gpu[:N per host], tpu (this host's) or a TPU slice, e.g. tpu-v5e-8.",
+        description="cpu, gpu[:N], tpu (this host's) or a TPU slice, e.g. tpu-v5e-8.",
     )
     slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
     replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run.")

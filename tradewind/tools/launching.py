@@ -137,11 +137,11 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         ctx, config, placement, vocab_size=vocab_size, on_this_machine=on_this_machine, active_runs=active
     )
     alone = holds_devices_alone(config, on_this_machine)
-    backend = ctx.job_backend(placement.backend)
-    if placement.accelerator.kind == "tpu":
+    if placement.accelerator.kind == "tpu":  # refused at once where it cannot train, before a cluster is asked
         if on_this_machine:
-            check_this_host_tpu(placement, backend)
+            check_this_host_tpu(placement, ctx.job_backend(placement.backend))
         check_fits_slice(ctx, config, placement, vocab_size, progress)
+    backend = ctx.job_backend(placement.backend)
 
     run_id = make_id("run")
     layout = RunLayout(ctx.workspace.run_dir(run_id, must_exist=False))

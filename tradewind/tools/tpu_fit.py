@@ -151,8 +151,9 @@ def _change_that_fits(
     progress: Progress,
 ) -> str:
     """One change that makes the run fit, found by compiling it: parameters sharded over every chip, else
-    activations recomputed (full remat, scanned blocks), else half the microbatch (twice grad_accum). Names
-    what else to try when none does."""
+    activations recomputed (full remat, scanned blocks), else half the microbatch (twice grad_accum), else all of
+    the frugal end (Adafactor's small state, full remat, one row per microbatch). Names what else to try when
+    none does."""
     mesh = config.mesh
     changes = []
     if mesh.fsdp * mesh.tensor < report.chips:
@@ -161,6 +162,12 @@ def _change_that_fits(
     if config.remat != "full":  # scanned: with full remat it needs less HBM than unrolled (benchmarks page)
         changes.append(("remat=full and scan_layers=true", {"remat": "full", "scan_layers": True}))
     changes.append((f"grad_accum={2 * config.grad_accum}", {"grad_accum": 2 * config.grad_accum}))
+    # The frugal end: no momentum and a factored second moment (a quarter of Adam's state), every activation
+    # recomputed, and one row per device per microbatch (the logits of one row at a time).
+    one_row = config.batch_size // (report.chips // mesh.tensor)
+    frugal = {"optimizer": {**config.optimizer.model_dump(), "type": "adafactor"}, "remat": "full"}
+    frugal |= {"scan_layers": True, "grad_accum": one_row}
+    changes.append((f"optimizer.type=adafactor, remat=full, scan_layers=true and grad_accum={one_row}", frugal))
     for name, update in changes:
         try:
             candidate = TrainConfig.model_validate({**config.model_dump(), **update})
