@@ -52,10 +52,11 @@ TOKENS = np.array([[5, 72, 101, 108, 108, 111, 32, 119, 33, 200, 3, 9]], np.int3
 
 
 def _run(script, *args):
-    """stdout of `script` run with `args` in a fresh interpreter (`-I`: none of the test's paths)."""
+    """stdout of `script` run with `args` in a fresh interpreter that imports nothing of the tests' folders."""
     pytest.importorskip("transformers")
     pytest.importorskip("torch")
-    result = subprocess.run([sys.executable, "-I", "-c", script, *args], capture_output=True, text=True, timeout=300)
+    # -P: not the working folder's modules; PYTHONPATH stays (on a TPU VM it may hold the machine's numpy).
+    result = subprocess.run([sys.executable, "-P", "-c", script, *args], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 

@@ -1,0 +1,153 @@
+"""Tradewind on this host's TPU, as an agent drives it: one MCP stdio session (`tradewind serve`) that launches a
+model on the local chip, reads its metrics, profiles, samples and exports it; then the same config launched again
+(the workspace's compile cache: time to the first step, cold and warm); then a 1B config, refused before the chip.
+
+Command (on a TPU VM; `scripts/tpu-check` runs it):
+    python benchmarks/tpu_host.py --workspace DIR [--model 125m] [--steps 30] [--json-out FILE]
+
+Prints readable lines, then one JSON line: the session's figures, `first_step_s` cold and warm (their ratio is the
+cache's effect, measured in one run), and the seconds the 1B refusal took. Target: the warm launch reaches its
+first step within 15 s; the 1B config is refused in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+MODELS = {  # the issue's shapes: Llama at sequence 2048, vocabulary 32768
+    "125m": {"model": {"preset": "llama-125m", "max_seq_len": 2048, "vocab_size": 32768}, "batch_size": 16},
+    "tiny": {"model": {"d_model": 128, "n_layers": 2, "n_heads": 4, "max_seq_len": 256}, "batch_size": 8},
+}
+SEQ_LEN = {"125m": 2048, "tiny": 256}
+ONE_B = {"model": {"preset": "llama-1b", "vocab_size": 128256}, "batch_size": 4, "seq_len": 2048}
+
+
+async def call(client: Client, name: str, arguments: dict[str, Any], timeout_s: float = 900) -> dict[str, Any]:
+    with anyio.fail_after(timeout_s):
+        result = await client.call_tool(name, arguments)
+    if result.is_error:
+        raise RuntimeError(f"{name}: {' '.join(getattr(block, 'text', '') for block in result.content)}")
+    return result.structured_content
+
+
+async def first_step_s(client: Client, run_id: str, launched: float, timeout_s: float = 600) -> float:
+    """Seconds from the launch call to the run's first logged step (the run logs every step)."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        info = await call(client, "get_run", {"run_id": run_id})
+        if info["step"] >= 1:
+            return time.perf_counter() - launched
+        if info["status"] in ("FAILED", "CANCELLED"):
+            raise RuntimeError(f"run {run_id} {info['status']}: {info.get('reason')}")
+        await anyio.sleep(0.25)
+    raise TimeoutError(f"run {run_id} logged no step within {timeout_s} s")
+
+
+async def launch_and_wait(client: Client, arguments: dict[str, Any]) -> dict[str, Any]:
+    launched = time.perf_counter()
+    run = await call(client, "launch_training", arguments)
+    first = await first_step_s(client, run["run_id"], launched)
+    done = await call(client, "wait_for_run", {"run_id": run["run_id"], "timeout_s": 900}, timeout_s=960)
+    if done["status"] != "SUCCEEDED":
+        raise RuntimeError(f"run {run['run_id']} {done['status']}: {done.get('reason')} {done.get('log_tail')}")
+    return {"run": done, "first_step_s": first, "wall_s": time.perf_counter() - launched}
+
+
+async def agent_session(workspace: Path, model: str, steps: int) -> dict[str, Any]:
+    """Everything an agent does with a run on this host's chip, over MCP stdio, with the seconds each took."""
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "tradewind", "serve", "--workspace", str(workspace)], env=dict(os.environ)
+    )
+    arguments = {"dataset": "builtin:tinyshakespeare", "steps": steps, "log_every": 1, "eval_every": steps}
+    arguments |= {**MODELS[model], "seq_len": SEQ_LEN[model], "checkpoints": {"every_steps": steps}}
+    figures: dict[str, Any] = {}
+    async with Client(server) as client:
+        cold = await launch_and_wait(client, arguments)  # accelerator: the host's TPU by default
+        run_id, summary = cold["run"]["run_id"], cold["run"]["summary"]
+        figures["run"] = {
+            "run_id": run_id,
+            "accelerator": cold["run"]["accelerator"],
+            "platform": cold["run"]["platform"],
+            "tokens_per_s": summary["mean_tokens_per_s"],
+            "mfu": summary["mfu"],
+            "peak_flops_source": summary["peak_flops_source"],
+            "compile_s": summary["compile_s"],
+        }
+        figures["cold"] = {"first_step_s": cold["first_step_s"], "wall_s": cold["wall_s"]}
+        started = time.perf_counter()
+        metrics = await call(client, "read_metrics", {"run_id": run_id})
+        figures["read_metrics"] = {"s": time.perf_counter() - started, "mean_mfu": metrics["summary"]["mean_mfu"]}
+        started = time.perf_counter()
+        profile = await call(client, "profile_run", {"run_id": run_id, "steps": 3})
+        figures["profile"] = {
+            "s": time.perf_counter() - started,
+            "backend": profile["backend"],
+            "verdict": profile["diagnosis"]["verdict"],
+            "top_ops": [op["name"] for op in profile["top_ops"][:5]],
+            "trace": profile["trace_dir"],
+        }
+        started = time.perf_counter()
+        sample = await call(client, "sample_text", {"run_id": run_id, "prompt": "ROMEO:", "max_tokens": 32})
+        figures["sample"] = {"s": time.perf_counter() - started, "device": sample["device"], "text": sample["text"]}
+        started = time.perf_counter()
+        export = await call(client, "export_model", {"run_id": run_id})
+        figures["export"] = {"s": time.perf_counter() - started, "device": export["device"], "files": export["files"]}
+        warm = await launch_and_wait(client, arguments)
+        figures["warm"] = {"first_step_s": warm["first_step_s"], "wall_s": warm["wall_s"]}
+        started = time.perf_counter()
+        refused = await client.call_tool("launch_training", {**arguments, **ONE_B})
+        figures["refuse_1b"] = {
+            "s": time.perf_counter() - started,
+            "refused": refused.is_error,
+            "message": " ".join(getattr(block, "text", "") for block in refused.content)[:1000],
+        }
+        status = await call(client, "cluster_status", {})
+        figures["compile_cache"] = status["compile_cache"]
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workspace", type=Path, required=True)
+    parser.add_argument("--model", choices=sorted(MODELS), default="125m")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+    figures = anyio.run(agent_session, args.workspace, args.model, args.steps)
+    run, cold, warm = figures["run"], figures["cold"], figures["warm"]
+    print(
+        f"{args.model} on {run['accelerator']} ({run['platform']}): {run['tokens_per_s'] or 0:,.0f} tokens/s, "
+        f"MFU {run['mfu'] or 0:.1%} ({run['peak_flops_source']})"
+    )
+    print(f"first step: cold {cold['first_step_s']:.1f} s, warm {warm['first_step_s']:.1f} s (target <= 15 s)")
+    print(
+        f"profile {figures['profile']['s']:.1f} s ({figures['profile']['verdict']}), sample "
+        f"{figures['sample']['s']:.1f} s on {figures['sample']['device']}, export {figures['export']['s']:.1f} s"
+    )
+    print(f"1B refused: {figures['refuse_1b']['refused']} in {figures['refuse_1b']['s']:.1f} s")
+    result = {
+        "benchmark": "tpu_host",
+        "model": args.model,
+        "value": warm["first_step_s"],
+        "baseline": cold["first_step_s"],
+        "ratio": cold["first_step_s"] / warm["first_step_s"],
+        **figures,
+    }
+    line = json.dumps(result, default=str)
+    print(line)
+    if args.json_out:
+        args.json_out.write_text(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""On this host's real TPU chip, through the public tools: training, attention kernels, a killed run's resume, an
+export, an agent's MCP session, two runs queued on one chip, the compile cache, and a run too big to start.
+
+Marked `tpu`: skipped where this host has no TPU chip (CI), run on a TPU VM by `scripts/tpu-check`. The pytest
+process never opens the chip itself (JAX here stays on the CPU, tests/conftest.py): every chip program runs in a
+job or a child process, one at a time, as libtpu allows.
+"""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+from hf_models import transformers_logits
+from polling import wait_until
+from runs_helpers import finish, losses
+
+from tradewind.cluster import JobStatus
+from tradewind.cluster.tpu_host import host_tpu, lock_holders
+from tradewind.core import InvalidInputError
+from tradewind.tools import (
+    ExportModelRequest,
+    LaunchTrainingRequest,
+    RunRequest,
+    ToolContext,
+    export_model,
+    get_run,
+    launch_training,
+)
+from tradewind.trainer import RunLayout
+
+pytestmark = [
+    pytest.mark.tpu,
+    pytest.mark.slow,
+    pytest.mark.skipif(host_tpu() is None, reason="this host has no TPU chip"),
+]
+ROOT = Path(__file__).resolve().parents[2]
+# 128-token sequences, so that attention is the splash kernel on the chip.
+CHIP_MODEL = {"d_model": 128, "n_layers": 2, "n_heads": 4, "max_seq_len": 128}
+CHIP_TRAINING = {"batch_size": 8, "seq_len": 128, "eval_every": 20, "eval_batches": 2, "log_every": 5}
+
+
+def chip_run(ctx: ToolContext, dataset: str, **settings) -> str:
+    request = {"dataset": dataset, "model": CHIP_MODEL, **CHIP_TRAINING, "steps": 20, **settings}
+    return launch_training(ctx, LaunchTrainingRequest(**request)).run_id
+
+
+@pytest.fixture(scope="module")
+def chip_ws(tmp_path_factory, ctx, dataset_id) -> tuple[ToolContext, str]:
+    """A workspace of these tests alone (its own compile cache), with the session's dataset."""
+    fresh = ToolContext.open(tmp_path_factory.mktemp("chip"), allowed_paths=(ctx.workspace.datasets_dir,))
+    (fresh.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
+    return fresh, str(ctx.workspace.dataset_dir(dataset_id))
+
+
+@pytest.fixture(scope="module")
+def chip_and_cpu_runs(chip_ws) -> tuple[str, str]:
+    ctx, dataset = chip_ws
+    on_chip = chip_run(ctx, dataset, checkpoints={"every_steps": 10})  # the host's TPU: the default here
+    on_cpu = chip_run(ctx, dataset, accelerator="cpu")
+    for run_id in (on_chip, on_cpu):
+        assert finish(ctx, run_id).status is JobStatus.SUCCEEDED, get_run(ctx, RunRequest(run_id=run_id)).log_tail
+    return on_chip, on_cpu
+
+
+def test_the_default_accelerator_is_the_hosts_tpu_and_it_trains_to_the_cpus_losses(chip_ws, chip_and_cpu_runs):
+    """Tolerance: relative 3e-2 per logged loss over 20 steps. On the chip XLA multiplies float32 operands in
+    bfloat16 passes at JAX's default precision (about 3 significant digits a product) and the CPU in float32;
+    the runs start from the same weights and batches, and the gap grows as training moves them apart."""
+    ctx, _ = chip_ws
+    on_chip, on_cpu = chip_and_cpu_runs
+    info = get_run(ctx, RunRequest(run_id=on_chip))
+    assert (info.accelerator, info.platform) == (f"tpu-{host_tpu().tpu_type}", "tpu")
+    assert "this host's TPU, the default on a TPU host" in RunLayout(Path(info.run_dir)).log.read_text()
+    assert info.summary.peak_flops_source.lower().startswith("tpu")  # MFU against the chip's own peak
+    chip_losses, cpu_losses = losses(ctx, on_chip), losses(ctx, on_cpu)
+    assert [step for step, _ in chip_losses] == [step for step, _ in cpu_losses]
+    np.testing.assert_allclose([loss for _, loss in chip_losses], [loss for _, loss in cpu_losses], rtol=3e-2)
+
+
+SPLASH_VS_REFERENCE = """
+import json
+import jax, jax.numpy as jnp
+from tradewind.trainer.models.layers import causal_attention, splash_causal_attention
+keys = jax.random.split(jax.random.key(0), 3)
+q, k, v = (jax.random.normal(key, (2, 512, 4, 128), jnp.bfloat16) for key in keys)
+positions = jnp.broadcast_to(jnp.arange(512), (2, 512))
+splash = splash_causal_attention(q, k, v).astype(jnp.float32)
+reference = causal_attention(q, k, v, positions, positions).astype(jnp.float32)
+print(json.dumps({"platform": jax.default_backend(), "gap": float(jnp.abs(splash - reference).max()),
+                  "scale": float(jnp.abs(reference).max())}))
+"""
+
+
+def test_splash_attention_on_the_chip_matches_the_reference_at_a_shape_the_reference_fits():
+    """Tolerance: 2e-2 absolute on outputs of size about 1, bfloat16 inputs (8 bits of mantissa: steps of 4e-3)."""
+    env = {**os.environ, "JAX_PLATFORMS": ""}
+    done = subprocess.run([sys.executable, "-c", SPLASH_VS_REFERENCE], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["platform"] == "tpu" and result["scale"] > 0.5
+    assert result["gap"] <= 2e-2, result
+
+
+def test_a_run_killed_on_the_chip_resumes_from_its_checkpoint_to_the_same_losses(chip_ws, chip_and_cpu_runs):
+    ctx, dataset = chip_ws
+    uninterrupted, _ = chip_and_cpu_runs
+    run_id = chip_run(ctx, dataset, checkpoints={"every_steps": 10}, max_retries=1)
+    layout = RunLayout(ctx.workspace.run_dir(run_id))
+    wait_until(lambda: (layout.checkpoints / "10").is_dir(), timeout=300, what="the step-10 checkpoint")
+    job = ctx.backend.status(run_id)
+    for pid in job.pids:
+        os.kill(pid, signal.SIGKILL)  # a preemption: the job restarts from step 10
+    done = finish(ctx, run_id)
+    assert done.status is JobStatus.SUCCEEDED and done.attempts == 2, done.log_tail
+    np.testing.assert_allclose(
+        [loss for _, loss in losses(ctx, run_id)], [loss for _, loss in losses(ctx, uninterrupted)], rtol=1e-5
+    )
+
+
+def test_a_chip_trained_model_exported_gives_transformers_the_runs_logits(chip_ws, chip_and_cpu_runs):
+    """The export is written on the CPU (the chip is for training); transformers (torch, CPU) and Tradewind's own
+    model (JAX, CPU, in this process) agree on its logits to float32 rounding."""
+    from tradewind.trainer.restore import load_run_model
+
+    ctx, _ = chip_ws
+    on_chip, _ = chip_and_cpu_runs
+    exported = export_model(ctx, ExportModelRequest(run_id=on_chip))
+    assert exported.device.startswith("cpu")
+    tokens = np.array([[5, 72, 101, 108, 108, 111, 32, 119, 33, 100, 3, 9]], np.int32)
+    ours = np.asarray(load_run_model(ctx.workspace.run_dir(on_chip)).model()(tokens))
+    np.testing.assert_allclose(transformers_logits(exported.path, tokens), ours, rtol=0, atol=1e-4)
+
+
+def test_two_launches_at_once_share_the_chip_in_turn_and_both_finish(chip_ws):
+    ctx, dataset = chip_ws
+    first, second = chip_run(ctx, dataset, seed=1), chip_run(ctx, dataset, seed=2)
+    wait_until(lambda: ctx.backend.status(first).status is JobStatus.RUNNING, timeout=60, what="the first run")
+    assert ctx.backend.status(second).status is JobStatus.PENDING  # it waits for the chip
+    assert ctx.backend.cluster_status().used["tpus"] == host_tpu().chips
+    for run_id in (first, second):
+        assert finish(ctx, run_id).status is JobStatus.SUCCEEDED
+    assert lock_holders() == []
+
+
+def test_a_second_launch_of_a_config_finds_its_programs_in_the_compile_cache(chip_ws):
+    ctx, dataset = chip_ws
+    settings = {"model": {**CHIP_MODEL, "d_model": 192}, "steps": 10}  # a shape no other test compiled
+    first = chip_run(ctx, dataset, **settings)
+    assert finish(ctx, first).status is JobStatus.SUCCEEDED
+    cached = {entry.name for entry in ctx.workspace.compile_cache_dir.iterdir()}
+    second = chip_run(ctx, dataset, **settings)
+    assert finish(ctx, second).status is JobStatus.SUCCEEDED
+    assert {entry.name for entry in ctx.workspace.compile_cache_dir.iterdir() if entry.name.endswith("-cache")} <= (
+        cached
+    ), "the second launch compiled programs the first had cached"
+    compile_s = [get_run(ctx, RunRequest(run_id=run)).summary.compile_s for run in (first, second)]
+    assert compile_s[1] < compile_s[0], compile_s
+
+
+def test_a_config_that_cannot_fit_the_chip_is_refused_before_the_chip_is_touched(chip_ws):
+    ctx, dataset = chip_ws
+    before = len(ctx.backend.list())
+    big = {"preset": "llama-1b", "vocab_size": 128256}  # its parameters and Adam's moments alone need 19.7 GB
+    with pytest.raises(InvalidInputError, match=r"does not fit 1 x v5litepod-1: its train step needs [\d.]+ GiB"):
+        launch_training(ctx, LaunchTrainingRequest(dataset=dataset, model=big, batch_size=4, seq_len=128))
+    compiles = ctx.backend.list()[: len(ctx.backend.list()) - before]
+    assert compiles and all(job.spec.env.get("JAX_PLATFORMS") == "cpu" for job in compiles)  # compiled on the CPU
+    assert all(job.spec.resources.tpu_type is None for job in compiles)
+
+
+def test_an_agent_over_mcp_stdio_launches_profiles_samples_and_exports_a_run_on_the_chip(tmp_path):
+    spec = importlib.util.spec_from_file_location("tpu_host", ROOT / "benchmarks" / "tpu_host.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    figures = anyio.run(bench.agent_session, tmp_path, "tiny", 10)
+    assert figures["run"]["platform"] == "tpu" and figures["run"]["mfu"] > 0
+    assert figures["profile"]["backend"] == "tpu" and figures["profile"]["top_ops"]
+    assert figures["sample"]["device"].startswith("cpu") and figures["sample"]["text"]
+    assert "model.safetensors" in figures["export"]["files"]
+    assert figures["warm"]["first_step_s"] < figures["cold"]["first_step_s"]
+    assert figures["refuse_1b"]["refused"] and "does not fit" in figures["refuse_1b"]["message"]
