@@ -203,10 +203,11 @@ def test_a_tpu_job_holds_its_slices_chips_and_its_amount_is_described_with_them(
     ("job", "expected"),
     [
         (spec("bigger", tpu_type="v5litepod-8"), r"this host's TPU is 'v5litepod-4' \(4 TPU chips\); use accelerator"),
+        (spec("smaller", tpu_type="v5litepod-1"), r"this host's TPU is 'v5litepod-4'.*or 'tpu-v5litepod-4'"),
         (spec("other family", tpu_type="v6e-4"), r"this host's TPU is 'v5litepod-4'.*or 'tpu-v5litepod-4'"),
         (spec("slices", tpu_type="v5litepod-4", tpu_slices=2), r"which spans 2 hosts.*set backend 'ray'"),
     ],
-    ids=["more-chips", "another-family", "two-slices"],
+    ids=["more-chips", "fewer-chips", "another-family", "two-slices"],
 )
 def test_on_a_tpu_host_a_job_for_other_chips_is_refused_naming_the_hosts(job, expected):
     with pytest.raises(InvalidInputError, match=expected):
@@ -216,7 +217,7 @@ def test_on_a_tpu_host_a_job_for_other_chips_is_refused_naming_the_hosts(job, ex
 def test_a_second_tpu_job_queues_behind_the_first_and_starts_when_it_ends(tmp_path):
     """One process at a time can use a TPU chip: the ledger hands the host's chips to one job, then the next."""
     store = JobStore(tmp_path / "jobs.sqlite")
-    first, second, cpu_job = queue(store, spec("a", tpu_type="v5litepod-4"), spec("b", tpu_type="v5litepod-1"), spec())
+    first, second, cpu_job = queue(store, spec("a", tpu_type="v5litepod-4"), spec("b", tpu_type="v5litepod-4"), spec())
     check_fits_at_all(store.get(second).record.spec, HOST_V5E_4)
     assert admit_queued(store, HOST_V5E_4) == [first, cpu_job]  # a CPU job passes the waiting TPU one
     assert usage(store).tpus == 4
@@ -227,4 +228,4 @@ def test_a_second_tpu_job_queues_behind_the_first_and_starts_when_it_ends(tmp_pa
 
     store.update(first, finish)
     assert admit_queued(store, HOST_V5E_4) == [second]
-    assert usage(store).tpus == 1
+    assert usage(store).tpus == 4

@@ -2,6 +2,7 @@
 finished run exactly as one longer run and refuses what would change it, a run that has not ended, and a run
 whose files link outside; unknown runs named with their argument; W&B refused without its extra."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,10 +10,11 @@ from pathlib import Path
 import pytest
 from mcp import Client
 from polling import wait_until
-from runs_helpers import finish, losses, pending_run
+from runs_helpers import finish, losses, pending_run, workspace_with_dataset
 from tpu_helpers import needs_libtpu
 
 from tradewind.cluster import JobStatus
+from tradewind.cluster.tpu_host import HOST_TPU_ENV, LIBTPU_LOCKFILE
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
 from tradewind.server import build_server
 from tradewind.tools import LaunchTrainingRequest, RunRequest, ToolContext, cancel_run, get_run, launch_training
@@ -185,3 +187,40 @@ def test_a_tpu_batch_that_does_not_split_over_the_slices_chips_is_refused_naming
     request = LaunchTrainingRequest(dataset=dataset_id, batch_size=12, accelerator="tpu-v5litepod-8", backend="ray")
     with pytest.raises(InvalidInputError, match=r"argument 'batch_size': batch_size / grad_accum = 12 / 1 must be"):
         launch_training(ctx, request)
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_on_a_tpu_host_a_run_defaults_to_its_chips_and_an_outside_holder_of_them_is_named(
+    tmp_path, monkeypatch, ctx, dataset_id, tiny_run_settings
+):
+    """This machine declared a one-chip v5e host (`TRADEWIND_HOST_TPU`, read by every process of the workspace):
+    the launch places the run on the chip, compiles it for one there, and trains; JAX here has no TPU, so the
+    trainer trains on the CPU with a warning (tests/tpu/ runs the same on a real chip)."""
+    if os.path.exists(LIBTPU_LOCKFILE):
+        pytest.skip(f"{LIBTPU_LOCKFILE} exists: a real TPU program may hold it")
+    monkeypatch.setenv(HOST_TPU_ENV, "v5litepod-1")
+    fresh = workspace_with_dataset(ctx, dataset_id, tmp_path / "ws")
+    request = LaunchTrainingRequest(dataset=dataset_id, steps=10, **tiny_run_settings)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"f = open({LIBTPU_LOCKFILE!r}, 'w'); print('held', flush=True); input()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        lock = rf"which holds libtpu's lock file {LIBTPU_LOCKFILE}"
+        named = rf"held by process {holder.pid} \(.*\), {lock}.*kill {holder.pid}"
+        with pytest.raises(InvalidInputError, match=rf"tpu-v5litepod-1: this host's TPU chips are {named}"):
+            launch_training(fresh, request)
+    finally:
+        holder.communicate("\n")
+        os.remove(LIBTPU_LOCKFILE)
+    assert list(fresh.workspace.runs_dir.iterdir()) == []
+    run = launch_training(fresh, request)
+    assert run.accelerator == "tpu-v5litepod-1"
+    note = "accelerator tpu-v5litepod-1: this host's TPU, the default on a TPU host"
+    assert note in RunLayout(Path(run.run_dir)).log.read_text().splitlines()[0]
+    assert fresh.backend.cluster_status().capacity["tpus"] == 1
+    assert finish(fresh, run.run_id).status is JobStatus.SUCCEEDED

@@ -1,8 +1,8 @@
 """The resource ledger of the local backend: admit a job only when everything it declares is free.
 
 Capacity is what the backend was told it may use (default: this machine's CPU count, physical memory,
-visible NVIDIA GPUs and its own TPU chips). A TPU job holds the chips of its slice type, which must be this
-host's type: one process at a time can use a TPU chip, so a second TPU run waits for the first. A job
+visible NVIDIA GPUs and its own TPU chips). A TPU job holds every chip: its slice type must be this host's,
+and one process at a time can use the chips, so a second TPU run waits for the first. A job
 holds `replicas x resources` from admission until its supervisor records a terminal state. Admission runs
 inside one SQLite write transaction, so two servers submitting at once can never both take the last core.
 Queued jobs are admitted in submission order; a later, smaller job may start before an earlier one that
@@ -119,7 +119,8 @@ def check_fits_at_all(spec: JobSpec, capacity: Capacity) -> None:
 
 def check_host_tpu(resources: Resources, capacity: Capacity, what: str) -> None:
     """Refuse TPU `resources` this host cannot give (`what` names who asks, e.g. "job 'train r1'"): the local
-    backend runs a TPU job on this host's own chips alone, one host's slice of the type the host has.
+    backend runs a TPU job on this host's own chips alone: all of them, as the host's slice type (a process
+    that opens the TPU sees every chip, so two jobs could not share them).
 
     Raises:
         InvalidInputError: naming the type asked for, the host's, and what to use instead.
@@ -134,7 +135,8 @@ def check_host_tpu(resources: Resources, capacity: Capacity, what: str) -> None:
         )
     if capacity.tpu_type is None:
         raise InvalidInputError(f"{where}, but this host has no TPU chip; run it on a TPU VM, or {ray}")
-    if asked.family != tpu_slice(capacity.tpu_type).family or asked.chips > capacity.tpus:
+    # Exactly the host's type: its JAX sees every chip of the host, whatever the job asked for.
+    if asked.tpu_type != capacity.tpu_type:
         raise InvalidInputError(
             f"{where}, but this host's TPU is {capacity.tpu_type!r} ({amount(capacity.tpus, AMOUNTS['tpus'])}); "
             f"use accelerator 'tpu' (this host's) or 'tpu-{capacity.tpu_type}', or {ray}"

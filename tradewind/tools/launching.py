@@ -219,10 +219,11 @@ def check_this_host_tpu(placement: Placement, backend: Backend) -> None:
         InvalidInputError: naming the chips asked for and the host's, or the holder, the lock file and what to do.
     """
     check_host_tpu(placement.resources(), backend.capacity, "the run")
-    holders = lock_holders()
-    ours = {pid for record in backend.cluster_status().running for pid in record.pids}
-    if holders and not ours:
-        raise InvalidInputError(f"argument 'accelerator': {placement.accelerator}: {describe_holders(holders)}")
+    running = backend.cluster_status().running
+    ours = {pid for record in running if record.spec.resources.tpu_type for pid in record.pids}
+    outside = [(pid, command) for pid, command in lock_holders() if pid not in ours]
+    if outside:
+        raise InvalidInputError(f"argument 'accelerator': {placement.accelerator}: {describe_holders(outside)}")
 
 
 def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> Launch:
