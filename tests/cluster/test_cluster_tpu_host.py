@@ -2,10 +2,8 @@
 libtpu's lock. The file trees below are laid out as a Cloud TPU VM's kernel shows them (this machine has no TPU;
 `tests/tpu/` checks the reading on a real chip)."""
 
-import subprocess
-import sys
-
 import pytest
+from tpu_helpers import holding_open
 
 from tradewind.cluster.placement import parse_accelerator
 from tradewind.cluster.tpu_host import HOST_TPU_ENV, describe_holders, host_tpu, lock_holders, read_host_tpu
@@ -73,21 +71,11 @@ def test_the_override_names_the_hosts_tpu_or_none_and_refuses_a_type_of_several_
 
 def test_the_processes_holding_libtpus_lock_are_named_with_what_to_do(tmp_path):
     lockfile = tmp_path / "libtpu_lockfile"
-    lockfile.write_text("")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", f"f = open({str(lockfile)!r}); print('held', flush=True); input()"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline() == "held\n"
+    with holding_open(str(lockfile)) as holder:
         holders = lock_holders(str(lockfile))
         assert [pid for pid, _ in holders] == [holder.pid]
         assert str(lockfile) in holders[0][1]  # its command line
         message = describe_holders(holders, str(lockfile))
         assert f"held by process {holder.pid} (" in message and f"kill {holder.pid}" in message
         assert f"libtpu's lock file {lockfile}" in message
-    finally:
-        holder.communicate("\n")
     assert lock_holders(str(lockfile)) == []

@@ -11,7 +11,7 @@ import pytest
 from mcp import Client
 from polling import wait_until
 from runs_helpers import finish, losses, pending_run, workspace_with_dataset
-from tpu_helpers import needs_libtpu
+from tpu_helpers import holding_open, needs_libtpu
 
 from tradewind.cluster import JobStatus
 from tradewind.cluster.tpu_host import HOST_TPU_ENV, LIBTPU_LOCKFILE
@@ -202,20 +202,13 @@ def test_on_a_tpu_host_a_run_defaults_to_its_chips_and_an_outside_holder_of_them
     monkeypatch.setenv(HOST_TPU_ENV, "v5litepod-1")
     fresh = workspace_with_dataset(ctx, dataset_id, tmp_path / "ws")
     request = LaunchTrainingRequest(dataset=dataset_id, steps=10, **tiny_run_settings)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", f"f = open({LIBTPU_LOCKFILE!r}, 'w'); print('held', flush=True); input()"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     try:
-        assert holder.stdout.readline() == "held\n"
-        lock = rf"which holds libtpu's lock file {LIBTPU_LOCKFILE}"
-        named = rf"held by process {holder.pid} \(.*\), {lock}.*kill {holder.pid}"
-        with pytest.raises(InvalidInputError, match=rf"tpu-v5litepod-1: this host's TPU chips are {named}"):
-            launch_training(fresh, request)
+        with holding_open(LIBTPU_LOCKFILE) as holder:
+            lock = rf"which holds libtpu's lock file {LIBTPU_LOCKFILE}"
+            named = rf"held by process {holder.pid} \(.*\), {lock}.*kill {holder.pid}"
+            with pytest.raises(InvalidInputError, match=rf"tpu-v5litepod-1: this host's TPU chips are {named}"):
+                launch_training(fresh, request)
     finally:
-        holder.communicate("\n")
         os.remove(LIBTPU_LOCKFILE)
     assert list(fresh.workspace.runs_dir.iterdir()) == []
     run = launch_training(fresh, request)
