@@ -23,6 +23,7 @@ from tradewind.tools import (
     wait_for_run,
 )
 from tradewind.tools.report_data import VAL_BPB_MEANING
+from tradewind.tools.reports import accelerator_text
 from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, RunRecord, TrainConfig, TrainSummary, write_record
 
 SUMMARY = TrainSummary(
@@ -89,6 +90,7 @@ def test_a_finished_runs_report_has_its_config_figures_and_a_png_plot(fresh):
         "| parameters | 12,345 |",
         "| budget | 30 steps |",
         "| batch x sequence | 8 x 32 |",
+        "| accelerator | cpu, on n/a |",
         "| eval curve: best loss | 2.7500 |",
         "| tokens seen | 7,680 |",
         "| eval curve: last perplexity | 15.64 |",
@@ -286,3 +288,8 @@ def test_a_finished_runs_report_lists_its_checkpoints_and_a_sample_from_the_last
     assert "| checkpoints kept | 25, 30 |" in markdown
     assert figures.sample and figures.sample.startswith("The") and "(sampling failed" not in figures.sample
     assert "60 tokens from checkpoint 30" in markdown and figures.sample in markdown
+
+
+def test_a_tpu_runs_report_names_its_chips_and_what_jax_trained_on():
+    assert accelerator_text("tpu-v4-8", "tpu") == "tpu-v4-8 (4 chips of TPU v4), on tpu"  # v4 types count cores
+    assert accelerator_text("tpu-v5e-1", "tpu") == "tpu-v5litepod-1 (1 chip of TPU v5 lite), on tpu"

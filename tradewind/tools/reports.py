@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tradewind.cluster import JobStatus
+from tradewind.cluster import JobStatus, parse_accelerator
 from tradewind.core.buckets import join_url, upload_files
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly
 from tradewind.tools.comparing import (
@@ -80,6 +80,16 @@ class ReportInfo(BaseModel):
     runs: list[RunFigures] = Field(description="Each run's figures, anomalies, cause of failure and sample.")
 
 
+def accelerator_text(name: str, platform: str | None) -> str:
+    """Where a run trained: `tpu-v5litepod-1 (1 chip of TPU v5 lite), on tpu`."""
+    accelerator = parse_accelerator(name)
+    chips = ""
+    if accelerator.tpu is not None:
+        count = accelerator.chips
+        chips = f" ({count} chip{'' if count == 1 else 's'} of {accelerator.tpu.chip.device_kind})"
+    return f"{accelerator}{chips}, on {platform or 'n/a'}"
+
+
 def lora_text(lora: LoraConfig, model: ModelConfig) -> str:
     """A LoRA run's adapters in words."""
     return (
@@ -121,6 +131,7 @@ def render_run(data: RunData, plot_name: str, level: str = "#") -> list[str]:
         f"| parameters | {summary.parameters:,} |" if summary else "| parameters | n/a |",
         f"| budget | {budget_text(config, summary)} |",
         f"| batch x sequence | {config.batch_size} x {config.seq_len} |",
+        f"| accelerator | {accelerator_text(info.accelerator, info.platform)} |",
         f"| optimizer | {optimizer.type}, learning rate {optimizer.learning_rate:g} "
         f"(warmup {optimizer.warmup_steps}, {optimizer.schedule}) |",
         "",
