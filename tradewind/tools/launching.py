@@ -250,7 +250,8 @@ def resolve_launch(ctx: ToolContext, request: LaunchTrainingRequest, progress: P
     backend = launch.placement.backend or ctx.default_backend()
     placement = launch.placement.model_copy(update={"backend": backend, "storage": storage})
     note = None
-    if "accelerator" not in request.model_fields_set and launch.parent is None and backend == "local" and host_tpu():
+    chose = "accelerator" not in request.model_fields_set and placement.replicas == 1  # (replicas: CPU processes)
+    if chose and launch.parent is None and backend == "local" and host_tpu():
         placement = placement.model_copy(update={"accelerator": this_host_tpu()})
         note = (
             f"accelerator {placement.accelerator}: this host's TPU, the default on a TPU host "
