@@ -14,7 +14,7 @@ from runs_helpers import finish, losses, pending_run, workspace_with_dataset
 from tpu_helpers import holding_open, needs_libtpu
 
 from tradewind.cluster import JobStatus
-from tradewind.cluster.tpu_host import HOST_TPU_ENV, LIBTPU_LOCKFILE
+from tradewind.cluster.tpu_host import HOST_TPU_ENV, LIBTPU_LOCKFILE, lock_holders
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
 from tradewind.server import build_server
 from tradewind.tools import LaunchTrainingRequest, RunRequest, ToolContext, cancel_run, get_run, launch_training
@@ -197,8 +197,9 @@ def test_on_a_tpu_host_a_run_defaults_to_its_chips_and_an_outside_holder_of_them
     """This machine declared a one-chip v5e host (`TRADEWIND_HOST_TPU`, read by every process of the workspace):
     the launch places the run on the chip, compiles it for one there, and trains; JAX here has no TPU, so the
     trainer trains on the CPU with a warning (tests/tpu/ runs the same on a real chip)."""
-    if os.path.exists(LIBTPU_LOCKFILE):
-        pytest.skip(f"{LIBTPU_LOCKFILE} exists: a real TPU program may hold it")
+    if lock_holders():
+        pytest.skip(f"a process holds {LIBTPU_LOCKFILE}: a real TPU program")
+    existed = os.path.exists(LIBTPU_LOCKFILE)  # libtpu leaves it behind
     monkeypatch.setenv(HOST_TPU_ENV, "v5litepod-1")
     fresh = workspace_with_dataset(ctx, dataset_id, tmp_path / "ws")
     request = LaunchTrainingRequest(dataset=dataset_id, steps=10, **tiny_run_settings)
@@ -209,7 +210,8 @@ def test_on_a_tpu_host_a_run_defaults_to_its_chips_and_an_outside_holder_of_them
             with pytest.raises(InvalidInputError, match=rf"tpu-v5litepod-1: this host's TPU chips are {named}"):
                 launch_training(fresh, request)
     finally:
-        os.remove(LIBTPU_LOCKFILE)
+        if not existed:
+            os.remove(LIBTPU_LOCKFILE)
     assert list(fresh.workspace.runs_dir.iterdir()) == []
     run = launch_training(fresh, request)
     assert run.accelerator == "tpu-v5litepod-1"
