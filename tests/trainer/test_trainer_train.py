@@ -61,6 +61,17 @@ def test_summary_counts_steps_tokens_and_parameters(tiny_run):
 
 
 @pytest.mark.slow
+def test_the_summary_says_where_the_start_up_went_stage_by_stage(tiny_run):
+    _, _, summary = tiny_run
+    stages = ["python and imports", "devices", "data", "model", "compile", "first eval", "first update"]
+    assert sorted(summary.startup_s) == sorted(stages) and min(summary.startup_s.values()) >= 0
+    assert summary.startup_s["compile"] == summary.compile_s > 0
+    # Each stage runs from the end of the one before: together they are the time to the first update.
+    assert sum(summary.startup_s.values()) == pytest.approx(summary.first_update_s, abs=0.01)
+    assert summary.first_update_s < summary.wall_s
+
+
+@pytest.mark.slow
 def test_metrics_rows_carry_train_fields_at_log_steps_and_eval_loss_at_eval_steps(tiny_run):
     _, run_dir, summary = tiny_run
     rows = read_metrics(RunLayout(run_dir).metrics)
@@ -169,7 +180,11 @@ def test_trainer_module_trains_a_two_step_run_from_its_config_json(tiny_config, 
     result = run_trainer_module(layout.root)
     assert result.returncode == 0, result.stderr
     assert "step 2/2" in result.stdout
-    assert TrainSummary.model_validate(read_json(layout.summary)).steps == 2
+    summary = TrainSummary.model_validate(read_json(layout.summary))
+    assert summary.steps == 2
+    # The start-up is timed from the process's start: Python and the imports are its first stage.
+    assert f"first update {summary.first_update_s:.1f} s after the start (python and imports " in result.stdout
+    assert summary.startup_s["python and imports"] > 0
     assert [row.step for row in read_metrics(layout.metrics)] == [0, 1, 2]
     assert (layout.checkpoints / "2").is_dir()
 

@@ -20,6 +20,7 @@ from tradewind.trainer.config import read_train_config
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.loop import train
 from tradewind.trainer.record import read_record
+from tradewind.trainer.startup import StartupClock
 
 
 def main(argv: list[str]) -> int:
@@ -30,7 +31,8 @@ def main(argv: list[str]) -> int:
     layout = RunLayout(Path(argv[0]))
     try:
         placement = read_record(layout.record).placement if layout.record.exists() else None
-        train(read_train_config(layout.config), layout.root, placement=placement)
+        clock = StartupClock.since_process_start()
+        train(read_train_config(layout.config), layout.root, placement=placement, clock=clock)
     except TradewindError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

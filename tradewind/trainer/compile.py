@@ -1,14 +1,16 @@
 """What compiling a run for a TPU slice finds, as data: the report, its parts, and the compile job.
 
 `tradewind.trainer.tpu_compile` does the compiling (it loads JAX and libtpu); this module imports neither, so
-the tools read and return its reports while the server stays JAX-free. `estimate_run` submits a compile as a
-job on the local backend:
+the tools read and return its reports while the server stays JAX-free. `estimate_run` and `launch_training`
+submit a compile as a job on the local backend:
 
     JobSpec(name="compile", callable="tradewind.trainer.compile:compile_job",
-            kwargs={"config": {...}, "vocab_size": 32768, "tpu_type": "v5litepod-16", "output_file": "..."},
+            kwargs={"configs": [{...}], "vocab_size": 32768, "tpu_type": "v5litepod-16", "output_file": "..."},
             env=TPU_COMPILE_ENV)
 
-which writes a `TpuCompileReport` as JSON to `output_file`.
+which writes a list of `TpuCompileReport`s, one per config compiled, as JSON to `output_file`. One job compiles
+several configs in order (a run, then the changes that might make it fit, until one does): JAX and libtpu
+start once.
 """
 
 from __future__ import annotations
@@ -62,41 +64,55 @@ class TpuCompileReport(BaseModel):
     mesh: dict[str, int] = Field(description="The mesh's axis sizes.")
     compute_dtype: str
     attention: str = Field(description="The attention kernel compiled: 'auto' picks splash on a TPU.")
-    compile_s: float = Field(description="Seconds compiling the train and eval steps on this machine.")
+    compile_s: float = Field(description="Seconds compiling the train (and eval) steps on this machine.")
     fits: bool = Field(description="The train step's HBM fits one chip's.")
     hbm_bytes: int = Field(description="HBM per chip the train step needs; when it does not fit, at least this.")
     hbm_available_bytes: int = Field(description="One chip's HBM (the compiler keeps a little of it for itself).")
     arguments_bytes: int = Field(description="Parameters, optimizer state and batch held by one chip.")
     temporaries_bytes: int = Field(description="Activations, gradients and other temporaries of one chip.")
-    eval_hbm_bytes: int | None = Field(description="HBM per chip the eval step needs; null when training does not fit.")
+    eval_hbm_bytes: int | None = Field(
+        description="HBM per chip the eval step needs; null when training does not fit or only it was checked."
+    )
     collectives: list[Collective]
     step: StepEstimate | None = Field(description="Estimated step time; null when training does not fit.")
     compiler_message: str | None = Field(description="The compiler's out-of-memory message, when it gave one.")
 
 
 class CompileJob(BaseModel):
-    """A compiling process's arguments: the run, its vocabulary, the target, and where the report goes."""
+    """A compiling process's arguments: the runs to compile, their vocabulary, the target, and where the reports
+    go."""
 
     model_config = ConfigDict(extra="forbid")
 
-    config: TrainConfig
+    configs: list[TrainConfig] = Field(min_length=1, description="Compiled in this order.")
     vocab_size: int = Field(gt=0)
     tpu_type: str
     slices: int = Field(default=1, ge=1, le=64)
-    output_file: str = Field(description="Where the `TpuCompileReport` is written as JSON.")
+    until_fits: bool = Field(
+        False, description="Stop after the first config that fits the chip; only train steps are compiled."
+    )
+    output_file: str = Field(description="Where the list of `TpuCompileReport`s is written as JSON.")
 
 
 def compile_job(**job: Any) -> None:
-    """The entry of a compiling job: validates its keyword arguments as a `CompileJob`, compiles for the target
-    and writes the `TpuCompileReport` to `output_file`."""
+    """The entry of a compiling job: validates its keyword arguments as a `CompileJob`, compiles each config for
+    the target (up to the first that fits, with `until_fits`) and writes their `TpuCompileReport`s to
+    `output_file`."""
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
     request = parse_config(CompileJob, job, source="compile job")
-    print(f"compiling for {request.slices} x {request.tpu_type}", flush=True)
-    report = compile_for_tpu(request.config, request.vocab_size, request.tpu_type, request.slices)
-    atomic_write_json(Path(request.output_file), report.model_dump())
-    print(
-        f"{report.target}: {report.hbm_bytes / 2**30:,.2f} of {report.hbm_available_bytes / 2**30:,.2f} GiB HBM per "
-        f"chip ({'fits' if report.fits else 'does not fit'}); compiled in {report.compile_s:.1f} s",
-        flush=True,
-    )
+    reports = []
+    for number, config in enumerate(request.configs, start=1):
+        print(f"compiling {number} of {len(request.configs)} for {request.slices} x {request.tpu_type}", flush=True)
+        report = compile_for_tpu(
+            config, request.vocab_size, request.tpu_type, request.slices, with_eval=not request.until_fits
+        )
+        reports.append(report.model_dump())
+        print(
+            f"{report.target}: {report.hbm_bytes / 2**30:,.2f} of {report.hbm_available_bytes / 2**30:,.2f} GiB HBM "
+            f"per chip ({'fits' if report.fits else 'does not fit'}); compiled in {report.compile_s:.1f} s",
+            flush=True,
+        )
+        if request.until_fits and report.fits:
+            break
+    atomic_write_json(Path(request.output_file), reports)

@@ -30,6 +30,7 @@ from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import MetricRow
 from tradewind.trainer.plan import UNPLANNED, StepPlan
 from tradewind.trainer.setup import TrainSetup, evaluate
+from tradewind.trainer.startup import StartupClock
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.tensorboard import EventWriter
 
@@ -58,6 +59,24 @@ class Hook(Protocol):
 
     def __call__(self, state: TrainState, interval: Interval) -> None:
         """Act on the state after update `state.step`."""
+
+
+FIRST_UPDATE = "first update"
+
+
+class FirstUpdateHook:
+    """Ends the start-up's last stage when the attempt's first update is done, and prints where the start-up
+    went (first in the hooks: the metrics row is not part of it)."""
+
+    def __init__(self, clock: StartupClock, first_step: int):
+        self.clock, self.first_step = clock, first_step
+
+    def wants(self, step: int) -> bool:
+        return step == self.first_step + 1
+
+    def __call__(self, state: TrainState, interval: Interval) -> None:
+        self.clock.mark(FIRST_UPDATE)
+        print(self.clock.describe(), flush=True)
 
 
 class RunWriters:

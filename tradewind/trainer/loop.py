@@ -54,7 +54,9 @@ from tradewind.trainer.distributed import (
     is_main_process,
 )
 from tradewind.trainer.hooks import (
+    FIRST_UPDATE,
     CheckpointHook,
+    FirstUpdateHook,
     Hook,
     Interval,
     MetricsHook,
@@ -70,6 +72,7 @@ from tradewind.trainer.plan import TimeBudget
 from tradewind.trainer.record import read_record, record_end, record_start
 from tradewind.trainer.remote import PushHook, RemoteRun, parent_files
 from tradewind.trainer.setup import TrainSetup, evaluate, init_from_params, setup_training
+from tradewind.trainer.startup import StartupClock
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.validation import ValScore, fixed_val_tokens, score_val_tokens
 
@@ -79,6 +82,7 @@ def train(
     run_dir: str | Path,
     progress: TrainProgress | None = None,
     placement: Placement | None = None,
+    clock: StartupClock | None = None,
 ) -> TrainSummary:
     """Train a model as `config` says, writing metrics, checkpoints, the run record and the summary into `run_dir`.
 
@@ -92,6 +96,8 @@ def train(
         progress: optional callback, see `TrainProgress`.
         placement: what the launch asked for (the job's): its accelerator and gang size are checked against
             the devices and processes JAX finds. None (a Python call): train on whatever JAX has.
+        clock: times the start-up's stages (default: from this call on); its stages are printed after the
+            first update and kept in the summary's `startup_s`.
 
     Returns:
         The summary, also written to `summary.json`.
@@ -103,12 +109,15 @@ def train(
         NotFoundError, ConfigError: as `setup_training`.
     """
     start = time.perf_counter()
+    clock = clock or StartupClock(start)
     remote = RemoteRun.open(str(run_dir)) if is_remote(run_dir) else None
     layout = remote.layout if remote else RunLayout(Path(run_dir))
+    clock.mark("python and imports")
     try:
         initialize_distributed(config.distributed)
         platform = check_devices(placement and placement.accelerator)
         _check_gang(placement)
+        clock.mark("devices")
     except TradewindError as error:
         gang = distributed_env()
         if layout.record.exists() and (gang is None or gang.process_id == 0):
@@ -125,7 +134,7 @@ def train(
             if config.init_from:
                 fetched["init_from"] = str(remote.fetch(config.init_from, "models"))
             config = config.model_copy(update=fetched)
-        summary = _train(config, layout, progress, start, remote)
+        summary = _train(config, layout, progress, start, remote, clock)
     except BaseException as error:
         if is_main_process():
             reason = str(error) if isinstance(error, TradewindError) else f"{type(error).__name__}: {error}"
@@ -144,8 +153,9 @@ def train(
 
 def train_job(**job: Any) -> None:
     """The entry of a training job: validates its keyword arguments as a `TrainJob` and trains."""
+    clock = StartupClock.since_process_start()
     request = parse_config(TrainJob, job, source="train job")
-    train(request.config, request.run_dir, placement=request.placement)
+    train(request.config, request.run_dir, placement=request.placement, clock=clock)
 
 
 def run_steps(
@@ -200,9 +210,14 @@ def run_steps(
 
 
 def _train(
-    config: TrainConfig, layout: RunLayout, progress: TrainProgress | None, start: float, remote: RemoteRun | None
+    config: TrainConfig,
+    layout: RunLayout,
+    progress: TrainProgress | None,
+    start: float,
+    remote: RemoteRun | None,
+    clock: StartupClock,
 ) -> TrainSummary:
-    setup = setup_training(config, initial_params=init_from_params(config))
+    setup = setup_training(config, initial_params=init_from_params(config), clock=clock)
     print(
         f"model {setup.model_config.type}: {setup.parameters:,} parameters ({setup.trainable_parameters:,} trained), "
         f"vocab {setup.model_config.vocab_size}, "
@@ -221,7 +236,7 @@ def _train(
     writers = RunWriters(layout, config, setup.plan, progress, rows)
     metrics = MetricsHook(setup, writers, start)
     saves = CheckpointHook(checkpointer, setup.plan) if checkpointer is not None else None
-    hooks: list[Hook] = [metrics]
+    hooks: list[Hook] = [FirstUpdateHook(clock, first_step), metrics]
     if remote is not None:
         hooks.append(PushHook(remote, saves))  # before the save: the bucket holds the rows up to each checkpoint
     if saves is not None:
@@ -233,6 +248,7 @@ def _train(
         print(f"resumed from checkpoint {state.step}", flush=True)
         if config.time_budget_s:
             evaluate(setup, state.params)  # timed, as the budget's reserve
+    clock.mark("first eval")
     budget = None
     if config.time_budget_s:
         # The budget ends with the last step's evaluation, and what earlier attempts trained counts. Beside a
@@ -255,7 +271,8 @@ def _train(
             checkpointer.close()
         writers.close()
 
-    summary = _summarise(setup, writers.rows, time.perf_counter() - start, first_step, state.step, train_s, val)
+    wall_s = time.perf_counter() - start
+    summary = _summarise(setup, writers.rows, wall_s, first_step, state.step, train_s, val, clock)
     if val is not None:
         print(
             f"trained {train_s:.1f}s; val_loss {_figure(val.loss)}, val_bpb {_figure(val.bits_per_byte)} "
@@ -359,10 +376,11 @@ def _summarise(
     steps: int,
     train_s: float,
     val: ValScore | None,
+    clock: StartupClock,
 ) -> TrainSummary:
     """The run's summary, from its metrics rows: the same rows give the same figures, however often the
     run was stopped and resumed on the way. `steps` is the run's last step; `train_s` this attempt's training
-    time and `val` its score on the fixed val tokens."""
+    time, `val` its score on the fixed val tokens and `clock` its start-up."""
     config = setup.config
     evals = [row.eval_loss for row in rows if row.eval_loss is not None]
     logged = logged_updates(rows)
@@ -401,4 +419,6 @@ def _summarise(
         val_bpb=val.bits_per_byte if val else None,
         val_tokens=val.tokens if val else None,
         val_s=val.seconds if val else None,
+        startup_s=clock.stages,
+        first_update_s=clock.total_s if FIRST_UPDATE in clock.stages else None,
     )

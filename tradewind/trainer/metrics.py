@@ -109,6 +109,12 @@ class TrainSummary(BaseModel):
     val_bpb: float | None = Field(None, description="val_loss in bits per UTF-8 byte of the text those tokens are.")
     val_tokens: int | None = Field(None, description="Val tokens scored for val_loss and val_bpb.")
     val_s: float | None = Field(None, description="Seconds the final evaluation on the fixed val tokens took.")
+    first_update_s: float | None = Field(
+        None, description="Seconds from this attempt's start (its process's, for a job) to its first update's end."
+    )
+    startup_s: dict[str, float] | None = Field(
+        None, description="Those seconds by stage: imports, devices, data, model, compile, first eval, first update."
+    )
 
 
 class OpTime(BaseModel):

@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from tradewind.trainer.models.layers import SPLASH_BLOCKS, stacked_params
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.plan import StepPlan
 from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings, place
+from tradewind.trainer.startup import StartupClock
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.step import EvalStep, Params, TrainStep, make_eval_step, make_train_step, weights_and_streams
 
@@ -224,22 +224,27 @@ class TrainSetup:
     put_batch: Callable[[Any], Any]
 
 
-def setup_training(config: TrainConfig, initial_params: Params | None = None) -> TrainSetup:
+def setup_training(
+    config: TrainConfig, initial_params: Params | None = None, clock: StartupClock | None = None
+) -> TrainSetup:
     """Open the dataset, build the model, optimizer and loaders, and compile the train and eval steps.
 
     Args:
         config: the run.
         initial_params: host parameters to start from instead of a fresh initialisation (same structure).
+        clock: marks the stages "data", "model" and "compile" as they end.
 
     Raises:
         NotFoundError: no token cache at `config.dataset`, or it lacks a `train` or `val` split.
         ConfigError: the model's vocabulary is smaller than the tokenizer's, or the mesh does not fit.
         InvalidInputError: a split is too short for one batch of `batch_size` x `seq_len`.
     """
+    clock = clock or StartupClock()
     data = open_run_data(config)
     model_config = resolve_model_config(config.model, data.cache.manifest)
     mesh = build_mesh(config.mesh)
     check_batch_split(config, mesh)
+    clock.mark("data")
 
     model = build_run_model(config, model_config, initial_params=initial_params)
     graphdef, eval_graphdef, params, frozen = split_run_model(model, config)
@@ -262,11 +267,12 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
         )
 
     eval_data = [put_batch(data.val.batch(i)) for i in range(config.eval_batches)]  # same batches every eval
-    start = time.perf_counter()
-    train_step, eval_step = compile_steps(
+    clock.mark("model")
+    train_lowered, eval_lowered = lower_steps(
         config, (graphdef, eval_graphdef), optimizer, mesh, params, opt_state, eval_data[0], frozen
     )
-    compile_s = time.perf_counter() - start
+    train_step, eval_step = train_lowered.compile(), eval_lowered.compile()
+    clock.mark("compile")
 
     val = data.cache.manifest.splits.get("val")
     device = jax.devices()[0]
@@ -287,7 +293,7 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
         eval_data=eval_data,
         train_step=train_step,
         eval_step=eval_step,
-        compile_s=compile_s,
+        compile_s=clock.stages["compile"],
         mesh=mesh,
         graphdef=graphdef,
         eval_graphdef=eval_graphdef,
@@ -299,7 +305,7 @@ def setup_training(config: TrainConfig, initial_params: Params | None = None) ->
     )
 
 
-def compile_steps(
+def lower_steps(
     config: TrainConfig,
     graphdefs: tuple[nnx.GraphDef, nnx.GraphDef],
     optimizer: optax.GradientTransformation,
@@ -309,7 +315,7 @@ def compile_steps(
     batch: Any,
     frozen: Params,
 ) -> tuple[Any, Any]:
-    """`config`'s train and eval steps, compiled ahead of time for `mesh`: `(params, opt_state, batch,
+    """`config`'s train and eval steps, lowered for `mesh` (`.compile()` each): `(params, opt_state, batch,
     learning_rate, frozen)` and `(params, batch, frozen)`.
 
     `graphdefs` are the train and eval steps' (`split_run_model`). `params`, `opt_state`, `batch` (one
@@ -340,7 +346,7 @@ def compile_steps(
     with jax.set_mesh(mesh):  # the model pins its activations' batch split on this mesh (`layers.batch_sharded`)
         train_lowered = train_step.lower(params, opt_state, batch, learning_rate, frozen)
         eval_lowered = eval_step.lower(params, batch, frozen)
-    return train_lowered.compile(), eval_lowered.compile()
+    return train_lowered, eval_lowered
 
 
 def evaluate(setup: TrainSetup, params: Params) -> float:

@@ -40,7 +40,7 @@ from tradewind.trainer.compile import Collective, StepEstimate, TpuCompileReport
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
-from tradewind.trainer.setup import attention_kernel, build_run_model, compile_steps, compute_dtype, split_run_model
+from tradewind.trainer.setup import attention_kernel, build_run_model, compute_dtype, lower_steps, split_run_model
 from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings
 from tradewind.trainer.step import weights_and_streams
 
@@ -61,7 +61,9 @@ _OUT_OF_MEMORY = re.compile(r"temporaries \(([\d.]+)([KMGT]?)\)")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
-def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices: int = 1) -> TpuCompileReport:
+def compile_for_tpu(
+    config: TrainConfig, vocab_size: int, tpu_type: str, slices: int = 1, *, with_eval: bool = True
+) -> TpuCompileReport:
     """Compile `config`'s train and eval steps for `slices` slices of `tpu_type` and report what they need.
 
     Args:
@@ -69,6 +71,7 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
         vocab_size: the tokenizer's, used where `config.model.vocab_size` is null.
         tpu_type: a TPU type (`v5litepod-16`, `v5e-8`, `v4-8`, `v5p-64`, `v6e-8`).
         slices: slices training together; the mesh's `data` axis spans them.
+        with_eval: also compile the eval step (False: only whether training fits is wanted).
 
     Raises:
         ValueError: an unknown TPU type.
@@ -107,9 +110,11 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
     }
     start = time.perf_counter()
     try:
-        train_step, eval_step = compile_steps(
+        train_lowered, eval_lowered = lower_steps(
             config, (graphdef, eval_graphdef), optimizer, mesh, params, opt_state, batch, frozen
         )
+        train_step = train_lowered.compile()
+        eval_step = eval_lowered.compile() if with_eval else None
     except jax.errors.JaxRuntimeError as error:
         found = _OUT_OF_MEMORY.search(str(error))
         if "RESOURCE_EXHAUSTED" not in str(error) or found is None:
@@ -140,7 +145,7 @@ def compile_for_tpu(config: TrainConfig, vocab_size: int, tpu_type: str, slices:
         hbm_available_bytes=target.chip.hbm_bytes,
         arguments_bytes=memory.argument_size_in_bytes,
         temporaries_bytes=memory.temp_size_in_bytes,
-        eval_hbm_bytes=hbm_needed(eval_step.memory_analysis()),
+        eval_hbm_bytes=hbm_needed(eval_step.memory_analysis()) if eval_step is not None else None,
         collectives=collectives,
         step=estimate_step(config, model_config, target, slices, train_step, collectives),
         compiler_message=None,
