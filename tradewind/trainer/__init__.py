@@ -6,7 +6,7 @@ device mesh, the loop that writes `metrics.jsonl`, TensorBoard events, checkpoin
 resume, sampling, Hugging Face export/import and the profiler. It may import only `tradewind.core`,
 `tradewind.cluster` and `tradewind.data` (plus JAX, flax, optax and orbax).
 
-Entry points: jobs call `tradewind.trainer.loop:train_job` (and the sampling and profiling jobs' callables);
+Entry points: jobs call `tradewind.trainer.start:train_job` (and the sampling and profiling jobs' callables);
 `python -m tradewind.trainer RUN_DIR` trains a run folder by hand; `python -m tradewind.trainer.cli export ...`
 is `tradewind export`.
 """

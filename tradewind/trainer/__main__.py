@@ -5,7 +5,7 @@
 Reads `RUN_DIR/config.json` (a `TrainConfig` as JSON, its dataset a token-cache folder) and trains as
 `train` does, resuming from the folder's checkpoints if it has some; where the folder has a launcher's record
 (`run.json`), the devices and processes are checked against its placement. Jobs do not come this way: the
-backends call `tradewind.trainer.loop:train_job`. The processes of a gang find each other through the
+backends call `tradewind.trainer.start:train_job`. The processes of a gang find each other through the
 variables the backends set (see `tradewind.trainer.distributed`). Exit status 0 on success; 1 on error,
 with a `TradewindError`'s message on stderr, or a traceback for anything unexpected.
 """

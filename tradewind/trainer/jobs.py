@@ -1,7 +1,7 @@
 """What the training, sampling and profiling processes are given, as pydantic models that load no JAX.
 
 A tool builds one of these jobs, passes it as the keyword arguments of a callable `JobSpec`, and the
-process validates the same model again (`loop.train_job`, `sample.sample_job`, `profile.profile_job`).
+process validates the same model again (`start.train_job`, `sample.sample_job`, `profile.profile_job`).
 The options models are also the tools' request fields (`SampleTextRequest` inherits `SampleOptions`), so
 each option and the description an agent reads are declared once. This module must stay free of JAX: the
 MCP server imports it.
@@ -21,7 +21,7 @@ from tradewind.cluster.placement import Placement
 from tradewind.core.text import MULTILINE
 from tradewind.trainer.config import TrainConfig
 
-TRAIN_CALLABLE = "tradewind.trainer.loop:train_job"
+TRAIN_CALLABLE = "tradewind.trainer.start:train_job"
 SAMPLE_CALLABLE = "tradewind.trainer.sample:sample_job"
 SAMPLE_WORKER_CALLABLE = "tradewind.trainer.sample_worker:sample_worker_job"
 PROFILE_CALLABLE = "tradewind.trainer.profile:profile_job"

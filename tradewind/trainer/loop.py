@@ -18,8 +18,8 @@ The loop (`run_steps`) waits for the device only when a hook (`tradewind.trainer
 evaluation, checkpoints, profiler traces) wants the step; in between, it reads the next batch from the token
 cache while the device runs the step it has just dispatched.
 
-As a job, the backends run `train_job(run_dir=..., config=...)` (a `TrainJob`); by hand,
-`python -m tradewind.trainer RUN_DIR` trains the config.json in RUN_DIR.
+As a job, the backends run `tradewind.trainer.start:train_job(run_dir=..., config=...)` (a `TrainJob`); by
+hand, `python -m tradewind.trainer RUN_DIR` trains the config.json in RUN_DIR.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import jax
 import numpy as np
@@ -41,7 +40,6 @@ from tradewind.core import (
     TradewindError,
     atomic_write_json,
     atomic_write_text,
-    parse_config,
 )
 from tradewind.core.buckets import is_remote
 from tradewind.data import open_token_cache
@@ -65,7 +63,6 @@ from tradewind.trainer.hooks import (
     agree,
     bits_per_byte,
 )
-from tradewind.trainer.jobs import TrainJob
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.metrics import MetricRow, TrainSummary, logged_updates, read_metrics, train_seconds
 from tradewind.trainer.plan import TimeBudget
@@ -149,13 +146,6 @@ def train(
         if remote is not None:
             remote.push()
     return summary
-
-
-def train_job(**job: Any) -> None:
-    """The entry of a training job: validates its keyword arguments as a `TrainJob` and trains."""
-    clock = StartupClock.since_process_start()
-    request = parse_config(TrainJob, job, source="train job")
-    train(request.config, request.run_dir, placement=request.placement, clock=clock)
 
 
 def run_steps(
