@@ -107,8 +107,9 @@ def suggested_change(message: str) -> dict[str, Any]:
     return change
 
 
-async def agent_session(workspace: Path, model: str, steps: int) -> dict[str, Any]:
-    """Everything an agent does with a run on this host's chip, over MCP stdio, with the seconds each took."""
+async def agent_session(workspace: Path, model: str, steps: int, train_the_change: bool = True) -> dict[str, Any]:
+    """Everything an agent does with a run on this host's chip, over MCP stdio, with the seconds each took; with
+    `train_the_change`, the change the 1B refusal names is trained for a few steps."""
     server = StdioServerParameters(
         command=sys.executable, args=["-m", "tradewind", "serve", "--workspace", str(workspace)], env=dict(os.environ)
     )
@@ -147,7 +148,7 @@ async def agent_session(workspace: Path, model: str, steps: int) -> dict[str, An
             "refused": refused.is_error,
             "message": " ".join(getattr(block, "text", "") for block in refused.content)[:1000],
         }
-        if refused.is_error:  # the change it names, trained for a few steps: it does fit the chip
+        if refused.is_error and train_the_change:  # the change it names, trained for a few steps: it fits the chip
             few = {"steps": 3, "log_every": 1, "eval_every": 3, "eval_batches": 1, "checkpoint": False}
             change = suggested_change(figures["refuse_1b"]["message"])
             fitted = await launch_and_wait(client, {**arguments, **ONE_B, **few, **change})
