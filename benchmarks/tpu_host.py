@@ -1,5 +1,6 @@
 """Tradewind on this host's TPU, as an agent drives it: one MCP stdio session (`tradewind serve`) that launches a
-model on the local chip, reads its metrics, profiles, samples and exports it; then the same config launched again
+model on the local chip, reads its metrics, profiles, samples, exports it and writes its report; kills a small run
+and resumes it, and runs a two-trial sweep whose trials take the chip in turn; then the first config launched again
 (the workspace's compile cache: time to the first step, cold and warm); then a 1B config, refused before the chip
 with a change that fits, and that change trained for a few steps on the chip.
 
@@ -15,6 +16,7 @@ in seconds with a change that fits.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -51,23 +53,24 @@ async def call(client: Client, name: str, arguments: dict[str, Any], timeout_s: 
     return result.structured_content
 
 
-async def first_step_s(client: Client, run_id: str, launched: float, timeout_s: float = 600) -> float:
-    """Seconds from the launch call to the run's first logged step (the run logs every step)."""
+async def reach_step(client: Client, run_id: str, step: int, timeout_s: float = 600) -> None:
+    """Wait until the run has logged `step` (it logs every step)."""
     deadline = time.perf_counter() + timeout_s
     while time.perf_counter() < deadline:
         info = await call(client, "get_run", {"run_id": run_id})
-        if info["step"] >= 1:
-            return time.perf_counter() - launched
+        if info["step"] >= step:
+            return
         if info["status"] in ("FAILED", "CANCELLED"):
             raise RuntimeError(f"run {run_id} {info['status']}: {info.get('reason')}")
         await anyio.sleep(0.25)
-    raise TimeoutError(f"run {run_id} logged no step within {timeout_s} s")
+    raise TimeoutError(f"run {run_id} did not log step {step} within {timeout_s} s")
 
 
 async def launch_and_wait(client: Client, arguments: dict[str, Any]) -> dict[str, Any]:
     launched = time.perf_counter()
     run = await call(client, "launch_training", arguments)
-    first = await first_step_s(client, run["run_id"], launched)
+    await reach_step(client, run["run_id"], 1)
+    first = time.perf_counter() - launched
     done = await call(client, "wait_for_run", {"run_id": run["run_id"], "timeout_s": 900}, timeout_s=960)
     if done["status"] != "SUCCEEDED":
         raise RuntimeError(f"run {run['run_id']} {done['status']}: {done.get('reason')} {done.get('log_tail')}")
@@ -87,6 +90,39 @@ def run_figures(done: dict[str, Any]) -> dict[str, Any]:
         "mfu": summary["mfu"],
         "peak_flops_source": summary["peak_flops_source"],
         "compile_s": summary["compile_s"],
+    }
+
+
+async def killed_and_resumed(client: Client, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A run cancelled after its checkpoint at step 10, then continued from that checkpoint as a new run."""
+    steps = 30
+    killed = await call(client, "launch_training", {**arguments, "steps": steps, "checkpoints": {"every_steps": 10}})
+    await reach_step(client, killed["run_id"], 15)
+    await call(client, "cancel_run", {"run_id": killed["run_id"]})
+    resumed = (await launch_and_wait(client, {"resume_from": killed["run_id"], "steps": steps}))["run"]
+    summary = resumed["summary"]
+    return {"killed": killed["run_id"], "resumed": resumed["run_id"], "platform": resumed["platform"]} | {
+        "resumed_from_step": summary["resumed_from_step"],
+        "steps": summary["steps"],
+    }
+
+
+async def sweep_in_turn(client: Client, arguments: dict[str, Any], timeout_s: float = 600) -> dict[str, Any]:
+    """A two-trial sweep on the chip: its trials take the chip in turn (no two train at once)."""
+    base = {**arguments, "steps": 10, "checkpoint": False}
+    sweep = await call(client, "launch_sweep", {"base": base, "space": {"optimizer.learning_rate": [1e-3, 3e-3]}})
+    deadline = time.perf_counter() + timeout_s
+    while (state := await call(client, "get_sweep", {"sweep_id": sweep["sweep_id"]}))["status"] == "running":
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"sweep {sweep['sweep_id']} still running after {timeout_s} s")
+        await anyio.sleep(1)
+    runs = [await call(client, "get_run", {"run_id": trial["run_id"]}) for trial in state["trials"]]
+    spans = sorted((run["started_at"], run["ended_at"]) for run in runs)
+    return {
+        "status": state["status"],
+        "counts": state["counts"],
+        "platforms": [run["platform"] for run in runs],
+        "in_turn": all(earlier[1] <= later[0] for earlier, later in itertools.pairwise(spans)),
     }
 
 
@@ -139,6 +175,12 @@ async def agent_session(workspace: Path, model: str, steps: int, train_the_chang
         started = time.perf_counter()
         export = await call(client, "export_model", {"run_id": run_id})
         figures["export"] = {"s": time.perf_counter() - started, "device": export["device"], "files": export["files"]}
+        started = time.perf_counter()
+        report = await call(client, "summarize_report", {"run_id": run_id})
+        figures["report"] = {"s": time.perf_counter() - started, "report": report["report_path"]}
+        small = {**arguments, **MODELS["tiny"], "seq_len": SEQ_LEN["tiny"]}  # quick runs, for what is not speed
+        figures["killed_and_resumed"] = await killed_and_resumed(client, small)
+        figures["sweep"] = await sweep_in_turn(client, small)
         warm = await launch_and_wait(client, arguments)
         figures["warm"] = {key: value for key, value in warm.items() if key != "run"}
         started = time.perf_counter()

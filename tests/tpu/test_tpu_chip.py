@@ -189,6 +189,10 @@ def test_an_agent_over_mcp_stdio_launches_profiles_samples_and_exports_a_run_on_
     assert figures["run"]["platform"] == "tpu" and figures["run"]["mfu"] > 0
     assert figures["profile"]["backend"] == "tpu" and figures["profile"]["top_ops"]
     assert figures["sample"]["device"].startswith("cpu") and figures["sample"]["text"]
-    assert "model.safetensors" in figures["export"]["files"]
+    assert "model.safetensors" in figures["export"]["files"] and figures["report"]["report"].endswith(".md")
+    resumed = figures["killed_and_resumed"]
+    assert resumed["platform"] == "tpu" and resumed["resumed_from_step"] >= 10 and resumed["steps"] == 30
+    sweep = figures["sweep"]
+    assert sweep["status"] == "succeeded" and sweep["platforms"] == ["tpu", "tpu"] and sweep["in_turn"]
     assert figures["warm"]["first_step_s"] < figures["cold"]["first_step_s"]
     assert figures["refuse_1b"]["refused"] and "does not fit" in figures["refuse_1b"]["message"]
