@@ -196,3 +196,35 @@ def test_an_agent_over_mcp_stdio_launches_profiles_samples_and_exports_a_run_on_
     assert sweep["status"] == "succeeded" and sweep["platforms"] == ["tpu", "tpu"] and sweep["in_turn"]
     assert figures["warm"]["first_step_s"] < figures["cold"]["first_step_s"]
     assert figures["refuse_1b"]["refused"] and "does not fit" in figures["refuse_1b"]["message"]
+
+
+def test_the_cli_trains_estimates_compiles_profiles_samples_and_exports_on_the_chip(tmp_path, chip_ws):
+    """The `tradewind` commands a person types on a TPU VM, each a process of its own; the CLI itself stays on
+    the CPU (it never holds the chip), the runs and the profile take it."""
+    _, dataset = chip_ws
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        json.dumps({"dataset": dataset, "model": CHIP_MODEL, **CHIP_TRAINING, "steps": 10}), encoding="utf-8"
+    )
+    workspace = ["--workspace", str(tmp_path / "ws"), "--allow-path", str(Path(dataset).parent)]
+
+    def tradewind(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "tradewind", *args, *workspace], capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    compiled = json.loads(tradewind("compile", str(config), "--json"))  # the host's chip is the default target
+    assert compiled["fits"] and compiled["device_memory_source"].startswith(f"HBM of one {host_tpu().chip.device_kind}")
+    estimate = json.loads(tradewind("estimate", str(config), "--json"))
+    assert estimate["fits"] and estimate["step_time_s"] > 0
+    run_id = re.search(r"run (run-[\w-]+)", tradewind("train", str(config))).group(1)  # it waits for the run
+    shown = json.loads(tradewind("runs", "show", run_id))
+    assert (shown["status"], shown["platform"]) == ("SUCCEEDED", "tpu")
+    profile = json.loads(tradewind("profile", run_id, "--steps", "3", "--json"))
+    assert profile["backend"] == "tpu" and profile["top_ops"]
+    sample = json.loads(tradewind("sample", run_id, "--prompt", "ROMEO:", "--max-tokens", "8", "--json"))
+    assert sample["device"].startswith("cpu") and sample["text"]
+    exported = tradewind("export", run_id, "--out", str(tmp_path / "hf"))
+    assert (tmp_path / "hf" / "model.safetensors").is_file(), exported
