@@ -34,7 +34,7 @@ from tradewind.tools import (
     get_run,
     launch_training,
 )
-from tradewind.trainer import RunLayout
+from tradewind.trainer import RunLayout, TrainConfig, read_record
 
 pytestmark = [
     pytest.mark.tpu,
@@ -179,6 +179,26 @@ def test_a_config_that_cannot_fit_the_chip_is_refused_before_the_chip_is_touched
     compiles = ctx.backend.list()[: len(ctx.backend.list()) - before]
     assert compiles and all(job.spec.env.get("JAX_PLATFORMS") == "cpu" for job in compiles)  # compiled on the CPU
     assert all(job.spec.resources.tpu_type is None for job in compiles)
+
+
+def test_a_run_past_the_launch_check_that_runs_out_of_the_chips_memory_fails_with_a_readable_reason(tmp_path, chip_ws):
+    """Trained by hand (`python -m tradewind.trainer`, no launch and so no fit check), a 1B config with Adam: its
+    weights and moments are placed on the chip, then its step does not fit. The run ends FAILED, its record
+    saying so with XLA's figures and what to change."""
+    _, dataset = chip_ws
+    layout = RunLayout(tmp_path / "run")
+    layout.root.mkdir()
+    big = {"preset": "llama-1b", "vocab_size": 128256}
+    config = TrainConfig(dataset=dataset, model=big, batch_size=4, seq_len=128, steps=2, checkpoint=False)
+    layout.config.write_text(config.model_dump_json(), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "tradewind.trainer", str(layout.root)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 1
+    record = read_record(layout.record)
+    assert record.status == "FAILED", record
+    assert record.reason.startswith(f"out of memory on {host_tpu().chip.device_kind}"), record.reason
+    assert "RESOURCE_EXHAUSTED" in record.reason and "remat='full' with scan_layers=true" in record.reason
 
 
 def test_an_agent_over_mcp_stdio_launches_profiles_samples_and_exports_a_run_on_the_chip(tmp_path):

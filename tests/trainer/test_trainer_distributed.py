@@ -6,7 +6,12 @@ import pytest
 from tradewind.cluster import parse_accelerator
 from tradewind.core import ConfigError
 from tradewind.trainer import DistributedConfig
-from tradewind.trainer.distributed import check_devices, initialize_distributed, is_main_process
+from tradewind.trainer.distributed import (
+    check_devices,
+    describe_out_of_memory,
+    initialize_distributed,
+    is_main_process,
+)
 
 on_cpu = pytest.mark.skipif(jax.default_backend() != "cpu", reason="checks what a CPU-only machine reports")
 
@@ -36,3 +41,13 @@ def test_a_process_outside_any_gang_with_distributed_off_stays_alone_and_is_the_
         monkeypatch.delenv(name, raising=False)
     initialize_distributed(DistributedConfig())
     assert jax.process_count() == 1 and is_main_process()
+
+
+def test_running_out_of_device_memory_is_described_with_xlas_figures_and_what_to_change():
+    # A real allocation past this machine's memory (1 TiB): XLA's RESOURCE_EXHAUSTED, as a chip gives it.
+    with pytest.raises(jax.errors.JaxRuntimeError) as exhausted:
+        jax.numpy.ones((2**38,), jax.numpy.float32).block_until_ready()
+    reason = describe_out_of_memory(exhausted.value)
+    assert reason.startswith("out of memory on cpu (XLA: RESOURCE_EXHAUSTED: Out of memory allocating 1099511627776")
+    assert reason.endswith("remat='full' with scan_layers=true, or a larger accelerator")
+    assert describe_out_of_memory(ValueError("not memory")) is None

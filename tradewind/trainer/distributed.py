@@ -100,9 +100,8 @@ def describe_out_of_memory(error: BaseException) -> str | None:
     limit = (device.memory_stats() or {}).get("bytes_limit")
     has = f" of {limit / 2**30:,.2f} GiB" if limit else ""
     return (
-        f"out of memory on {device.device_kind}{has} (XLA: {figures[:300]}), though the launch's compiled "
-        "estimate fitted; train with a smaller batch_size and a larger grad_accum, remat='full' with "
-        "scan_layers=true, or a larger accelerator"
+        f"out of memory on {device.device_kind}{has} (XLA: {figures[:300]}); train with a smaller batch_size and "
+        "a larger grad_accum, remat='full' with scan_layers=true, or a larger accelerator"
     )
 
 

@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,14 +106,6 @@ def build_run_model(
     if config.lora is not None:
         add_adapters(model, config.lora, nnx.Rngs(config.seed))
     return model
-
-
-def on_host_cpu() -> contextlib.AbstractContextManager:
-    """A context in which JAX computes on this host's CPU, where JAX has one (`JAX_PLATFORMS` may leave it out)."""
-    try:
-        return jax.default_device(jax.local_devices(backend="cpu")[0])
-    except RuntimeError:  # no CPU backend: compute where JAX computes by default
-        return contextlib.nullcontext()
 
 
 def init_from_params(config: TrainConfig) -> dict[str, Any] | None:
@@ -255,11 +246,8 @@ def setup_training(
     check_batch_split(config, mesh)
     clock.mark("data")
 
-    # Initialised on this host's CPU, then placed: eagerly on an accelerator, each initialiser would be compiled
-    # for it (seconds on a TPU), and `place` copies the weights through the host anyway.
-    with on_host_cpu():
-        model = build_run_model(config, model_config, jax.default_backend(), initial_params=initial_params)
-        graphdef, eval_graphdef, params, frozen = split_run_model(model, config)
+    model = build_run_model(config, model_config, initial_params=initial_params)
+    graphdef, eval_graphdef, params, frozen = split_run_model(model, config)
     params = place(params, param_shardings(mesh, params))
     frozen = place(frozen, param_shardings(mesh, frozen))
     optimizer = build_optimizer(config.optimizer)
