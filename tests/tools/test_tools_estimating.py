@@ -66,6 +66,19 @@ def test_without_a_probe_or_an_earlier_run_the_estimate_is_analytic_and_says_how
     assert estimate_jobs(cache_ctx) == [] and list(cache_ctx.workspace.runs_dir.iterdir()) == []
 
 
+def test_a_flop_budget_needs_no_vocab_size_from_the_caller_the_dataset_says_it(cache_ctx):
+    with_vocab = {**WIDE, "model": {**WIDE["model"], "vocab_size": 258}}  # the byte tokenizer's
+    per_step = TrainConfig(dataset="tiny", **with_vocab).flops_per_token() * 256
+    results = [
+        estimate_run(
+            cache_ctx,
+            EstimateRunRequest(config={"dataset": "tiny", **shape, "flop_budget": 40.5 * per_step}, probe=False),
+        )
+        for shape in (WIDE, with_vocab)
+    ]
+    assert [(result.budget_kind, result.steps_in_budget) for result in results] == [("flops", 41)] * 2
+
+
 def test_a_token_budget_fixes_the_steps_and_too_few_tokens_ask_for_more_steps_never_a_smaller_model(cache_ctx):
     # 577,536 tokens for a 100M-parameter model: the case whose advice once named a 28,876-parameter model.
     config = {"dataset": "tiny", **WIDE, "token_budget": 577_536}

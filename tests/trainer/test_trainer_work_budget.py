@@ -5,7 +5,7 @@ import jax
 import pytest
 
 from tradewind.core import ConfigError, InvalidInputError, parse_config
-from tradewind.trainer import TrainConfig, read_metrics, train
+from tradewind.trainer import TrainConfig, read_metrics, read_train_config, train
 from tradewind.trainer.metrics import MetricRow, planned_steps
 from tradewind.trainer.optimizer import learning_rate
 from tradewind.trainer.plan import StepPlan, TimeBudget
@@ -51,11 +51,21 @@ def test_a_flop_budget_run_makes_the_fewest_updates_whose_model_flops_reach_it(t
     assert flops >= config.flop_budget > flops - per_step  # one update fewer would fall short
 
 
+def test_a_flop_budget_without_vocab_size_counts_the_datasets_vocabulary_and_saves_it(tiny_config, tmp_path):
+    per_step = tiny_config(model={"vocab_size": 258}).flops_per_token() * TOKENS_PER_STEP
+    config = tiny_config(flop_budget=5.5 * per_step)  # its dataset's byte tokenizer has 258 tokens
+    with pytest.raises(ConfigError, match=r"model\.vocab_size: the FLOPs per token count the output head"):
+        _ = config.total_steps  # not before the run has its dataset
+    summary = train(config, tmp_path / "run")
+    assert summary.steps == 6 and summary.budget_met
+    saved = read_train_config(tmp_path / "run" / "config.json")  # every reader of the run counts the same steps
+    assert (saved.model.vocab_size, saved.total_steps) == (258, 6)
+
+
 @pytest.mark.parametrize(
     ("fields", "words"),
     [
         ({"token_budget": 1000, "flop_budget": 1e12, "model": {"vocab_size": 258}}, "token_budget and flop_budget"),
-        ({"flop_budget": 1e12}, "flop_budget needs model.vocab_size"),
         ({"token_budget": 10**15, "batch_size": 1, "seq_len": 1}, "token_budget: 1,000,000,000,000,000 tokens is"),
     ],
 )

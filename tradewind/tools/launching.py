@@ -56,6 +56,7 @@ from tradewind.trainer import (
     model_for_init_from,
     open_run_data,
     read_record,
+    with_dataset_vocabulary,
 )
 
 # What a continued run must share with its parent, so that its data order and results are those of one run.
@@ -271,7 +272,7 @@ def _new_launch(ctx: ToolContext, request: LaunchTrainingRequest, ledger: Ledger
         values["init_from"] = str(folder)
         values["model"] = model_for_init_from(request.model, request.model.model_fields_set, folder).model_dump()
     values["dataset"] = str(resolve_dataset(ctx, request.dataset, progress))
-    return Launch(TrainConfig.model_validate(values), request.placement(), ledger)
+    return Launch(with_dataset_vocabulary(TrainConfig.model_validate(values)), request.placement(), ledger)
 
 
 def _continued_launch(
@@ -299,7 +300,7 @@ def _continued_launch(
     merged["resume_from"] = str(parent_dir)
     if merged.get("lora") is None:  # the weights come from the parent's checkpoint
         merged["init_from"] = None  # (a LoRA run's checkpoints hold only its adapters: its base comes from init_from)
-    config = TrainConfig.model_validate(merged)
+    config = with_dataset_vocabulary(TrainConfig.model_validate(merged))
     total = config.total_steps  # None for a time budget: it goes on for its seconds, whatever its steps
     if total is not None and total <= saved[-1]:
         budget = config.budget

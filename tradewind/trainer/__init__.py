@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from tradewind.core import lazy_getattr
 
 if TYPE_CHECKING:
-    from tradewind.trainer.batches import RunData, open_run_data
+    from tradewind.trainer.batches import RunData, open_run_data, with_dataset_vocabulary
     from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
     from tradewind.trainer.config import (
         CheckpointConfig,
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "RunData": "tradewind.trainer.batches",
     "open_run_data": "tradewind.trainer.batches",
+    "with_dataset_vocabulary": "tradewind.trainer.batches",
     "ARCHITECTURES": "tradewind.trainer.models.configs",
     "PRESETS": "tradewind.trainer.models.base",
     "GPT2Config": "tradewind.trainer.models.configs",
@@ -175,6 +176,7 @@ __all__ = [
     "sample_tokens",
     "RunData",
     "open_run_data",
+    "with_dataset_vocabulary",
     "Llama",
     "MetricRow",
     "ModelConfig",

@@ -44,6 +44,18 @@ def open_run_data(config: TrainConfig) -> RunData:
     )
 
 
+def with_dataset_vocabulary(config: TrainConfig) -> TrainConfig:
+    """`config` with its dataset tokenizer's vocabulary where a FLOP budget needs it (`TrainConfig.with_vocabulary`),
+    so that the run's saved config gives every reader the same steps.
+
+    Raises:
+        NotFoundError: it needs the vocabulary and there is no token cache at `config.dataset`.
+    """
+    if config.flop_budget is None or config.model.vocab_size is not None:
+        return config
+    return config.with_vocabulary(open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size)
+
+
 def split_loader(cache: TokenCache, split: str, batch_size: int, seq_len: int, seed: int, *, shuffle: bool) -> Loader:
     """The loader of one split of `cache`: whole records for a cache with a loss mask, else packed windows.
 

@@ -173,7 +173,7 @@ class TrainConfig(BaseModel):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, le=MAX_STEPS, description="Optimizer updates, unless a budget is set.")
     token_budget: int | None = Field(None, gt=0, le=10**15, description="Tokens to train; fixes the steps.")
-    flop_budget: float | None = Field(None, gt=0, le=1e25, description="Model FLOPs to train; needs model.vocab_size.")
+    flop_budget: float | None = Field(None, gt=0, le=1e25, description="Model FLOPs to train, as MFU counts them.")
     time_budget_s: float | None = Field(
         None, gt=0, le=604800, description="Seconds to train; caps a token/flop budget."
     )
@@ -250,12 +250,7 @@ class TrainConfig(BaseModel):
         if self.token_budget is not None and self.flop_budget is not None:
             raise ValueError("token_budget and flop_budget: set at most one (each fixes the run's work)")
         if self.flop_budget is not None and self.model.vocab_size is None:
-            # Whoever reads the config (the trainer, the run tools, reports) must count the same steps, so the FLOPs
-            # per token, which count the output head, cannot wait for the dataset's vocabulary.
-            raise ValueError(
-                "flop_budget needs model.vocab_size: the FLOPs per token count the output head, whose size it is; "
-                "set it (at least the dataset tokenizer's vocabulary, e.g. 258 for 'byte')"
-            )
+            return self  # its steps wait for the dataset's vocabulary (`with_vocabulary`)
         total = self.total_steps
         if total is not None and total > MAX_STEPS:
             raise ValueError(
@@ -288,8 +283,41 @@ class TrainConfig(BaseModel):
         if self.token_budget is not None:
             return -(-self.token_budget // self.tokens_per_step)  # the ceiling, in exact integers
         if self.flop_budget is not None:
-            return math.ceil(self.flop_budget / (self.model.flops_per_token(self.seq_len) * self.tokens_per_step))
+            return math.ceil(self.flop_budget / (self.flops_per_token() * self.tokens_per_step))
         return None if self.time_budget_s is not None else self.steps
+
+    def flops_per_token(self, vocab_size: int | None = None) -> float:
+        """Model FLOPs per trained token of this run, forward and backward, attention included (PaLM, app. B).
+
+        A full run: `6 * matmul_params + 12 * n_layers * n_heads * head_dim * seq_len` (`model.flops_per_token`).
+        A LoRA run computes no gradient of its frozen weights, only the gradient through them: 4 FLOPs a frozen
+        matmul weight (not 6), and 6 an adapter weight.
+
+        Args:
+            vocab_size: the tokenizer's, where `model.vocab_size` is null (the output head counts).
+
+        Raises:
+            ConfigError: neither says the vocabulary's size.
+        """
+        vocab_size = self.model.vocab_size or vocab_size
+        if vocab_size is None:
+            raise ConfigError(
+                "model.vocab_size: the FLOPs per token count the output head, and the vocabulary's size is not "
+                "known yet (it comes from the dataset's tokenizer when the run is launched)"
+            )
+        model = self.model.model_copy(update={"vocab_size": vocab_size})
+        flops = model.flops_per_token(self.seq_len)
+        if self.lora is not None:
+            flops += 6.0 * self.lora.count_params(model) - 2.0 * model.matmul_params()
+        return flops
+
+    def with_vocabulary(self, vocab_size: int) -> TrainConfig:
+        """This config with `model.vocab_size` set to the dataset tokenizer's `vocab_size` where a FLOP budget needs
+        it and it is null: the run's saved config then gives every reader the same steps."""
+        if self.flop_budget is None or self.model.vocab_size is not None:
+            return self
+        model = {**self.model.model_dump(), "vocab_size": vocab_size}
+        return TrainConfig.model_validate({**self.model_dump(), "model": model})
 
 
 def read_train_config(path: str | os.PathLike[str], opener: Opener = open_plain) -> TrainConfig:

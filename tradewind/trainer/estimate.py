@@ -125,7 +125,7 @@ def estimate_training(
         ConfigError, InvalidInputError: as `setup_training` (only with `probe`).
     """
     vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
-    model = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
+    config = config.with_vocabulary(vocab_size)
     placement = placement or Placement()
     counted = training_memory(config, vocab_size, placement.replicas)
     memory = memory_bytes(counted)
@@ -143,7 +143,7 @@ def estimate_training(
     return TrainEstimate(
         parameters=counted.params,
         frozen_parameters=counted.frozen,
-        flops_per_token=model.flops_per_token(config.seq_len),
+        flops_per_token=config.flops_per_token(vocab_size),
         tokens_per_step=config.tokens_per_step,
         memory_bytes=memory,
         device_memory_bytes=device_memory,

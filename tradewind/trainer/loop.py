@@ -43,6 +43,7 @@ from tradewind.core import (
 )
 from tradewind.core.buckets import is_remote
 from tradewind.data import open_token_cache
+from tradewind.trainer.batches import with_dataset_vocabulary
 from tradewind.trainer.checkpoint import Checkpointer, open_checkpointer, read_checkpoint
 from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.distributed import (
@@ -122,6 +123,8 @@ def train(
             if remote is not None:
                 remote.push()
         raise
+    if remote is None:
+        config = with_dataset_vocabulary(config)  # before config.json: every reader counts the same steps
     _claim_run_dir(layout, config)
     if is_main_process():
         record_start(layout.record, layout.root.name, jax.process_count(), platform, jax.device_count())
@@ -208,6 +211,7 @@ def _train(
     clock: StartupClock,
 ) -> TrainSummary:
     setup = setup_training(config, initial_params=init_from_params(config), clock=clock)
+    config = setup.config  # with the vocabulary a FLOP budget needs
     print(
         f"model {setup.model_config.type}: {setup.parameters:,} parameters ({setup.trainable_parameters:,} trained), "
         f"vocab {setup.model_config.vocab_size}, "

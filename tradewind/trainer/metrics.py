@@ -87,7 +87,7 @@ class TrainSummary(BaseModel):
     compile_s: float = Field(description="Seconds spent compiling the train and eval steps.")
     wall_s: float = Field(description="Seconds the whole run took, from reading the data to the last write.")
     model_flops_per_token: float | None = Field(
-        None, description="Model FLOPs per trained token, forward + backward, attention included (PaLM formula)."
+        None, description="Forward + backward, attention included: 6 a matmul weight, 4 a LoRA run's frozen one."
     )
     mfu: float | None = Field(None, description="Mean model FLOPs utilisation over the run's step time.")
     peak_flops: float | None = Field(None, description="Peak FLOP/s of all devices together, used for `mfu`.")

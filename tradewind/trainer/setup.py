@@ -241,6 +241,7 @@ def setup_training(
     """
     clock = clock or StartupClock()
     data = open_run_data(config)
+    config = config.with_vocabulary(data.cache.manifest.tokenizer.vocab_size)
     model_config = resolve_model_config(config.model, data.cache.manifest)
     mesh = build_mesh(config.mesh)
     check_batch_split(config, mesh)
@@ -297,7 +298,7 @@ def setup_training(
         mesh=mesh,
         graphdef=graphdef,
         eval_graphdef=eval_graphdef,
-        flops_per_token=model_config.flops_per_token(config.seq_len),
+        flops_per_token=config.flops_per_token(model_config.vocab_size),
         peak_flops=peak,
         peak_flops_source=source,
         val_bytes_per_token=(val.bytes / val.tokens) if val is not None and val.bytes and val.tokens else None,

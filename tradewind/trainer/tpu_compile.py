@@ -171,7 +171,7 @@ def estimate_step(
     """
     chips = target.chips * slices
     chip = target.chip
-    compute_s = model.flops_per_token(config.seq_len) * config.tokens_per_step / chips / chip.peak_bf16_flops
+    compute_s = config.flops_per_token(model.vocab_size) * config.tokens_per_step / chips / chip.peak_bf16_flops
     cost = compiler_cost(compiled)
     loops = config.grad_accum * (model.n_layers if config.scan_layers else 1)  # the analysis counts a body once
     hbm_s = cost.get("bytes accessed", 0.0) * loops / chip.hbm_bytes_per_s
