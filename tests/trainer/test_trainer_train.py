@@ -13,11 +13,13 @@ import pytest
 
 from tradewind.cluster import Placement
 from tradewind.core import ConfigError, InvalidInputError, NotFoundError, TradewindError, read_json
+from tradewind.data import TokenizeConfig, build_token_cache, load_tokenizer
 from tradewind.trainer import (
     RunLayout,
     RunRecord,
     TrainSummary,
     evaluate,
+    open_run_data,
     read_checkpoint,
     read_metrics,
     read_record,
@@ -306,3 +308,26 @@ def test_skip_policy_finishes_a_run_whose_losses_go_non_finite_and_counts_the_sk
     summary = train(config, tmp_path / "run")
     assert summary.skipped_steps is not None and summary.skipped_steps >= 1
     assert summary.steps == 6
+
+
+@pytest.mark.slow
+def test_a_packed_documents_run_counts_the_documents_tokens_not_the_padding_in_tokens_per_s_and_mfu(
+    tiny_config, tmp_path
+):
+    # Short prompt/completion records, whole in each window: most of every window is padding.
+    records = [{"prompt": f"question {i} ", "completion": f"answer {i}"} for i in range(400)]
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    build_token_cache([source], tmp_path / "cache", load_tokenizer("byte"), TokenizeConfig(format="prompt_completion"))
+    config = tiny_config(dataset=str(tmp_path / "cache"), steps=4, log_every=2, eval_every=4)
+    summary = train(config, tmp_path / "run")
+
+    loader = open_run_data(config).train  # the same batches, in the same order
+    batches = [loader.batch(step) for step in range(4)]
+    real = [int((batch.segments[:, :-1] > 0).sum()) for batch in batches]
+    assert sum(real) < 0.8 * 4 * config.tokens_per_step  # the case: a good share of each window is padding
+    rows = [row for row in read_metrics(tmp_path / "run" / "metrics.jsonl") if row.step_time_s is not None]
+    for row, tokens in zip(rows, (sum(real[:2]), sum(real[2:])), strict=True):
+        assert row.tokens_per_s * 2 * row.step_time_s == pytest.approx(tokens)
+        assert row.mfu == pytest.approx(row.tokens_per_s * summary.model_flops_per_token / summary.peak_flops)
+    assert summary.mean_tokens_per_s == pytest.approx(sum(real) / sum(2 * row.step_time_s for row in rows))

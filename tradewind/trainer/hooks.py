@@ -142,7 +142,7 @@ class MetricsHook:
             _check_finite(step_losses, first_step=step - len(host) + 1)
         if self._logs(step):
             finite = step_losses[np.isfinite(step_losses)]
-            tokens_per_s = len(host) * self.config.tokens_per_step / interval.seconds
+            tokens_per_s = sum(float(m["tokens"]) for m in host) / interval.seconds
             fields = dict(
                 loss=float(finite.mean()) if finite.size else None,
                 lr=self.plan.learning_rate(step - 1),

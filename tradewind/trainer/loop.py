@@ -379,7 +379,8 @@ def _summarise(
     evals = [row.eval_loss for row in rows if row.eval_loss is not None]
     logged = logged_updates(rows)
     update_s = train_seconds(rows)
-    tokens_per_s = sum(n for n, _ in logged) * config.tokens_per_step / update_s if update_s > 0 else None
+    trained = sum(n * row.step_time_s * (row.tokens_per_s or 0.0) for n, row in logged)  # padding left out
+    tokens_per_s = trained / update_s if update_s > 0 else None
     losses = [row.loss for _, row in logged if row.loss is not None]
     skipped = sum(row.skipped_steps or 0 for row in rows)
     peak = setup.peak_flops * len(jax.devices())

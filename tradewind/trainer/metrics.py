@@ -52,7 +52,7 @@ class MetricRow(BaseModel):
         None, description="Global L2 norm of the latest update's gradient, before clipping."
     )
     tokens_per_s: float | None = Field(
-        None, description="Training tokens per second since the previous log row (evaluation time excluded)."
+        None, description="Training tokens (not padding) per second since the previous row, evaluation excluded."
     )
     param_norm: float | None = Field(None, description="Global L2 norm of the parameters after the latest update.")
     step_time_s: float | None = Field(None, description="Mean seconds per update since the previous log row.")

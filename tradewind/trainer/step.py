@@ -112,6 +112,14 @@ def scored_targets(batch: Batch) -> jax.Array:
     return jnp.float32(batch.shape[0] * (batch.shape[1] - 1))
 
 
+def trained_tokens(batch: Batch) -> jax.Array:
+    """How many tokens `batch` trains on (float32), what tokens/s and MFU count: every window's seq_len inputs, or
+    the documents' inputs of packed documents, not their padding (which the step computes but learns nothing from)."""
+    if isinstance(batch, DocumentBatch):
+        return jnp.sum(batch.segments[:, :-1] > 0).astype(jnp.float32)
+    return jnp.float32(batch.shape[0] * (batch.shape[1] - 1))
+
+
 def weights_and_streams(params: Params) -> tuple[Params, Params]:
     """`params` split into the weights the optimizer updates and a LoRA run's dropout streams (else empty)."""
     return nnx.split_state(params, nnx.Not(nnx.RngState), nnx.RngState)
@@ -134,7 +142,8 @@ def make_train_step(
     back one update on. `frozen` is the state the step only reads (a LoRA run's base model).
 
     `metrics` holds `loss` (cross-entropy before the update), `grad_norm` (before clipping),
-    `param_norm` (after the update) and `skipped` (1.0 when a non-finite update was dropped).
+    `param_norm` (after the update), `skipped` (1.0 when a non-finite update was dropped) and `tokens` (those it
+    trained on: `trained_tokens`).
     """
 
     def train_step(
@@ -156,6 +165,7 @@ def make_train_step(
             skipped = 1.0 - finite.astype(jnp.float32)
         param_norm = optax.tree.norm(new_weights)
         metrics = {"loss": loss, "grad_norm": grad_norm, "param_norm": param_norm, "skipped": skipped}
+        metrics["tokens"] = trained_tokens(batch)
         return nnx.merge_state(new_weights, advance_dropout(streams)), new_opt_state, metrics
 
     return train_step
