@@ -44,6 +44,7 @@ def test_status_logs_and_cancel_from_the_command_line(tmp_path, capsys, monkeypa
     code, out, _ = run_cli(["cluster", "status", "--workspace", str(workspace), "--json"], capsys)
     status = json.loads(out)
     assert code == 0 and status["capacity"]["cpus"] == 2 and [j["id"] for j in status["running"]] == [running.id]
+    assert status["compile_cache"] == {"bytes": 0, "files": 0}  # JAX's compiled programs: none in this workspace
 
     code, out, err = run_cli(["cluster", "logs", done.id, "--workspace", str(workspace), "--offset", "6"], capsys)
     assert (code, out) == (0, "there\n") and "next offset 12 of 12" in err

@@ -14,6 +14,7 @@ so registering these commands costs `tradewind --help` nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -47,9 +48,11 @@ def _status(args: argparse.Namespace) -> int:
     jobs_dir = _jobs_dir(args)
     names = BACKENDS if os.environ.get("RAY_ADDRESS") else ["local"]
     statuses = [get_backend(name, jobs_dir).cluster_status() for name in names]
+    used, files = Workspace.from_env(args.workspace).compile_cache_use()
     if args.json:
+        cache = {"compile_cache": {"bytes": used, "files": files}}
         for status in statuses:
-            print(status.model_dump_json())
+            print(json.dumps({**status.model_dump(mode="json"), **cache}))
         return 0
     for status in statuses:
         print(f"backend {status.name}" + (f" ({status.detail})" if status.detail else ""))
@@ -58,7 +61,6 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  running {len(status.running)}, queued {len(status.queued)}")
         for record in [*status.running, *status.queued]:
             print(f"    {record.status.value:9} {record.id}  {record.spec.name}  (submitted {record.submitted_at})")
-    used, files = Workspace.from_env(args.workspace).compile_cache_use()
     print(f"compile cache: {used / 2**30:,.2f} GiB in {files} files (tradewind cluster clear-cache empties it)")
     return 0
 
@@ -113,7 +115,9 @@ def add_cluster_commands(commands: argparse._SubParsersAction, common: argparse.
     actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
 
     status = actions.add_parser("status", parents=[common], help="backends, capacity and use, queued and running jobs")
-    status.add_argument("--json", action="store_true", help="one JSON object per backend")
+    status.add_argument(
+        "--json", action="store_true", help="one JSON object per backend, each with the workspace's compile_cache"
+    )
     status.set_defaults(handler=_status)
 
     logs = actions.add_parser("logs", parents=[common], help="print a job's log from a byte offset")
