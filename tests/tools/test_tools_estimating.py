@@ -264,6 +264,10 @@ def test_a_tpu_run_is_compiled_for_its_slice_in_a_job_and_gets_fits_hbm_and_an_e
     result = estimate_run(cache_ctx, EstimateRunRequest(config=config, time_budget_s=60))
 
     assert result.fits is True and 0 < result.hbm_per_chip_bytes <= result.device_memory_bytes == 16 * 2**30
+    memory = result.memory_bytes  # one chip's, as compiled: its parts add up to the compiled HBM
+    assert memory.total == result.hbm_per_chip_bytes == memory.params + memory.optimizer + memory.activations
+    shards = 4  # mesh.fsdp: weights, gradients and Adam's two moments, each float32, a quarter on each chip
+    assert memory.params == 8 * result.parameters // shards and memory.optimizer >= 8 * result.parameters // shards
     assert result.device_memory_source == "HBM of one TPU v5 lite chip (1 x v5litepod-16, compiled)"
     assert result.step_time_source == "TPU compile, roofline estimate" and result.step_time_s > 0
     assert 0 < result.estimated_mfu <= 1 and result.compile_s > 0

@@ -36,6 +36,7 @@ from tradewind.trainer.estimate import (
     ESTIMATE_CALLABLE,
     PROBE_S,
     EstimateJob,
+    MemoryBytes,
     TrainEstimate,
     estimate_training,
 )
@@ -106,7 +107,7 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
         estimate = estimate.model_copy(update={"step_time_s": step_time_s})
     elif request.probe and on_tpu and can_compile_for_tpu():
         compiled = compile_for_slice(ctx, config, placement, vocab_size, timeout_s=request.timeout_s, progress=progress)
-        estimate, source = _compiled_estimate(estimate, compiled), "TPU compile, roofline estimate"
+        estimate, source = _compiled_estimate(estimate, config, compiled), "TPU compile, roofline estimate"
     # A config that does not fit is never probed: the analytic estimate already says what to change.
     elif request.probe and estimate.fits is not False:
         what, instead = "estimate_run's probe", " use probe=false,"
@@ -200,17 +201,33 @@ def _probe(
     return TrainEstimate.model_validate(read_json(out_path, ctx.workspace.reader("config")))
 
 
-def _compiled_estimate(estimate: TrainEstimate, compiled: TpuCompileReport) -> TrainEstimate:
-    """The analytic estimate with what the compile found: the fit, one chip's HBM, and the step time."""
+def _compiled_estimate(estimate: TrainEstimate, config: TrainConfig, compiled: TpuCompileReport) -> TrainEstimate:
+    """The analytic estimate with what the compile found: the fit, one chip's memory and HBM, and the step time."""
     where = f"HBM of one {compiled.device_kind} chip ({compiled.slices} x {compiled.target}, compiled)"
     return estimate.model_copy(
         update={
+            "memory_bytes": _compiled_memory(estimate, config, compiled),
             "fits": compiled.fits,
             "device_memory_bytes": compiled.hbm_available_bytes,
             "device_memory_source": where,
             "step_time_s": compiled.step.seconds if compiled.step else None,
             "compile_s": compiled.compile_s,
         }
+    )
+
+
+def _compiled_memory(estimate: TrainEstimate, config: TrainConfig, compiled: TpuCompileReport) -> MemoryBytes:
+    """One chip's memory as the compile found it, in the estimate's parts: the weights and their gradients as
+    counted, over the chips that shard them; the optimizer state, the rest of the step's arguments (after the
+    weights and the chip's rows of the batch); the activations, the rest of its HBM (with XLA's temporaries)."""
+    shards = config.mesh.fsdp * config.mesh.tensor
+    gradients = 4 * estimate.parameters // shards  # float32, of the trained weights
+    weights = estimate.memory_bytes.params // shards - gradients
+    batch = 4 * config.batch_size * (config.seq_len + 1) // (compiled.chips // config.mesh.tensor)
+    optimizer = max(compiled.arguments_bytes - weights - batch, 0)
+    activations = max(compiled.hbm_bytes - weights - gradients - optimizer, 0)
+    return MemoryBytes(
+        params=weights + gradients, optimizer=optimizer, activations=activations, total=compiled.hbm_bytes
     )
 
 
