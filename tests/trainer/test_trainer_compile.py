@@ -67,6 +67,21 @@ def test_fsdp_over_four_chips_holds_a_quarter_of_the_state_per_chip():
 
 @pytest.mark.slow
 @needs_libtpu
+def test_bf16_moments_hold_the_optimizer_state_in_half_the_bytes_on_the_chip():
+    from tradewind.trainer.tpu_compile import compile_for_tpu
+
+    float32, bfloat16 = (
+        compile_for_tpu(small_run(fsdp=1, optimizer={"bf16_moments": bf16}), vocab_size=512, tpu_type="v5litepod-1")
+        for bf16 in (False, True)
+    )
+    parameters = small_run().model.model_copy(update={"vocab_size": 512}).count_params()
+    # Adam's two moments, 4 bytes each a parameter, now 2: the step's arguments are 4 bytes a parameter fewer.
+    assert float32.arguments_bytes - bfloat16.arguments_bytes == pytest.approx(4 * parameters, rel=0.01)
+    assert bfloat16.hbm_bytes < float32.hbm_bytes
+
+
+@pytest.mark.slow
+@needs_libtpu
 def test_a_model_too_big_for_a_chips_hbm_is_reported_with_the_compilers_numbers():
     from tradewind.trainer.tpu_compile import compile_for_tpu
 

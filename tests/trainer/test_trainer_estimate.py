@@ -66,6 +66,13 @@ def test_a_lora_run_holds_its_base_in_bfloat16_and_float32_adapters_with_gradien
     assert (full.frozen, full.weight_bytes, full.optimizer_bytes) == (0, 8 * full.params, 4 * moments * full.params)
 
 
+def test_bf16_moments_halve_the_optimizer_memory_counted_and_nothing_else(tiny_config):
+    float32 = training_memory(tiny_config(model=WIDE_MODEL), 258)
+    bfloat16 = training_memory(tiny_config(model=WIDE_MODEL, optimizer={"bf16_moments": True}), 258)
+    assert 2 * bfloat16.optimizer_bytes == float32.optimizer_bytes == 8 * float32.params
+    assert (bfloat16.weight_bytes, bfloat16.activation_bytes) == (float32.weight_bytes, float32.activation_bytes)
+
+
 def test_a_lora_estimate_reports_trainable_and_frozen_parameters_and_far_less_memory_than_full_fine_tuning(
     tiny_config,
 ):

@@ -45,3 +45,33 @@ def test_weight_decay_shrinks_matrices_but_not_norm_scales():
     assert any("scale" in name for name in moved)
     for name, did_move in moved.items():
         assert did_move == ("scale" not in name), name
+
+
+def random_like(key, tree):
+    """Standard normal values in the shapes of `tree`'s leaves."""
+    leaves, treedef = jax.tree.flatten(tree)
+    keys = jax.random.split(key, len(leaves))
+    return jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves, strict=True)])
+
+
+@pytest.mark.parametrize("rule", ["adamw", "lion", "adafactor"])
+def test_bf16_moments_are_stored_in_bfloat16_and_update_as_float32_moments_do(rule):
+    """Tolerance: after 30 updates of random gradients, the last update within 1% (relative, summed over the model)
+    of the float32 moments' (measured: 0.36% AdamW, 0.14% Lion, 0.16% Adafactor). bfloat16 keeps 8 bits of
+    mantissa: a stored moment is off by at most 0.4%, so Adam's mu / sqrt(nu) by at most 0.6%."""
+    model = build_model(model_config(vocab_size=50, d_model=32, n_layers=2, n_heads=2), rngs=nnx.Rngs(0))
+    _, params = nnx.split(model)
+    keys = jax.random.split(jax.random.key(1), 30)
+    results = {}
+    for bf16 in (False, True):
+        optimizer = build_optimizer(OptimizerConfig(type=rule, bf16_moments=bf16))
+        state, update = optimizer.init(params), jax.jit(optimizer.update)
+        for key in keys:
+            updates, state = update(random_like(key, params), state, params)
+        floats = [x for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
+        results[bf16] = updates, {x.dtype for x in floats}
+    (exact, exact_dtypes), (rounded, rounded_dtypes) = results[False], results[True]
+    assert exact_dtypes == {jnp.dtype("float32")} and rounded_dtypes == {jnp.dtype("bfloat16")}
+    pairs = zip(jax.tree.leaves(exact), jax.tree.leaves(rounded), strict=True)
+    difference = sum(float(jnp.abs(a - b).sum()) for a, b in pairs)
+    assert difference <= 0.01 * sum(float(jnp.abs(a).sum()) for a in jax.tree.leaves(exact))

@@ -43,6 +43,7 @@ class OptimizerConfig(BaseModel):
     b1: float = Field(0.9, ge=0, lt=1, description="First-moment decay (AdamW, Lion).")
     b2: float = Field(0.95, ge=0, lt=1, description="Second-moment decay (AdamW; Lion's update mix).")
     grad_clip: float = Field(1.0, ge=0, le=1e6, description="Global L2 norm to clip gradients to; 0: off.")
+    bf16_moments: bool = Field(False, description="Store the moments in bfloat16: half the memory, updated in float32.")
 
 
 class CheckpointConfig(BaseModel):
@@ -171,7 +172,7 @@ class TrainConfig(BaseModel):
     dataset: str = Field(description="The token cache's folder (it needs 'train' and 'val' splits).")
     model: ModelConfig = Field(default_factory=LlamaConfig, description="Architecture and size.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
-    steps: int = Field(200, gt=0, le=MAX_STEPS, description="Optimizer updates, unless a budget is set.")
+    steps: int = Field(200, gt=0, le=MAX_STEPS, description="Updates, unless a budget is set.")
     token_budget: int | None = Field(None, gt=0, le=10**15, description="Tokens to train; fixes the steps.")
     flop_budget: float | None = Field(None, gt=0, le=1e25, description="Model FLOPs to train, as MFU counts them.")
     time_budget_s: float | None = Field(
@@ -197,8 +198,8 @@ class TrainConfig(BaseModel):
     log_every: int = Field(10, gt=0, le=10**9, description="Steps per metrics row.")
     checkpoint: bool = Field(True, description="Save at the end and per `checkpoints`.")
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
-    resume: bool = Field(True, description="Restart from its newest good checkpoint.")
-    init_from: str | None = Field(None, description="Start from a Hugging Face model folder: hf:PATH.")
+    resume: bool = Field(True, description="Restart from its newest readable checkpoint.")
+    init_from: str | None = Field(None, description="Start from a Hugging Face folder: hf:PATH.")
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
     distributed: DistributedConfig = Field(
         default_factory=DistributedConfig, description="For a gang started by hand (SLURM, a TPU pod's own launcher)."

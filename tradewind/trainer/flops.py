@@ -71,8 +71,8 @@ def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1) ->
     """What one of `processes` data-parallel processes needs to train `config` (an estimate).
 
     Each process holds a whole copy of the parameters and state and one microbatch of its share of the batch.
-    Trained parameters take `4 * STATE_FLOATS_PER_PARAM[optimizer]` bytes each; a LoRA run's frozen base
-    `FROZEN_BYTES_PER_PARAM`.
+    Trained parameters take `4 * STATE_FLOATS_PER_PARAM[optimizer]` bytes each (the moments 2 bytes each with
+    `optimizer.bf16_moments`); a LoRA run's frozen base `FROZEN_BYTES_PER_PARAM`.
 
     Raises:
         ConfigError: `config.lora` targets projections the model does not have (`LoraConfig.count_params`).
@@ -83,7 +83,8 @@ def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1) ->
     else:
         params, frozen = config.lora.count_params(model), model.count_params()
     weight_bytes = 2 * 4 * params + FROZEN_BYTES_PER_PARAM * frozen  # a trained weight and its gradient in float32
-    optimizer_bytes = 4 * (STATE_FLOATS_PER_PARAM[config.optimizer.type] - 2) * params
+    moment_bytes = 2 if config.optimizer.bf16_moments else 4
+    optimizer_bytes = moment_bytes * (STATE_FLOATS_PER_PARAM[config.optimizer.type] - 2) * params
     sequences = max(1, config.batch_size // (config.grad_accum * processes))
     tokens = sequences * config.seq_len
     attention = 5 * model.n_heads * config.seq_len / model.d_model

@@ -1,6 +1,7 @@
 """The optimizer, built from `OptimizerConfig` by composing optax transforms, and its learning-rate schedule.
 
-    clip_by_global_norm(grad_clip)  ->  adamw | lion | adafactor (unit learning rate, decay on matrices only)
+    clip_by_global_norm(grad_clip)  ->  adamw | lion | adafactor (unit learning rate, decay on matrices only;
+                                        its moments stored in bfloat16 with `bf16_moments`)
     update * learning_rate(step, total_steps)   (in the train step; the rate is an argument of the step)
 
 Update rules register under `OptimizerConfig.type` in `OPTIMIZERS`. Each is built at a learning rate of 1 and
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from tradewind.trainer.config import OptimizerConfig
@@ -103,8 +105,23 @@ def adafactor(config: OptimizerConfig) -> optax.GradientTransformation:
     )
 
 
+def stored_in(rule: optax.GradientTransformation, dtype: Any) -> optax.GradientTransformation:
+    """`rule` with its floating-point state (its moments) stored in `dtype` between updates and updated in
+    float32: in bfloat16, half the memory of float32 moments, at the rounding of bfloat16's 8-bit mantissa."""
+
+    def cast(tree: Any, to: Any) -> Any:
+        return jax.tree.map(lambda x: x.astype(to) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        updates, state = rule.update(updates, cast(state, jnp.float32), params)
+        return updates, cast(state, dtype)
+
+    return optax.GradientTransformation(lambda params: cast(rule.init(params), dtype), update)
+
+
 def build_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
-    """Global-norm clipping followed by the configured update rule, at a learning rate of 1.
+    """Global-norm clipping followed by the configured update rule, at a learning rate of 1; with
+    `bf16_moments`, the rule's moments are stored in bfloat16 (`stored_in`).
 
     Multiply its updates by `learning_rate(config, step, total_steps)` (the train step does).
 
@@ -112,6 +129,8 @@ def build_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
         An optax transformation for any pytree of float parameters (e.g. an `nnx.State`).
     """
     rule = OPTIMIZERS[config.type](config)
+    if config.bf16_moments:
+        rule = stored_in(rule, jnp.bfloat16)
     # identity() when clipping is off keeps the state's structure the same either way.
     clip = optax.clip_by_global_norm(config.grad_clip) if config.grad_clip > 0 else optax.identity()
     return optax.chain(clip, rule)
