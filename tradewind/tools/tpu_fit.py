@@ -154,6 +154,7 @@ def check_fits_slice(
     if not can_compile_for_tpu():
         log.warning("libtpu is not installed: %s is launched without checking that it fits", placement.accelerator)
         return
+    check_splits(config, placement.chips)  # named first, even where the run is too big to be compiled
     chip = tpu_slice(placement.accelerator.tpu_type).chip
     changes = [("", config), *_changes(config, placement)]
     hopeful = [(name, change) for name, change in changes if state_floor(change, vocab_size) <= chip.hbm_bytes]
