@@ -98,8 +98,12 @@ def compile_job(**job: Any) -> None:
     """The entry of a compiling job: validates its keyword arguments as a `CompileJob`, compiles each config for
     the target (up to the first that fits, with `until_fits`) and writes their `TpuCompileReport`s to
     `output_file`."""
+    import jax
+
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
+    # A compile-only program cannot be loaded, so an entry in JAX's persistent cache would only take its space.
+    jax.config.update("jax_enable_compilation_cache", False)
     request = parse_config(CompileJob, job, source="compile job")
     reports = []
     for number, config in enumerate(request.configs, start=1):
