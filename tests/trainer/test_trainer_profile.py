@@ -57,10 +57,13 @@ def test_the_profile_hook_times_each_traced_step_from_the_loops_totals_and_count
     x = jnp.ones(7)
     hook(SimpleNamespace(step=1), Interval(seconds=1.0, data_s=0.5, device_s=0.25))  # starts the trace
     jax.jit(lambda a: a * 3)(x).block_until_ready()  # a compilation while tracing
-    hook(SimpleNamespace(step=2), Interval(seconds=1.5, data_s=0.625, device_s=0.5))
-    hook(SimpleNamespace(step=3), Interval(seconds=2.5, data_s=0.625, device_s=1.25))  # stops it
+    step_2, step_3 = {"tokens": jnp.float32(256)}, {"tokens": jnp.float32(200)}  # the steps' own metrics
+    hook(SimpleNamespace(step=2), Interval(metrics=[step_2], seconds=1.5, data_s=0.625, device_s=0.5))
+    hook(SimpleNamespace(step=3), Interval(metrics=[step_2, step_3], seconds=2.5, data_s=0.625, device_s=1.25))
+    # (the step-3 call stops the trace)
     jax.jit(lambda a: a * 5)(x).block_until_ready()  # after the window: not counted
     assert hook.steps == [StepTiming(0.5, 0.125, 0.25), StepTiming(1.0, 0.0, 0.75)]
+    assert hook.tokens == [256.0, 200.0]  # each step's own, the latest of the interval
     assert [step.host_s for step in hook.steps] == [0.125, 0.25]
     assert hook.compiles == 1
     assert list((tmp_path / "trace").glob("plugins/profile/*/*.xplane.pb"))

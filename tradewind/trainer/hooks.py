@@ -224,8 +224,8 @@ class StepTiming:
 
 
 class ProfileHook:
-    """A JAX profiler trace of updates `first` to `last`, each one's `StepTiming` (`steps`), and the XLA
-    compilations during them (`compiles`).
+    """A JAX profiler trace of updates `first` to `last`, each one's `StepTiming` (`steps`) and the tokens it
+    trained on (`tokens`), and the XLA compilations during them (`compiles`).
 
     Wanting every step of the window makes the loop wait for each, so a step's time is its own. The timings
     are differences of the loop's `Interval`, which nothing else may clear meanwhile (no `MetricsHook`).
@@ -235,6 +235,7 @@ class ProfileHook:
     def __init__(self, trace_dir: Any, first: int, last: int):
         self.trace_dir, self.first, self.last = trace_dir, first, last
         self.steps: list[StepTiming] = []
+        self.tokens: list[float] = []
         self.compiles = 0
         self._totals = StepTiming(0.0, 0.0, 0.0)  # the interval's running totals at the last call
 
@@ -248,6 +249,7 @@ class ProfileHook:
             jax.monitoring.register_event_duration_secs_listener(self._count_compile)
         else:
             self.steps.append(totals.since(self._totals))
+            self.tokens.append(float(interval.metrics[-1]["tokens"]))
         if state.step == self.last:
             jax.monitoring.unregister_event_duration_listener(self._count_compile)
             jax.profiler.stop_trace()

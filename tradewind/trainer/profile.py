@@ -199,7 +199,7 @@ def _summarise(setup: TrainSetup, profiler: ProfileHook, trace_dir: Path, start_
         grad_accum=config.grad_accum,
         max_batch_size=_max_batch_size(config, setup.model_config.vocab_size or 0, limit_bytes),
     )
-    tokens_per_s = config.tokens_per_step / mean_step_s
+    tokens_per_s = sum(profiler.tokens) / len(profiler.tokens) / mean_step_s  # packed documents: without padding
     trace = trace_file(trace_dir)
     return ProfileSummary(
         steps=len(timings),
