@@ -165,7 +165,7 @@ def make_train_step(
             skipped = 1.0 - finite.astype(jnp.float32)
         param_norm = optax.tree.norm(new_weights)
         metrics = {"loss": loss, "grad_norm": grad_norm, "param_norm": param_norm, "skipped": skipped}
-        metrics["tokens"] = trained_tokens(batch)
+        metrics |= {"tokens": trained_tokens(batch)}
         return nnx.merge_state(new_weights, advance_dropout(streams)), new_opt_state, metrics
 
     return train_step
