@@ -24,6 +24,7 @@ from runs_helpers import finish, losses
 
 from tradewind.cluster import JobStatus
 from tradewind.cluster.tpu_host import host_tpu, lock_holders
+from tradewind.cluster.warm import release, warm_process
 from tradewind.core import InvalidInputError
 from tradewind.tools import (
     ExportModelRequest,
@@ -149,22 +150,32 @@ def test_two_launches_at_once_share_the_chip_in_turn_and_both_finish(chip_ws):
     assert ctx.backend.cluster_status().used["tpus"] == host_tpu().chips
     for run_id in (first, second):
         assert finish(ctx, run_id).status is JobStatus.SUCCEEDED
-    assert lock_holders() == []
+    # the second ran where the first had: in the workspace's warm process, which alone keeps the chip for the next
+    assert "(warm after 1 job)" in RunLayout(ctx.workspace.run_dir(second)).log.read_text()
+    assert [pid for pid, _ in lock_holders()] == [warm_process(ctx.workspace.jobs_dir)]
 
 
-def test_a_second_launch_of_a_config_finds_its_programs_in_the_compile_cache(chip_ws):
+def test_a_second_launch_of_a_config_finds_its_programs_in_the_compile_cache_or_the_warm_process(chip_ws):
+    """The first launch compiles; the second, in a new process (the warm one released), loads the programs from
+    the workspace's compile cache; the third runs in the warm process the second left, its programs loaded."""
     ctx, dataset = chip_ws
     settings = {"model": {**CHIP_MODEL, "d_model": 192}, "steps": 10}  # a shape no other test compiled
     first = chip_run(ctx, dataset, **settings)
     assert finish(ctx, first).status is JobStatus.SUCCEEDED
     cached = {entry.name for entry in ctx.workspace.compile_cache_dir.iterdir()}
+    assert release(ctx.workspace.jobs_dir) is not None
     second = chip_run(ctx, dataset, **settings)
     assert finish(ctx, second).status is JobStatus.SUCCEEDED
     assert {entry.name for entry in ctx.workspace.compile_cache_dir.iterdir() if entry.name.endswith("-cache")} <= (
         cached
     ), "the second launch compiled programs the first had cached"
-    compile_s = [get_run(ctx, RunRequest(run_id=run)).summary.compile_s for run in (first, second)]
-    assert compile_s[1] < compile_s[0], compile_s
+    third = chip_run(ctx, dataset, **settings)
+    assert finish(ctx, third).status is JobStatus.SUCCEEDED
+    logs = [RunLayout(ctx.workspace.run_dir(run)).log.read_text() for run in (second, third)]
+    assert "(started for this job)" in logs[0] and "(warm after 1 job)" in logs[1]
+    compile_s = [get_run(ctx, RunRequest(run_id=run)).summary.compile_s for run in (first, second, third)]
+    assert compile_s[2] < compile_s[1] < compile_s[0], compile_s
+    assert losses(ctx, third) == losses(ctx, second)
 
 
 def test_a_config_that_cannot_fit_the_chip_is_refused_before_the_chip_is_touched(chip_ws):

@@ -1,10 +1,11 @@
 """The `tradewind cluster` commands: look at the backends, read a job's log, cancel a job, run a pipeline,
-empty the compile cache.
+empty the compile cache, end the warm process.
 
     tradewind cluster status [--json]                  # backends, capacity and use, queued and running jobs
     tradewind cluster logs JOB_ID [--offset N] [--replica N]
     tradewind cluster cancel JOB_ID
     tradewind cluster clear-cache                      # delete the compiled programs in cache/xla
+    tradewind cluster release                          # end the warm process that keeps the TPU open
     tradewind cluster pipeline FILE [--run] [--force] [--storage URL]  # plan by default; --run executes here
 
 The Ray backend is shown when `$RAY_ADDRESS` is set. Handlers import what they need when they run,
@@ -74,6 +75,14 @@ def _clear_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _release(args: argparse.Namespace) -> int:
+    from tradewind.cluster.warm import release
+
+    pid = release(_jobs_dir(args))
+    print(f"ended the warm process {pid}" if pid else "no warm process runs for this workspace")
+    return 0
+
+
 def _logs(args: argparse.Namespace) -> int:
     chunk = _backend(args, args.job_id).logs(args.job_id, offset=args.offset, replica=args.replica)
     sys.stdout.write(chunk.text)
@@ -132,6 +141,11 @@ def add_cluster_commands(commands: argparse._SubParsersAction, common: argparse.
 
     clear = actions.add_parser("clear-cache", parents=[common], help="empty the workspace's compile cache (cache/xla)")
     clear.set_defaults(handler=_clear_cache)
+
+    release = actions.add_parser(
+        "release", parents=[common], help="end the workspace's warm process, freeing this host's TPU for other programs"
+    )
+    release.set_defaults(handler=_release)
 
     pipeline = actions.add_parser("pipeline", parents=[common], help="plan (default) or run a step pipeline file")
     pipeline.add_argument("file", help="a Python file defining `steps` (a relative path starts at the workspace root)")

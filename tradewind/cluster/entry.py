@@ -25,10 +25,12 @@ def load_callable(path: str) -> Callable[..., Any]:
     return target
 
 
-def main(argv: list[str]) -> int:
+def run_call(call: dict[str, Any]) -> int:
+    """Call `call` (`{"callable": ..., "args": [...], "kwargs": {...}}`); returns the exit code its process would
+    have: 0 when it returns, 1 when it raises a `TradewindError` (printed as `error: <message>`). Anything else
+    propagates (`SystemExit` included): a process prints its traceback and exits 1."""
     from tradewind.core import TradewindError
 
-    call = json.loads(argv[0])
     try:
         load_callable(call["callable"])(*call.get("args", []), **call.get("kwargs", {}))
     except TradewindError as error:
@@ -38,4 +40,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_call(json.loads(sys.argv[1])))

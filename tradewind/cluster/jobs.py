@@ -27,6 +27,8 @@ PROCESS_ID_ENV = "TRADEWIND_PROCESS_ID"
 PROCESS_COUNT_ENV = "TRADEWIND_PROCESS_COUNT"
 JOB_ID_ENV = "TRADEWIND_JOB_ID"
 ATTEMPT_ENV = "TRADEWIND_ATTEMPT"
+# When the job's process started (seconds since the epoch), where the job runs in a process started before it.
+JOB_START_ENV = "TRADEWIND_JOB_START"
 # A folder of this process's own, on its host's disk: where a run that lives in a bucket keeps its local copy.
 LOCAL_DIR_ENV = "TRADEWIND_LOCAL_DIR"
 
@@ -113,6 +115,12 @@ class JobSpec(BaseModel):
         description="Fail the job, with the reason, if it has not started this many seconds after submission "
         "(resources the backend cannot provide or never frees); null waits as long as it takes.",
     )
+    warm: bool = Field(
+        default=False,
+        description="Run in the jobs folder's warm process (a callable of one replica, local backend): it keeps the "
+        "accelerator open and the programs it compiled loaded between jobs (tradewind.cluster.warm). The local "
+        "backend sets it for jobs on this host's TPU.",
+    )
     on_end: Callback | None = Field(
         default=None,
         description="Called by the job's supervisor (local backend) once the job has ended, whatever the outcome, "
@@ -126,13 +134,17 @@ class JobSpec(BaseModel):
             raise ValueError("give exactly one entrypoint: 'command' or 'callable'")
         if self.command is not None and (self.args or self.kwargs):
             raise ValueError("'args' and 'kwargs' go with 'callable', not with 'command'")
+        if self.warm and (self.callable is None or self.replicas > 1):
+            raise ValueError("'warm' goes with a 'callable' of one replica")
         return self
 
-    def argv(self, python: str = sys.executable) -> list[str]:
-        """The process to start for one replica."""
+    def argv(self, python: str = sys.executable, jobs_dir: Path | None = None) -> list[str]:
+        """The process to start for one replica; a warm job's hands its call to the warm process of `jobs_dir`."""
         if self.command is not None:
             return list(self.command)
         call = json.dumps({"callable": self.callable, "args": self.args, "kwargs": self.kwargs})
+        if self.warm and jobs_dir is not None:
+            return [python, "-m", "tradewind.cluster.warm", str(jobs_dir), call]
         return [python, "-m", "tradewind.cluster.entry", call]
 
 

@@ -63,6 +63,7 @@ from tradewind.cluster.supervisor import (
     spawn_supervisor,
     stop_groups,
 )
+from tradewind.cluster.warm import warm_process
 from tradewind.core import InvalidInputError, check_id, make_id, read_json
 
 DB_NAME = "cluster.sqlite"
@@ -204,6 +205,8 @@ class LocalBackend:
         if self.capacity.tpus and spec.resources.tpu_type is None:
             # One process at a time can open the host's TPU: a job that did not ask for its chips must not take them.
             spec = spec.model_copy(update={"env": {"JAX_PLATFORMS": "cpu", **spec.env}})
+        if spec.resources.tpu_type is not None and spec.callable is not None and spec.replicas == 1:
+            spec = spec.model_copy(update={"warm": True})  # the chip stays open, its programs loaded, for the next
         (self.jobs_dir / job_id).mkdir(parents=True, exist_ok=True)
         log_path = spec.log_path or str(self.jobs_dir / job_id / "job.log")
         record = JobRecord(id=job_id, spec=spec, log_path=log_path)
@@ -276,10 +279,14 @@ class LocalBackend:
         """Capacity, resources in use, and the queued and running jobs (oldest first)."""
         rows = self.store.rows(ACTIVE)
         seen = self._seen(rows)
-        tpu = self.capacity.tpu_type
+        tpu, detail = self.capacity.tpu_type, None
+        if tpu:
+            warm = warm_process(self.jobs_dir)
+            held_by = f"; its warm process {warm} keeps them open between runs" if warm else ""
+            detail = f"this host's TPU: {tpu}, {self.capacity.tpus} chips{held_by}"
         return BackendStatus(
             name=self.name,
-            detail=f"this host's TPU: {tpu}, {self.capacity.tpus} chips" if tpu else None,
+            detail=detail,
             capacity=self.capacity.model_dump(exclude={"tpu_type"}),
             used=held(rows)[0].model_dump(exclude={"tpu_type"}),
             queued=[record for record in seen if record.status is JobStatus.PENDING],

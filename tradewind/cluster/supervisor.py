@@ -211,7 +211,7 @@ class Attempt:
             with open(log_path, "ab") as log:
                 try:
                     process = subprocess.Popen(
-                        spec.argv(),
+                        spec.argv(jobs_dir=self.store.path.parent),
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,

@@ -133,6 +133,11 @@ def _read_bytes(path: Path) -> bytes:
 def describe_holders(holders: list[tuple[int, str]], lockfile: str = LIBTPU_LOCKFILE) -> str:
     """Who holds the chips and what to do, for a message: one process at a time can use them."""
     named = ", ".join(f"process {pid} ({command or 'command unknown'})" for pid, command in holders)
+    if any("tradewind.cluster.warm --serve" in command for _, command in holders):
+        named += (
+            ", Tradewind's warm process, which keeps the chips open between runs of a workspace until it has had no "
+            "job for a while (`tradewind cluster release` in that workspace ends it now)"
+        )
     who = named or "a process this user cannot see"
     return (
         f"this host's TPU chips are held by {who}, which holds libtpu's lock file {lockfile}; one process at a "

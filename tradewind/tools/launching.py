@@ -27,6 +27,7 @@ from tradewind.cluster.backends import BACKEND_TYPES
 from tradewind.cluster.ledger import check_host_tpu
 from tradewind.cluster.placement import this_host_tpu
 from tradewind.cluster.tpu_host import describe_holders, host_tpu, lock_holders
+from tradewind.cluster.warm import is_warm_process
 from tradewind.core import (
     ConfigError,
     InvalidInputError,
@@ -213,8 +214,8 @@ def training_env(ctx: ToolContext, placement: Placement, backend: Backend) -> di
 
 def check_this_host_tpu(placement: Placement, backend: Backend) -> None:
     """Refuse at once a TPU run this host cannot train: chips it does not have (a slice of several hosts, another
-    type), or chips held by a process that is not one of the backend's own jobs (those queue it), which would
-    fail its start with libtpu's lock-file error.
+    type), or chips held by a process that is not one of the backend's own jobs (those queue it) nor its warm
+    process (which runs it), which would fail its start with libtpu's lock-file error.
 
     Raises:
         InvalidInputError: naming the chips asked for and the host's, or the holder, the lock file and what to do.
@@ -222,7 +223,12 @@ def check_this_host_tpu(placement: Placement, backend: Backend) -> None:
     check_host_tpu(placement.resources(), backend.capacity, "the run")
     running = backend.cluster_status().running
     ours = {pid for record in running if record.spec.resources.tpu_type for pid in record.pids}
-    outside = [(pid, command) for pid, command in lock_holders() if pid not in ours]
+    jobs_dir = getattr(backend, "jobs_dir", None)
+    outside = [
+        (pid, command)
+        for pid, command in lock_holders()
+        if pid not in ours and not (jobs_dir and is_warm_process(pid, jobs_dir))
+    ]
     if outside:
         raise InvalidInputError(f"argument 'accelerator': {placement.accelerator}: {describe_holders(outside)}")
 
