@@ -95,13 +95,18 @@ def run_figures(done: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def killed_and_resumed(client: Client, arguments: dict[str, Any]) -> dict[str, Any]:
-    """A run cancelled after its checkpoint at step 10, then continued from that checkpoint as a new run."""
-    steps = 30
-    killed = await call(client, "launch_training", {**arguments, "steps": steps, "checkpoints": {"every_steps": 10}})
-    await reach_step(client, killed["run_id"], 15)
+async def killed_and_resumed(client: Client, arguments: dict[str, Any], timeout_s: float = 300) -> dict[str, Any]:
+    """A long run cancelled once its checkpoint at step 10 is complete on disk, then continued from its last
+    complete checkpoint for 10 more steps, as a new run. (A tiny model's steps take milliseconds: it would end, or
+    be cancelled before its first checkpoint is written, if the cancel came at a step count.)"""
+    killed = await call(client, "launch_training", {**arguments, "steps": 5000, "checkpoints": {"every_steps": 10}})
+    checkpoints = Path(killed["run_dir"]) / "checkpoints"
+    with anyio.fail_after(timeout_s):
+        while not (checkpoints / "10").is_dir():  # orbax renames a checkpoint to its step once it is complete
+            await anyio.sleep(0.1)
     await call(client, "cancel_run", {"run_id": killed["run_id"]})
-    resumed = (await launch_and_wait(client, {"resume_from": killed["run_id"], "steps": steps}))["run"]
+    last = max(int(folder.name) for folder in checkpoints.iterdir() if folder.name.isdigit())
+    resumed = (await launch_and_wait(client, {"resume_from": killed["run_id"], "steps": last + 10}))["run"]
     summary = resumed["summary"]
     return {"killed": killed["run_id"], "resumed": resumed["run_id"], "platform": resumed["platform"]} | {
         "resumed_from_step": summary["resumed_from_step"],

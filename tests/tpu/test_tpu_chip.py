@@ -227,7 +227,8 @@ def test_an_agent_over_mcp_stdio_launches_profiles_samples_and_exports_a_run_on_
     assert figures["sample"]["device"].startswith("cpu") and figures["sample"]["text"]
     assert "model.safetensors" in figures["export"]["files"] and figures["report"]["report"].endswith(".md")
     resumed = figures["killed_and_resumed"]
-    assert resumed["platform"] == "tpu" and resumed["resumed_from_step"] >= 10 and resumed["steps"] == 30
+    assert resumed["platform"] == "tpu" and resumed["resumed_from_step"] >= 10
+    assert resumed["steps"] == resumed["resumed_from_step"] + 10
     sweep = figures["sweep"]
     assert sweep["status"] == "succeeded" and sweep["platforms"] == ["tpu", "tpu"] and sweep["in_turn"]
     assert figures["warm"]["first_step_s"] < figures["cold"]["first_step_s"]
