@@ -1,0 +1,225 @@
+"""One TPU chip's speed and memory by model shape and training choice, each beside its compile-only estimate.
+
+Command (on a TPU VM; `scripts/tpu-check` runs it with TPU_CHECK_PARTS=chip):
+    python benchmarks/tpu_chip.py --out FILE.jsonl [--shapes 125m,350m,1b] [--choices default,scan,...] [--steps 12]
+    python benchmarks/tpu_chip.py --smoke --out FILE.jsonl     # a tiny model on the CPU: checks that the script runs
+
+Llama shapes at sequence 2048 (`SHAPES`: the 125M, the 350M, and a 1B with vocabulary 128256), Tradewind's own
+trainer (`train`, the loop's own metrics), on random-free real tokens (Tiny Shakespeare, byte-level: the ids are
+small, the compute is the model's). For each shape, processes of their own (one process at a time holds the chip):
+
+1. the default choice in a new process with an empty compile cache: the time to the first update, cold;
+2. the default again in a new process with that cache, then every other choice in the same process
+   (`CHOICES`: scanned layers, each remat policy, the reference attention, half and twice the per-chip batch,
+   the memory options).
+
+And first, the chip's ceiling: a bf16 8192^3 matmul. Each measured choice gives tokens/s and MFU in steady state
+(the median step after the first two), the step time, the compile time, the time to the first update, the HBM
+the compiled train step needs (`memory_analysis()`: the chip's own `memory_stats()` peak is not trustworthy on
+a v5e), the compile-only estimate of the same step (`tpu_compile.estimate_step`, the roofline `tradewind compile`
+prints) and its ratio to the measured step. A choice that does not fit says so, with XLA's message.
+
+Output: one JSON object per line (`--out`, and stdout) as each is measured, so a session cut short keeps what it
+measured; `kind` is `ceiling`, `choice` or `error`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SEQ_LEN = 2048
+SHAPES: dict[str, dict[str, Any]] = {  # the issue's shapes, each with its default per-chip batch
+    "125m": {"model": {"preset": "llama-125m", "vocab_size": 32768, "max_seq_len": SEQ_LEN}, "batch_size": 16},
+    "350m": {"model": {"preset": "llama-350m", "vocab_size": 32768, "max_seq_len": SEQ_LEN}, "batch_size": 8},
+    "1b": {
+        "model": {"preset": "llama-1b", "vocab_size": 128256, "max_seq_len": SEQ_LEN},
+        "batch_size": 4,
+        "optimizer": {"type": "adafactor"},  # the change the launch offers: AdamW's state alone exceeds the chip
+        "remat": "full",
+        "scan_layers": True,
+    },
+}
+CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against the shape's default
+    "default": {},
+    "scan": {"scan_layers": True},
+    "remat_full": {"remat": "full"},
+    "remat_save_matmuls": {"remat": "save_matmuls"},
+    "scan_remat_full": {"scan_layers": True, "remat": "full"},
+    "reference_attention": {"attention": "reference"},
+    "half_batch": {"batch_size": 0.5},
+    "double_batch": {"batch_size": 2},
+    "bf16_moments": {"optimizer": {"bf16_moments": True}},
+    "adafactor": {"optimizer": {"type": "adafactor"}},
+}
+SMOKE_SHAPE = {"model": {"d_model": 64, "n_layers": 2, "n_heads": 2, "vocab_size": 512, "max_seq_len": 128}}
+TRAINING = {"eval_every": 10_000, "eval_batches": 1, "log_every": 1, "checkpoint": False}
+
+
+def config_for(shape: dict[str, Any], choice: dict[str, Any], dataset: str, steps: int, seq_len: int) -> Any:
+    """The run of `shape` with `choice` applied (a `batch_size` below 4 scales the shape's batch)."""
+    from tradewind.trainer import TrainConfig
+
+    fields = {**TRAINING, **shape, "dataset": dataset, "steps": steps, "seq_len": seq_len}
+    for key, value in choice.items():
+        if key == "batch_size":
+            fields[key] = max(1, int(fields.get("batch_size", 16) * value))
+        elif isinstance(value, dict):
+            fields[key] = {**fields.get(key, {}), **value}
+        else:
+            fields[key] = value
+    return TrainConfig.model_validate(fields)
+
+
+def matmul_ceiling(n: int, repeats: int = 10) -> dict[str, Any]:
+    """FLOP/s of a bf16 n^3 matmul on the default device, and that against the chip's peak."""
+    import jax
+    import jax.numpy as jnp
+
+    from tradewind.trainer.flops import peak_flops
+
+    a, b = (jax.random.normal(jax.random.key(i), (n, n), jnp.bfloat16) for i in range(2))
+    matmul = jax.jit(lambda x, y: x @ y)
+    matmul(a, b).block_until_ready()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        out = matmul(a, b)
+    out.block_until_ready()
+    flops = 2 * n**3 * repeats / (time.perf_counter() - start)
+    device = jax.devices()[0]
+    peak, source = peak_flops(device.device_kind if device.platform != "cpu" else "cpu", os.cpu_count() or 1)
+    return {"kind": "ceiling", "n": n, "flops_per_s": flops, "of_peak": flops / peak, "peak_source": source}
+
+
+def measure(shape_name: str, choice_name: str, config: Any, workdir: Path, clock: Any = None) -> dict[str, Any]:
+    """Train `config` in this process (its start-up timed by `clock`); its speed, start-up, HBM and estimate."""
+    import jax
+
+    from tradewind.cluster.tpu_host import host_tpu
+    from tradewind.trainer.loop import train
+    from tradewind.trainer.metrics import read_metrics
+    from tradewind.trainer.setup import setup_training
+    from tradewind.trainer.tpu_compile import collectives_of, estimate_step, hbm_needed
+
+    figures: dict[str, Any] = {"kind": "choice", "shape": shape_name, "choice": choice_name}
+    figures |= {"batch_size": config.batch_size, "seq_len": config.seq_len}
+    run_dir = workdir / f"{shape_name}-{choice_name}-{time.monotonic_ns()}"
+    try:
+        summary = train(config, run_dir, clock=clock)
+    except Exception as error:  # out of memory, most often: what does not fit is a figure too
+        return figures | {"fits": False, "error": f"{type(error).__name__}: {str(error)[:1500]}"}
+    steps = [row.step_time_s for row in read_metrics(run_dir / "metrics.jsonl") if row.step_time_s]
+    step_s = statistics.median(steps[2:] or steps)
+    setup = setup_training(config)  # the steps `train` compiled, from this process's last compile
+    tokens = config.batch_size * config.seq_len
+    figures |= {
+        "fits": True,
+        "step_s": step_s,
+        "tokens_per_s": tokens / step_s,
+        "mfu": setup.flops_per_token * tokens / step_s / setup.peak_flops,
+        "loop_mfu": summary.mfu,
+        "compile_s": summary.compile_s,
+        "first_update_s": summary.first_update_s,
+        "startup_s": summary.startup_s,
+        "hbm_bytes": hbm_needed(setup.train_step.memory_analysis()),
+        "final_loss": summary.final_loss,
+    }
+    target = host_tpu()
+    if target is not None and jax.default_backend() == "tpu":
+        collectives = collectives_of(setup.train_step.as_text())
+        estimate = estimate_step(config, setup.model_config, target, 1, setup.train_step, collectives)
+        figures |= {"estimate_step_s": estimate.seconds, "estimate_over_measured": estimate.seconds / step_s}
+    return figures
+
+
+def run_choices(shape_name: str, choice_names: list[str], dataset: str, steps: int, smoke: bool, cache: str) -> None:
+    """Measure `choice_names` of one shape in this process, printing a JSON line each; the first one's start-up
+    counts from this process's start, with the compile cache `cache` ("empty" or "filled")."""
+    from tradewind.trainer.startup import StartupClock
+
+    clock = StartupClock.since_process_start()
+    workdir = Path(tempfile.mkdtemp(prefix="tpu-chip-"))
+    shape = SMOKE_SHAPE if smoke else SHAPES[shape_name]
+    seq_len = 128 if smoke else SEQ_LEN
+    for name in choice_names:
+        config = config_for(shape, CHOICES[name], dataset, steps, seq_len)
+        figures = measure(shape_name, name, config, workdir, clock)
+        if clock is not None:
+            figures["first_in_process"] = {"compile_cache": cache}
+        print(json.dumps(figures, default=str), flush=True)
+        clock = None
+
+
+def tokens(folder: Path) -> Path:
+    """Tiny Shakespeare, byte-level, as a token cache in `folder`."""
+    from tradewind.data import build_token_cache, load_tokenizer
+    from tradewind.data.corpora import builtin_corpus_path
+
+    build_token_cache([builtin_corpus_path("tinyshakespeare")], folder, load_tokenizer("byte"))
+    return folder
+
+
+def child(arguments: list[str], env: dict[str, str], out: Any, timeout_s: float) -> None:
+    """Run this script with `arguments` in a new process; copy its JSON lines to `out` and stdout as they come."""
+    command = [sys.executable, __file__, *arguments]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as process:
+        assert process.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        for line in process.stdout:
+            if line.startswith("{"):
+                out.write(line)
+                out.flush()
+                print(line, end="", flush=True)
+            if time.monotonic() > deadline:
+                process.kill()
+                break
+        if process.wait() != 0:
+            error = {"kind": "error", "arguments": arguments, "exit_code": process.returncode}
+            out.write(json.dumps(error) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="JSON lines file (appended to); required but in a child")
+    parser.add_argument("--shapes", default="125m,350m,1b")
+    parser.add_argument("--choices", default=",".join(CHOICES), help="comma-separated names of CHOICES")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--timeout-s", type=float, default=3600, help="per process")
+    parser.add_argument("--smoke", action="store_true", help="a tiny model on the CPU: checks that the script runs")
+    parser.add_argument("--measure", metavar="SHAPE", help=argparse.SUPPRESS)  # a child: one shape's choices here
+    parser.add_argument("--dataset", help=argparse.SUPPRESS)
+    parser.add_argument("--cache", choices=("empty", "filled"), help=argparse.SUPPRESS)
+    parser.add_argument("--ceiling", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    smoke = ["--smoke"] * args.smoke
+    if args.ceiling:
+        print(json.dumps(matmul_ceiling(256 if args.smoke else 8192)), flush=True)
+        return
+    if args.measure:
+        run_choices(args.measure, args.choices.split(","), args.dataset, args.steps, args.smoke, args.cache)
+        return
+    if args.out is None:
+        parser.error("--out is required")
+    choices = [name for name in args.choices.split(",") if name != "default"]
+    dataset = tokens(Path(tempfile.mkdtemp(prefix="tpu-chip-data-")) / "tinyshakespeare")
+    with open(args.out, "a", encoding="utf-8") as out:
+        child(["--ceiling", *smoke], dict(os.environ), out, args.timeout_s)
+        for shape in args.shapes.split(","):
+            cache = tempfile.mkdtemp(prefix="tpu-chip-xla-")
+            env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+            measure_args = ["--measure", shape, "--dataset", str(dataset), "--steps", str(args.steps), *smoke]
+            child([*measure_args, "--cache", "empty", "--choices", "default"], env, out, args.timeout_s)
+            every = ",".join(["default", *choices])
+            child([*measure_args, "--cache", "filled", "--choices", every], env, out, args.timeout_s)
+
+
+if __name__ == "__main__":
+    main()
