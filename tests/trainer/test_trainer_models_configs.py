@@ -151,3 +151,13 @@ def test_qwen2_has_query_key_value_biases_and_qwen3_query_key_norms_where_llama_
 def test_an_odd_head_width_is_refused_for_rotary_embeddings(fields, message):
     with pytest.raises(pydantic.ValidationError, match=message):
         model_config(**fields)
+
+
+@pytest.mark.parametrize("preset", ["llama-125m", "llama-1b", "gpt2-small"])
+def test_the_flops_by_part_of_a_model_sum_to_its_flops_per_token(preset):
+    config = model_config(preset=preset, vocab_size=32768)
+    parts = config.flops_by_part(2048)
+    assert set(parts) == {"attention", "mlp", "loss"} and all(flops > 0 for flops in parts.values())
+    assert sum(parts.values()) == config.flops_per_token(2048)
+    assert parts["loss"] == 6 * config.d_model * 32768
+    assert parts["mlp"] == 6 * config.n_layers * config.mlp_matmul_params()

@@ -46,6 +46,21 @@ def test_profile_writes_a_summary_with_the_step_split_top_ops_and_a_verdict_and_
     assert summary.peak_memory_bytes > 0 and summary.peak_memory_source == "process peak RSS"
     assert 0 < summary.mfu < 1
     trace_dir = tmp_path / "profile" / "trace"
+    # Time by part of the model: each part's loss of MFU is its seconds less its FLOPs' at the peak
+    parts = {part.part: part for part in summary.parts}
+    assert set(parts) >= {"embedding", "attention", "mlp", "norms", "loss", "optimizer", "host and idle"}
+    assert all(part.seconds > 0 for name, part in parts.items() if name != "host and idle")
+    assert [part.mfu_lost for part in summary.parts] == sorted((p.mfu_lost for p in summary.parts), reverse=True)
+    setup = setup_training(tiny_config())
+    flops = setup.model_config.flops_by_part(32)
+    for name in ("attention", "mlp", "loss"):
+        ideal_s = flops[name] * 8 * 32 / setup.peak_flops
+        assert parts[name].mfu_lost == pytest.approx((parts[name].seconds - ideal_s) / summary.mean_step_s)
+    for name in ("embedding", "norms", "optimizer"):  # no model FLOPs: all their time is lost
+        assert parts[name].mfu_lost == pytest.approx(parts[name].share)
+    assert summary.kinds["matmul"] > 0 and set(summary.kinds) <= {"matmul", "copy or layout", "collective", "other"}
+    if summary.diagnosis.verdict == "compute-bound":
+        assert f"{summary.parts[0].part} loses the most MFU" in summary.diagnosis.evidence
     assert summary.trace_file.endswith(".trace.json.gz") and summary.trace_file.startswith(str(trace_dir))
     assert list(trace_dir.glob("plugins/profile/*/*.trace.json.gz")) and list(
         trace_dir.glob("plugins/profile/*/*.xplane.pb")

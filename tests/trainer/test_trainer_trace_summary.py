@@ -6,8 +6,9 @@ import json
 
 import jax
 import jax.numpy as jnp
+import pytest
 
-from tradewind.trainer.trace_summary import op_category, top_ops, trace_file
+from tradewind.trainer.trace_summary import op_category, program_ops, time_by_part, top_ops, trace_file
 
 
 def write_trace(folder, events):
@@ -85,3 +86,45 @@ def test_the_top_ops_of_a_trace_the_jax_profiler_wrote_name_the_functions_xla_op
     assert ops and all(0 < o.share <= 1 for o in ops) and sum(o.share for o in ops) <= 1 + 1e-9
     assert all(o.count >= 3 and o.total_ms > 0 for o in ops)  # each op ran once per call
     assert not any(o.name.startswith(("ThunkExecutor", "PjitFunction", "$")) for o in ops)
+
+
+def test_a_programs_ops_are_told_by_the_model_part_their_scope_names_and_by_kind():
+    def loss(w, x):
+        with jax.named_scope("attention"):
+            h = jnp.tanh(x @ w)
+        with jax.named_scope("mlp"):
+            return jnp.sum(jnp.sin(h @ w.T))
+
+    hlo = jax.jit(jax.grad(loss)).lower(jnp.ones((64, 64)), jnp.ones((32, 64))).compile().as_text()
+    ops = program_ops(hlo)
+    assert {part for part, _ in ops.values()} >= {"attention", "mlp"}  # forward and backward ops both
+    assert any(kind == "matmul" for part, kind in ops.values() if part == "attention")
+    assert any(kind == "matmul" for part, kind in ops.values() if part == "mlp")
+
+
+def test_time_by_part_counts_a_loops_body_and_not_the_loop_and_knows_copies_and_collectives(tmp_path):
+    hlo = """HloModule m
+
+%body.1 (p: f32[8]) -> f32[8] {
+  %p = f32[8] parameter(0)
+  %dot.2 = f32[8] dot(%p, %p), metadata={op_name="jit(step)/while/body/jvp(mlp)/dot_general"}
+  ROOT %all-reduce.3 = f32[8] all-reduce(%dot.2), metadata={op_name="jit(step)/optimizer/psum"}
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %a = f32[8] parameter(0)
+  %copy.4 = f32[8]{0} copy(%a), metadata={op_name="jit(step)/jvp(attention)/transpose"}
+  ROOT %while.5 = f32[8] while(%copy.4), condition=%cond.1, body=%body.1
+}
+"""
+    events = [
+        op("while.5", 100.0, ts=10),  # holds the two ops of its body
+        op("dot.2", 60.0, ts=20),
+        op("all-reduce.3", 30.0, ts=80),
+        op("copy.4", 10.0, ts=0),
+        op("dot.2", 60.0, ts=1000, tid=5),  # the second of two steps, on another line
+    ]
+    write_trace(tmp_path, events)
+    by_part, by_kind = time_by_part(tmp_path, hlo, steps=2)
+    assert by_part == pytest.approx({"mlp": 60e-6, "optimizer": 15e-6, "attention": 5e-6})
+    assert by_kind == pytest.approx({"matmul": 60e-6, "collective": 15e-6, "copy or layout": 5e-6})

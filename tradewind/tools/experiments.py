@@ -131,7 +131,7 @@ class Reruns(BaseModel):
 
 @tool("List experiments", idempotent=True, open_world=True)
 def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> ExperimentList:
-    """Runs by val_bpb, each change's delta against the measured noise. Use it to pick the run to build
+    """Runs by val_bpb, each change's delta vs the measured noise. Use it to pick the run to build
     on.
 
     Filter by status, by a changed config field or by sweep; export writes every match as TSV or CSV. A run's

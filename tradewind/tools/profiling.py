@@ -31,14 +31,12 @@ class ProfileResult(ProfileSummary):
 
 @tool("Profile a run's steps", links=("profile",))
 def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress = no_progress) -> ProfileResult:
-    """Profile a few training steps: where the time goes, what to change. Use it when training is slow.
+    """Profile training steps: where the time goes, what to change. Use it when training is slow.
 
-    Returns compile and step time, the step split (compute, data wait, host, checkpoint), top ops, peak
-    memory, MFU, a verdict (data-bound, host-bound, recompiling, checkpoint-bound, compute-bound) with
-    one suggestion, and the trace (TensorBoard or Perfetto). Runs in a separate process on fresh weights;
-    takes about as long as compiling the model plus `steps` training steps, and does not disturb the run's
-    own files (a run in a bucket gets the trace under `<run>/profile`). It is refused where the workspace's
-    limits (settings.yaml) would refuse the run.
+    Returns compile and step time, the step split (compute, data wait, host, checkpoint), time and MFU lost by
+    model part, time by op kind, top ops, peak memory, MFU, a verdict with one suggestion, and the trace. Runs
+    in a separate process on fresh weights, for about a compile plus `steps` steps; the run's files stay as
+    they are (a bucket run's trace goes to `<run>/profile`). Refused where settings.yaml refuses the run.
     """
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     config = read_run_config(ctx, layout.root, argument="run_id")
@@ -74,7 +72,8 @@ def profile_run(ctx: ToolContext, request: ProfileRunRequest, progress: Progress
 
 
 def describe_profile(result: ProfileSummary) -> str:
-    """The profile as a person reads it: timing, the step split, the top ops, and the verdict's suggestion."""
+    """The profile as a person reads it: timing, the step split, where the step goes by part of the model and by
+    kind of op, the top ops, and the verdict's suggestion."""
     split, diagnosis = result.split, result.diagnosis
     lines = [
         f"compile {result.compile_s:.1f} s; steps {result.start_step}-{result.start_step + result.steps - 1}: mean "
@@ -82,6 +81,15 @@ def describe_profile(result: ProfileSummary) -> str:
         f"step split: compute {split.compute:.0%}, data wait {split.data_wait:.0%}, host {split.host:.0%}, "
         f"checkpoint {split.checkpoint:.0%}; peak memory {(result.peak_memory_bytes or 0) / 2**20:,.0f} MiB "
         f"({result.peak_memory_source})",
+        *(
+            f"  {part.part:<14} {part.seconds * 1000:8.2f} ms  {part.share:6.1%} of the step, "
+            f"MFU lost {part.mfu_lost:6.1%}"
+            for part in result.parts
+        ),
+        *(
+            ["by kind: " + ", ".join(f"{kind} {s * 1000:.2f} ms" for kind, s in result.kinds.items())]
+            * bool(result.kinds)
+        ),
         *(f"  {op.share:6.1%}  {op.total_ms:9.1f} ms  {op.name}" for op in result.top_ops),
         f"{diagnosis.verdict}: {diagnosis.suggestion}",
         f"evidence: {diagnosis.evidence}",

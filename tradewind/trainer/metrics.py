@@ -129,6 +129,15 @@ class OpTime(BaseModel):
     share: float = Field(description="Its fraction of all op time in the trace.")
 
 
+class PartTime(BaseModel):
+    """One part of the model (a named scope of the step, `MODEL_PARTS`), or the host and idle time."""
+
+    part: str
+    seconds: float = Field(description="Device seconds per step.")
+    share: float = Field(description="Of the step's time.")
+    mfu_lost: float = Field(description="(seconds - its FLOPs at the peak) / step time; the parts' sum is 1 - MFU.")
+
+
 Verdict = Literal["data-bound", "host-bound", "recompiling", "checkpoint-bound", "compute-bound"]
 
 
@@ -179,6 +188,8 @@ class ProfileSummary(BaseModel):
     )
     mfu: float | None = Field(default=None, description="Model FLOP utilisation at the mean step time.")
     diagnosis: Diagnosis | None = Field(default=None, description="The verdict, its evidence and one suggestion.")
+    parts: list[PartTime] = Field(default_factory=list, description="Time per model part, most MFU lost first.")
+    kinds: dict[str, float] = Field(default_factory=dict, description="Device seconds per step by kind of op.")
 
 
 def logged_updates(rows: list[MetricRow]) -> list[tuple[int, MetricRow]]:

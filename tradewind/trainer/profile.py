@@ -56,9 +56,9 @@ from tradewind.trainer.hooks import ProfileHook, StepTiming
 from tradewind.trainer.jobs import ProfileJob
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.loop import run_steps
-from tradewind.trainer.metrics import Diagnosis, ProfileSummary, StepSplit
+from tradewind.trainer.metrics import Diagnosis, PartTime, ProfileSummary, StepSplit
 from tradewind.trainer.setup import TrainSetup, setup_training
-from tradewind.trainer.trace_summary import top_ops, trace_file
+from tradewind.trainer.trace_summary import time_by_part, top_ops, trace_file
 
 DATA_BOUND_SHARE = 0.30
 HOST_BOUND_SHARE = 0.40
@@ -79,6 +79,7 @@ class Measured:
     batch_size: int
     grad_accum: int
     max_batch_size: int
+    parts: tuple[PartTime, ...] = ()  # most MFU lost first
 
 
 def diagnose(measured: Measured) -> Diagnosis:
@@ -123,6 +124,9 @@ def diagnose(measured: Measured) -> Diagnosis:
             suggestion=f"raise batch_size to {m.batch_size * 2} with grad_accum {accum}: more work per dispatch in "
             "the same memory",
         )
+    if m.parts:
+        worst = m.parts[0]
+        evidence += f"; {worst.part} loses the most MFU: {worst.mfu_lost:.0%} of the step"
     if bigger > m.batch_size:
         return Diagnosis(
             verdict="compute-bound",
@@ -191,6 +195,8 @@ def _summarise(setup: TrainSetup, profiler: ProfileHook, trace_dir: Path, start_
     mean_step_s = sum(t.seconds for t in timings) / len(timings)
     split = _split(timings)
     peak_bytes, peak_source, limit_bytes = _memory()
+    by_part, by_kind = time_by_part(trace_dir, setup.train_step.as_text(), steps=len(timings))
+    devices = len(jax.devices())
     measured = Measured(
         step_s=mean_step_s,
         split=split,
@@ -198,6 +204,7 @@ def _summarise(setup: TrainSetup, profiler: ProfileHook, trace_dir: Path, start_
         batch_size=config.batch_size,
         grad_accum=config.grad_accum,
         max_batch_size=_max_batch_size(config, setup.model_config.vocab_size or 0, limit_bytes),
+        parts=tuple(part_times(setup, by_part, mean_step_s, devices)),
     )
     tokens_per_s = sum(profiler.tokens) / len(profiler.tokens) / mean_step_s  # packed documents: without padding
     trace = trace_file(trace_dir)
@@ -218,9 +225,33 @@ def _summarise(setup: TrainSetup, profiler: ProfileHook, trace_dir: Path, start_
         trace_file=str(trace) if trace is not None else None,
         peak_memory_bytes=peak_bytes,
         peak_memory_source=peak_source,
-        mfu=tokens_per_s * setup.flops_per_token / (setup.peak_flops * len(jax.devices())),
+        mfu=tokens_per_s * setup.flops_per_token / (setup.peak_flops * devices),
         diagnosis=diagnose(measured),
+        parts=list(measured.parts),
+        kinds={kind: seconds / devices for kind, seconds in by_kind.items()},
     )
+
+
+def part_times(setup: TrainSetup, by_part: dict[str, float], step_s: float, devices: int) -> list[PartTime]:
+    """Each part's device seconds per step (`by_part`, summed over `devices`) and the MFU it loses: its seconds
+    less those its FLOPs (the model's, `flops_by_part`, scaled to the run's count) would take at the peak, over
+    the step. The host and idle time (the step less every op) loses all of its own; the losses and the MFU sum
+    to 1. Most MFU lost first."""
+    model_flops = setup.model_config.flops_by_part(setup.config.seq_len)
+    scale = setup.flops_per_token / sum(model_flops.values())  # a LoRA run counts fewer
+    tokens = setup.config.batch_size * setup.config.seq_len
+    seconds = {part: total / devices for part, total in by_part.items()}
+    seconds["host and idle"] = max(step_s - sum(seconds.values()), 0.0)
+    parts = [
+        PartTime(
+            part=part,
+            seconds=spent,
+            share=spent / step_s,
+            mfu_lost=(spent - model_flops.get(part, 0.0) * scale * tokens / (setup.peak_flops * devices)) / step_s,
+        )
+        for part, spent in seconds.items()
+    ]
+    return sorted(parts, key=lambda part: part.mfu_lost, reverse=True)
 
 
 def _split(timings: list[StepTiming]) -> StepSplit:

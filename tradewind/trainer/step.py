@@ -66,7 +66,8 @@ def next_token_loss(
         inputs, targets, segments, positions = batch[:, :-1], batch[:, 1:], None, None
     hidden, _ = model.features(inputs, remat=remat, segments=segments, positions=positions)  # [batch, seq, d_model]
     rows = hidden.reshape(-1, hidden.shape[-1]).astype(model.dtype)  # [batch * seq, d_model]
-    return fused_cross_entropy(rows, model.head_weight(), targets.reshape(-1), z_loss)
+    with jax.named_scope("loss"):
+        return fused_cross_entropy(rows, model.head_weight(), targets.reshape(-1), z_loss)
 
 
 def loss_and_grads(
@@ -153,9 +154,10 @@ def make_train_step(
         rest = (streams,) if frozen is None else (streams, frozen)
         loss, grads = loss_and_grads(graphdef, weights, batch, grad_accum, z_loss, remat, *rest)
         grad_norm = optax.tree.norm(grads)
-        updates, new_opt_state = optimizer.update(grads, opt_state, weights)
-        updates = jax.tree.map(lambda update: learning_rate * update, updates)
-        new_weights = optax.apply_updates(weights, updates)
+        with jax.named_scope("optimizer"):
+            updates, new_opt_state = optimizer.update(grads, opt_state, weights)
+            updates = jax.tree.map(lambda update: learning_rate * update, updates)
+            new_weights = optax.apply_updates(weights, updates)
         skipped = jnp.zeros((), jnp.float32)
         if skip_nonfinite:
             finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

@@ -43,8 +43,8 @@ from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.setup import attention_kernel, build_run_model, compute_dtype, lower_steps, split_run_model
 from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings
 from tradewind.trainer.step import weights_and_streams
+from tradewind.trainer.trace_summary import COLLECTIVES, hlo_computations
 
-COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4}
 _DTYPE_BYTES |= {"f64": 8, "s64": 8, "u64": 8}
 _SHAPE = re.compile(r"\b(pred|bf16|[fsu]\d+)\[([\d,]*)\]")
@@ -54,7 +54,6 @@ _MESH_GROUPS = re.compile(r"replica_groups=mesh\[(.*?)\](?:, device_ids=\(.*?\))
 # `%name = SHAPE op(OPERANDS...)` where op is a collective or its async start; SHAPE may be a tuple, and a TPU
 # layout (`{1,0:T(8,128)}`) holds parentheses, so the op is found by its name.
 _COLLECTIVE_LINE = re.compile(r"= (.*?) (" + "|".join(COLLECTIVES) + r")(-start)?\(")
-_COMPUTATION = re.compile(r"^(ENTRY )?%(\S+) ")
 _WHILE = re.compile(r"condition=%([\w.\-]+), body=%([\w.\-]+)")
 _CONSTANT = re.compile(r"constant\((\d+)\)")
 _OUT_OF_MEMORY = re.compile(r"temporaries \(([\d.]+)([KMGT]?)\)")
@@ -207,7 +206,7 @@ def collectives_of(hlo: str) -> list[Collective]:
     """
     counts: Counter[str] = Counter()
     sent: Counter[str] = Counter()
-    computations = _computations(hlo)
+    computations = hlo_computations(hlo)
     runs = _runs_per_step(computations)
     for name, lines in computations.items():
         for line in lines:
@@ -222,19 +221,6 @@ def collectives_of(hlo: str) -> list[Collective]:
             counts[kind] += runs.get(name, 1)
             sent[kind] += round(ring.get(kind, 1) * size) * runs.get(name, 1)
     return [Collective(kind=kind, count=counts[kind], bytes=sent[kind]) for kind in COLLECTIVES if counts[kind]]
-
-
-def _computations(hlo: str) -> dict[str, list[str]]:
-    """The instruction lines of each computation of an HLO module's text, by name (the entry's, and those of a
-    fragment with no computation around them, under `ENTRY`)."""
-    computations: dict[str, list[str]] = {"ENTRY": []}
-    lines = computations["ENTRY"]
-    for line in hlo.splitlines():
-        if not line.startswith(" ") and line.endswith("{") and (found := _COMPUTATION.match(line)):
-            lines = computations.setdefault("ENTRY" if found.group(1) else found.group(2), [])
-        elif line.startswith(" "):
-            lines.append(line)
-    return computations
 
 
 def _runs_per_step(computations: dict[str, list[str]]) -> dict[str, int]:

@@ -12,9 +12,15 @@ left out: the executor's `ThunkExecutor::Execute`, `PjitFunction(...)`, Python f
 name (numbered fusions keep the number: `ynn_fusion.134`) and also given a category, the name without the
 number (`ynn_fusion`), which groups one kind of fusion across the model.
 
+A step's time is also told by the part of the model each op computes and by its kind (`time_by_part`): the
+compiled program's HLO text names, for each instruction, the op it came from (`op_name`, whose path holds the
+named scopes of `MODEL_PARTS`), and says what it is (a matrix multiply, a Pallas kernel, a copy, a collective).
+Only innermost events count there, so a loop (`while`) and the ops of its body are not counted twice.
+
 Example:
     for op in top_ops(Path("runs/r1/profile/trace")):
         print(f"{op.share:6.1%} {op.total_ms:8.2f} ms  {op.name}")
+    by_part, by_kind = time_by_part(Path("runs/r1/profile/trace"), compiled.as_text(), steps=5)
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tradewind.trainer.metrics import OpTime
+from tradewind.trainer.models.base import MODEL_PARTS
 
 _NUMBER_SUFFIX = re.compile(r"\.\d+$")
 # Events that wrap or wait for ops rather than being one; never counted, whatever their arguments.
@@ -45,6 +52,105 @@ def trace_file(trace_dir: Path) -> Path | None:
     """The newest `*.trace.json.gz` under `trace_dir` (each trace is a new `plugins/profile/<run>/`), or None."""
     files = list(Path(trace_dir).rglob("*.trace.json.gz"))
     return max(files, key=lambda path: path.stat().st_mtime) if files else None
+
+
+# The kinds of op `time_by_part` tells apart; the rest is "other".
+KINDS = ("matmul", "attention kernel", "copy or layout", "collective", "other")
+_PART = re.compile(r"\b(" + "|".join(MODEL_PARTS) + r")\b")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*)$")
+_OPCODE = re.compile(r"\b([a-z][a-z0-9\-]*)\(")  # the first lower-case word before "(": shapes' layouts are upper
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_COMPUTATION = re.compile(r"^(ENTRY )?%(\S+) ")
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+_LAYOUT = ("copy", "copy-start", "copy-done", "transpose", "bitcast", "reshape", "bitcast-convert")
+
+
+def hlo_computations(hlo: str) -> dict[str, list[str]]:
+    """The instruction lines of each computation of an HLO module's text, by name (the entry's, and those of a
+    fragment with no computation around them, under `ENTRY`)."""
+    computations: dict[str, list[str]] = {"ENTRY": []}
+    lines = computations["ENTRY"]
+    for line in hlo.splitlines():
+        if not line.startswith(" ") and line.endswith("{") and (found := _COMPUTATION.match(line)):
+            lines = computations.setdefault("ENTRY" if found.group(1) else found.group(2), [])
+        elif line.startswith(" "):
+            lines.append(line)
+    return computations
+
+
+def program_ops(hlo: str) -> dict[str, tuple[str, str]]:
+    """Each instruction of a compiled program's HLO text by name: the part of the model it computes (the innermost
+    of `MODEL_PARTS` in its `op_name`, else "other") and its kind (`KINDS`). A fusion is a matmul when its
+    computation multiplies matrices."""
+    computations = hlo_computations(hlo)
+    multiplying = {
+        name for name, lines in computations.items() if any(_opcode(line) in ("dot", "convolution") for line in lines)
+    }
+    ops = {}
+    for lines in computations.values():
+        for line in lines:
+            if found := _INSTRUCTION.match(line):
+                name, rest = found.groups()
+                op_name = _OP_NAME.search(rest)
+                parts = _PART.findall(op_name.group(1)) if op_name else []
+                part = parts[-1] if parts else "other"
+                ops[name] = (part, _kind(rest, part, multiplying))
+    return ops
+
+
+def _opcode(line: str) -> str:
+    found = _OPCODE.search(line.split(" = ", 1)[-1])
+    return found.group(1) if found else ""
+
+
+def _kind(instruction: str, part: str, multiplying: set[str]) -> str:
+    opcode = _opcode(instruction)
+    calls = _CALLS.search(instruction)
+    if opcode in ("dot", "convolution") or (opcode == "fusion" and calls and calls.group(1) in multiplying):
+        return "matmul"
+    if opcode == "custom-call" and part == "attention":
+        return "attention kernel"
+    if opcode in _LAYOUT:
+        return "copy or layout"
+    if opcode.removesuffix("-start").removesuffix("-done") in COLLECTIVES:
+        return "collective"
+    return "other"
+
+
+def time_by_part(trace_dir: Path, hlo: str, steps: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Device seconds per step of the newest trace under `trace_dir`, by part of the model and by kind of op,
+    for the ops of the program whose HLO text is `hlo` (others count as part and kind "other"); `steps`: the
+    steps the trace holds. Empty without a trace."""
+    path = trace_file(trace_dir)
+    if path is None:
+        return {}, {}
+    with gzip.open(path, "rt", encoding="utf-8") as file:
+        events = json.load(file).get("traceEvents", [])
+    ops = program_ops(hlo)
+    by_part: dict[str, float] = defaultdict(float)
+    by_kind: dict[str, float] = defaultdict(float)
+    for event in _innermost(_op_events(events)):
+        part, kind = ops.get(_arg(event, "hlo_op") or event["name"], ("other", "other"))
+        seconds = float(event["dur"]) / 1e6 / steps
+        by_part[part] += seconds
+        by_kind[kind] += seconds
+    return dict(by_part), dict(by_kind)
+
+
+def _innermost(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events of each thread that hold no other within their time (a loop's event holds its body's ops)."""
+    holders: set[int] = set()
+    for thread in {(event.get("pid"), event.get("tid")) for event in events}:
+        open_events: list[dict[str, Any]] = []
+        timed = [event for event in events if (event.get("pid"), event.get("tid")) == thread]
+        for event in sorted(timed, key=lambda e: (float(e["ts"]), -float(e["dur"]))):
+            while open_events and float(open_events[-1]["ts"]) + float(open_events[-1]["dur"]) <= float(event["ts"]):
+                open_events.pop()
+            if open_events:
+                holders.add(id(open_events[-1]))
+            open_events.append(event)
+    return [event for event in events if id(event) not in holders]
 
 
 def top_ops(trace_dir: Path, limit: int = 10) -> list[OpTime]:

@@ -51,6 +51,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 # What a block keeps for the backward pass while training (`tradewind.trainer.models.layers.REMAT_POLICIES`):
 # everything; nothing but its input (recompute it all); or its matmuls' outputs (recompute the rest).
 Remat = Literal["none", "full", "save_matmuls"]
+# The named scopes (`jax.named_scope`) a training step's ops run under, by the part of the model or step that
+# they compute: a TPU profile attributes its time to them (`tradewind.trainer.trace_summary`).
+MODEL_PARTS = ("embedding", "attention", "mlp", "norms", "loss", "optimizer")
 # How a training step computes causal attention (`tradewind.trainer.models.layers.attend`): the reference einsums
 # (half the masked scores skipped); `jax.nn.dot_product_attention` (cuDNN's fused flash kernel on a GPU in
 # bfloat16, XLA's otherwise); or Pallas's splash kernel for TPUs (blocks of scores in VMEM, never stored, those
@@ -159,9 +162,17 @@ class BaseModelConfig(BaseModel):
         """Trainable parameters (equal to `count_params` of the built model); needs `vocab_size`."""
         raise NotImplementedError
 
+    def attention_matmul_params(self) -> int:
+        """Weights of one block's attention projections."""
+        raise NotImplementedError
+
+    def mlp_matmul_params(self) -> int:
+        """Weights of one block's MLP."""
+        raise NotImplementedError
+
     def block_matmul_params(self) -> int:
         """Weights of one block's matrix multiplies (its projections and MLP)."""
-        raise NotImplementedError
+        return self.attention_matmul_params() + self.mlp_matmul_params()
 
     def resolved(self, name: str) -> Any:
         """The value of field `name` that the model is built with (a None `d_ff` is the MLP width it derives)."""
@@ -177,7 +188,18 @@ class BaseModelConfig(BaseModel):
         `6 * matmul_params + 12 * n_layers * n_heads * head_dim * seq_len`: the second term is the attention score
         and value products, not halved for the causal mask.
         """
-        return 6.0 * self.matmul_params() + 12.0 * self.n_layers * self.n_heads * self.head_dim * seq_len
+        return sum(self.flops_by_part(seq_len).values())
+
+    def flops_by_part(self, seq_len: int) -> dict[str, float]:
+        """`flops_per_token` by the part of the model that computes it, named as the steps' scopes are
+        (`MODEL_PARTS`): attention (its projections, and the score and value products), mlp, and loss (the
+        output head)."""
+        attention_products = 12.0 * self.n_layers * self.n_heads * self.head_dim * seq_len
+        return {
+            "attention": 6.0 * self.n_layers * self.attention_matmul_params() + attention_products,
+            "mlp": 6.0 * self.n_layers * self.mlp_matmul_params(),
+            "loss": 6.0 * self.d_model * (self.vocab_size or 0),
+        }
 
     def hf_config(self) -> dict[str, Any]:
         """This model's `config.json` for `transformers`."""

@@ -165,9 +165,12 @@ class LlamaConfig(BaseModelConfig):
             return self.d_ff
         return 32 * -(-8 * self.d_model // (3 * 32))  # ceil(8/3 * d_model / 32) in integers
 
-    def block_matmul_params(self) -> int:
+    def attention_matmul_params(self) -> int:
         d, q, kv = self.d_model, self.n_heads * self.head_dim, self.kv_heads * self.head_dim
-        return 2 * d * q + 2 * d * kv + 3 * d * self.ff_dim  # q and o, k and v, gate up and down
+        return 2 * d * q + 2 * d * kv  # q and o, k and v
+
+    def mlp_matmul_params(self) -> int:
+        return 3 * self.d_model * self.ff_dim  # gate, up and down
 
     def projection_shapes(self) -> dict[str, tuple[int, int]]:
         """Each block's projections by module name, `(in, out)`: what LoRA may adapt (`LoraConfig.count_params`)."""
@@ -348,9 +351,11 @@ class GPT2Config(BaseModelConfig):
         """`d_ff`, else 4 * d_model."""
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
-    def block_matmul_params(self) -> int:
-        d = self.d_model
-        return 3 * d * d + d * d + 2 * d * self.ff_dim  # qkv, out, MLP in and out
+    def attention_matmul_params(self) -> int:
+        return 4 * self.d_model * self.d_model  # qkv and out
+
+    def mlp_matmul_params(self) -> int:
+        return 2 * self.d_model * self.ff_dim  # in and out
 
     def projection_shapes(self) -> dict[str, tuple[int, int]]:
         """Each block's projections by module name, `(in, out)`; LoRA adapts none of them (its targets are the

@@ -38,6 +38,7 @@ class GPT2Attention(nnx.Module):
         self.qkv = nnx.Linear(d_model, 3 * d_model, kernel_init=init, dtype=dtype, rngs=rngs)
         self.proj = nnx.Linear(d_model, d_model, kernel_init=scaled_init(config), dtype=dtype, rngs=rngs)
 
+    @jax.named_scope("attention")
     def __call__(self, x, positions, layer_cache=None, segments=None):
         batch, seq, _ = x.shape  # [batch, seq, d_model]
         heads = (batch, seq, self.n_heads, self.head_dim)
@@ -59,9 +60,14 @@ class GPT2Block(nnx.Module):
         self.fc_out = nnx.Linear(d_ff, d_model, kernel_init=scaled_init(config), dtype=dtype, rngs=rngs)
 
     def __call__(self, x, positions, layer_cache=None, segments=None):
-        attended, layer_cache = self.attn(self.ln_1(x), positions, layer_cache, segments)
+        with jax.named_scope("norms"):
+            normed = self.ln_1(x)
+        attended, layer_cache = self.attn(normed, positions, layer_cache, segments)
         x = x + attended  # [batch, seq, d_model]
-        return x + over_token_rows(lambda rows: self.fc_out(jax.nn.gelu(self.fc(rows))), self.ln_2(x)), layer_cache
+        with jax.named_scope("norms"):
+            normed = self.ln_2(x)
+        with jax.named_scope("mlp"):
+            return x + over_token_rows(lambda rows: self.fc_out(jax.nn.gelu(self.fc(rows))), normed), layer_cache
 
 
 class GPT2(Decoder):
@@ -89,6 +95,7 @@ class GPT2(Decoder):
     def embed_tokens(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
         return self.wte(tokens) + self.wpe(positions)  # positions [seq] broadcast over the batch
 
+    @jax.named_scope("norms")
     def final_norm(self, x: jax.Array) -> jax.Array:
         return self.ln_f(x)
 

@@ -42,6 +42,7 @@ class RMSNorm(nnx.Module):
         self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))
         self.eps = eps
 
+    @jax.named_scope("norms")
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)  # [..., dim]
         inv_rms = jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)  # [..., 1]
@@ -390,7 +391,8 @@ def decode(
         raise ValueError(f"sequence of {seq} tokens is longer than max_seq_len ({max_seq_len})")
     if positions is None:
         positions = (0 if cache is None else cache["index"]) + jnp.arange(seq)  # [seq]
-    x = batch_sharded(embed(tokens, positions))  # [batch, seq, d_model]
+    with jax.named_scope("embedding"):
+        x = batch_sharded(embed(tokens, positions))  # [batch, seq, d_model]
     if cache is None and isinstance(blocks, StackedBlocks):
         return norm(scan_blocks(blocks, x, positions, segments, remat)), None
     if cache is None and remat != "none":

@@ -54,6 +54,7 @@ class CausalSelfAttention(nnx.Module):
         self.q_norm = RMSNorm(self.head_dim, eps=config.norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, eps=config.norm_eps) if config.qk_norm else None
 
+    @jax.named_scope("attention")
     def __call__(self, x, positions, layer_cache=None, segments=None):
         batch, seq, _ = x.shape  # [batch, seq, d_model]
         # The same angles in every layer: under jit, XLA computes them once.
@@ -80,6 +81,7 @@ class SwiGLU(nnx.Module):
         self.up_proj = nnx.Linear(d_model, d_ff, kernel_init=init, **linear)
         self.down_proj = nnx.Linear(d_ff, d_model, kernel_init=scaled_init(config), **linear)
 
+    @jax.named_scope("mlp")
     def __call__(self, x: jax.Array) -> jax.Array:
         def mlp(rows: jax.Array) -> jax.Array:  # [tokens, d_model]
             return self.down_proj(jax.nn.silu(self.gate_proj(rows)) * self.up_proj(rows))
