@@ -19,6 +19,8 @@ from tradewind.trainer.metrics import StepSplit
 from tradewind.trainer.profile import (
     DATA_BOUND_SHARE,
     Measured,
+    candidate_changes,
+    check_changes,
     diagnose,
     profile_job,
     profile_setup,
@@ -199,3 +201,30 @@ def test_a_profiling_job_with_a_bad_argument_names_it(tmp_path):
         profile_job(run_dir=str(tmp_path), steps=0)
     with pytest.raises(ConfigError, match="profile job: run_dir: Field required"):
         profile_job(steps=2)
+
+
+def test_the_candidate_changes_of_a_compute_bound_step_follow_its_config_and_memory(tiny_config):
+    plain = tiny_config()
+    assert candidate_changes(plain, max_batch_size=16) == [{"batch_size": 16}]
+    assert candidate_changes(plain, max_batch_size=8) == []
+    frugal = tiny_config(remat="full", scan_layers=True)
+    assert candidate_changes(frugal, max_batch_size=8) == [{"remat": "none"}, {"scan_layers": False}]
+
+
+@pytest.mark.slow
+def test_a_checked_suggestion_times_the_run_and_each_change_and_names_the_fastest_that_helps(tiny_config, tmp_path):
+    config = tiny_config(remat="full")
+    summary = profile_training(config, tmp_path / "profile", steps=2, checks=0)
+    diagnosis = check_changes(config, summary, [{"remat": "none"}, {"batch_size": 16}, {"seq_len": 10**6}])
+    baseline, *changes = diagnosis.checked
+    assert (baseline.change, baseline.speedup) == ({}, 1.0) and baseline.tokens_per_s > 0
+    for change in changes[:2]:
+        assert change.tokens_per_s > 0 and change.speedup == pytest.approx(change.tokens_per_s / baseline.tokens_per_s)
+    assert changes[2].tokens_per_s is None and "seq_len" in changes[2].error  # a change that cannot run says why
+    helping = [c for c in changes if c.speedup and c.speedup >= 1.05]
+    if helping:
+        best = max(helping, key=lambda c: c.speedup)
+        fields = ", ".join(f"{key}={value}" for key, value in best.change.items())
+        assert diagnosis.suggestion.startswith(f"set {fields}: it trained at")
+    else:
+        assert "timed here and not faster: remat=none; batch_size=16; seq_len=1000000" in diagnosis.suggestion

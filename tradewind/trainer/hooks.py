@@ -224,8 +224,8 @@ class StepTiming:
 
 
 class ProfileHook:
-    """A JAX profiler trace of updates `first` to `last`, each one's `StepTiming` (`steps`) and the tokens it
-    trained on (`tokens`), and the XLA compilations during them (`compiles`).
+    """A JAX profiler trace of updates `first` to `last` (none when `trace_dir` is None), each one's `StepTiming`
+    (`steps`) and the tokens it trained on (`tokens`), and the XLA compilations during them (`compiles`).
 
     Wanting every step of the window makes the loop wait for each, so a step's time is its own. The timings
     are differences of the loop's `Interval`, which nothing else may clear meanwhile (no `MetricsHook`).
@@ -245,14 +245,16 @@ class ProfileHook:
     def __call__(self, state: TrainState, interval: Interval) -> None:
         totals = StepTiming(interval.seconds, interval.data_s, interval.device_s)
         if state.step == self.first - 1:
-            jax.profiler.start_trace(str(self.trace_dir), create_perfetto_trace=True)
+            if self.trace_dir is not None:
+                jax.profiler.start_trace(str(self.trace_dir), create_perfetto_trace=True)
             jax.monitoring.register_event_duration_secs_listener(self._count_compile)
         else:
             self.steps.append(totals.since(self._totals))
             self.tokens.append(float(interval.metrics[-1]["tokens"]))
         if state.step == self.last:
             jax.monitoring.unregister_event_duration_listener(self._count_compile)
-            jax.profiler.stop_trace()
+            if self.trace_dir is not None:
+                jax.profiler.stop_trace()
         self._totals = totals
 
     def _count_compile(self, event: str, duration_s: float, **kwargs: Any) -> None:

@@ -25,7 +25,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -150,12 +150,22 @@ class StepSplit(BaseModel):
     checkpoint: float = Field(description="Saving checkpoints (0 when profiling: it saves none).")
 
 
+class CheckedChange(BaseModel):
+    """A change to the run's config, timed for a few steps beside the profiled step."""
+
+    change: dict[str, Any] = Field(description="The config fields changed, e.g. {'batch_size': 32}.")
+    tokens_per_s: float | None = Field(description="Its training tokens per second; null when it did not run.")
+    speedup: float | None = Field(description="Its tokens/s over the profiled step's.")
+    error: str | None = Field(default=None, description="Why it did not run (e.g. out of memory).")
+
+
 class Diagnosis(BaseModel):
     """What limits the step, the numbers that say so, and one change to try first."""
 
     verdict: Verdict
     evidence: str
     suggestion: str
+    checked: list[CheckedChange] = Field(default_factory=list, description="Changes timed before suggesting one.")
 
 
 class ProfileSummary(BaseModel):

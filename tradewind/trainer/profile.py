@@ -32,7 +32,9 @@ The verdict (`diagnose`, a pure function of those measurements), the first rule 
 
 Each comes with its evidence (the numbers) and one suggestion; a batch size to try doubles the run's until
 the step would take about 50 ms (step time taken as proportional to the batch) or the training memory
-estimate would pass 80% of the device's memory (host RAM on CPU).
+estimate would pass 80% of the device's memory (host RAM on CPU). A compute-bound step's evidence names the
+part of the model that loses the most MFU (`part_times`), and `profile_training` checks its suggestion: it
+times the run and a few changes for a few steps each (`check_changes`) and suggests the fastest that helps.
 
 From Python, `profile_training(config, out_dir, steps, start_step)` does the same for any config, and
 `profile_setup(setup, ...)` for a setup already built (say, one whose loader a test slowed down).
@@ -56,7 +58,7 @@ from tradewind.trainer.hooks import ProfileHook, StepTiming
 from tradewind.trainer.jobs import ProfileJob
 from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.loop import run_steps
-from tradewind.trainer.metrics import Diagnosis, PartTime, ProfileSummary, StepSplit
+from tradewind.trainer.metrics import CheckedChange, Diagnosis, PartTime, ProfileSummary, StepSplit
 from tradewind.trainer.setup import TrainSetup, setup_training
 from tradewind.trainer.trace_summary import time_by_part, top_ops, trace_file
 
@@ -64,6 +66,8 @@ DATA_BOUND_SHARE = 0.30
 HOST_BOUND_SHARE = 0.40
 HOST_BOUND_STEP_S = 0.020
 CHECKPOINT_BOUND_SHARE = 0.20
+CHECK_STEPS = 3  # steps a suggested change is timed for
+CHECKED_GAIN = 1.05  # how much faster a timed change must be to be suggested
 TARGET_STEP_S = 0.050  # a step this long keeps dispatch and Python overhead small on any device
 MEMORY_HEADROOM = 0.8  # of the device's memory that a suggested batch's training estimate may use
 
@@ -151,8 +155,11 @@ def suggested_batch_size(measured: Measured) -> int:
     return size
 
 
-def profile_training(config: TrainConfig, out_dir: Path, steps: int = 5, start_step: int = 2) -> ProfileSummary:
-    """Compile the run's train step, then trace and time steps `[start_step, start_step + steps)`.
+def profile_training(
+    config: TrainConfig, out_dir: Path, steps: int = 5, start_step: int = 2, checks: int = 2
+) -> ProfileSummary:
+    """Compile the run's train step, then trace and time steps `[start_step, start_step + steps)`; a
+    compute-bound step's suggestion is then checked by timing up to `checks` changes (`check_changes`).
 
     Args:
         config: the run to profile; its `steps` only shapes the learning-rate schedule.
@@ -173,7 +180,67 @@ def profile_training(config: TrainConfig, out_dir: Path, steps: int = 5, start_s
         raise InvalidInputError(
             f"argument 'start_step': must be at least 2, after the untimed first (got {start_step})"
         )
-    return profile_setup(setup_training(config), out_dir, steps, start_step)
+    setup = setup_training(config)
+    summary = profile_setup(setup, out_dir, steps, start_step)
+    if summary.diagnosis.verdict == "compute-bound" and checks:
+        limit = _max_batch_size(config, setup.model_config.vocab_size or 0, _memory()[2])
+        del setup  # its arrays leave the device before the changes are built
+        summary.diagnosis = check_changes(config, summary, candidate_changes(config, limit)[:checks])
+        atomic_write_json(Path(out_dir) / "summary.json", summary.model_dump())
+    return summary
+
+
+def candidate_changes(config: TrainConfig, max_batch_size: int) -> list[dict[str, Any]]:
+    """Changes that may speed a compute-bound step up, most promising first: twice the batch where the memory
+    estimate allows it, no remat, unrolled layers."""
+    changes: list[dict[str, Any]] = []
+    if config.batch_size * 2 <= max_batch_size:
+        changes.append({"batch_size": config.batch_size * 2})
+    if config.remat != "none":
+        changes.append({"remat": "none"})
+    if config.scan_layers:
+        changes.append({"scan_layers": False})
+    return changes
+
+
+def check_changes(config: TrainConfig, summary: ProfileSummary, changes: list[dict[str, Any]]) -> Diagnosis:
+    """The verdict with its suggestion checked: the run as it is and each of `changes` compiled and timed, untraced,
+    for `CHECK_STEPS` steps in this process (the first is `checked[0]`, the change `{}`); the fastest change that
+    beats the run by `CHECKED_GAIN` is suggested, with its figures, else the rule's suggestion stands and says
+    what was not faster."""
+    diagnosis = summary.diagnosis
+    baseline = time_change(config, {}, None)
+    if baseline.tokens_per_s is None:
+        return diagnosis
+    checked = [baseline, *(time_change(config, change, baseline.tokens_per_s) for change in changes)]
+    faster = [c for c in checked[1:] if c.speedup is not None and c.speedup >= CHECKED_GAIN]
+    if faster:
+        best = max(faster, key=lambda c: c.speedup or 0.0)
+        fields = ", ".join(f"{key}={value}" for key, value in best.change.items())
+        suggestion = (
+            f"set {fields}: it trained at {best.tokens_per_s:,.0f} tokens/s against {baseline.tokens_per_s:,.0f} "
+            f"({best.speedup:.2f}x), both timed here over {CHECK_STEPS} steps"
+        )
+    else:
+        tried = "; ".join(", ".join(f"{k}={v}" for k, v in c.change.items()) for c in checked[1:]) or "nothing"
+        suggestion = f"{diagnosis.suggestion} (timed here and not faster: {tried})"
+    return diagnosis.model_copy(update={"suggestion": suggestion, "checked": checked})
+
+
+def time_change(config: TrainConfig, change: dict[str, Any], baseline: float | None) -> CheckedChange:
+    """`config` with `change`, compiled and timed for `CHECK_STEPS` steps after two untimed ones; its speedup
+    over `baseline` tokens/s (None: it is the baseline)."""
+    try:
+        setup = setup_training(config.model_copy(update=change))
+        timer = ProfileHook(None, first=3, last=2 + CHECK_STEPS)
+        run_steps(setup, setup.state, [timer], last_step=3 + CHECK_STEPS)
+    except Exception as error:  # out of memory, most often: the change does not fit
+        return CheckedChange(
+            change=change, tokens_per_s=None, speedup=None, error=f"{type(error).__name__}: {error}"[:500]
+        )
+    seconds = sum(t.seconds for t in timer.steps)
+    rate = sum(timer.tokens) / seconds
+    return CheckedChange(change=change, tokens_per_s=rate, speedup=rate / baseline if baseline else 1.0)
 
 
 def profile_setup(setup: TrainSetup, out_dir: Path, steps: int = 5, start_step: int = 2) -> ProfileSummary:
