@@ -232,17 +232,20 @@ def serve(jobs_dir: Path) -> None:
         try:
             conn, _ = listener.accept()
         except TimeoutError:
-            return say(f"idle for {idle_s():g} s: ending")
+            say(f"idle for {idle_s():g} s: ending")
+            return
         with conn:
             request, fds = receive(conn)
             if request is None:
                 continue
             if request.get("release"):
                 send(conn, {"pid": os.getpid()})
-                return say("released")
+                say("released")
+                return
             if request["key"] != key:
                 send(conn, {"retiring": True, "pid": os.getpid()})
-                return say("a job with another environment came: ending, so that it starts its own")
+                say("a job with another environment came: ending, so that it starts its own")
+                return
             state = f"warm after {jobs} job{'s' * (jobs > 1)}" if jobs else "started for this job"
             send(conn, {"pid": os.getpid(), "state": state})
             job = request["env"].get(JOB_ID_ENV, "?")
@@ -254,7 +257,8 @@ def serve(jobs_dir: Path) -> None:
                 send(conn, {"exit": code})
             if code != 0 or left:
                 reason = f"it exited with code {code}" if code else f"it left {left} array(s) on the devices"
-                return say(f"job {job}: ended; {reason}, so this process ends too")
+                say(f"job {job}: ended; {reason}, so this process ends too")
+                return
             say(f"job {job}: succeeded")
 
 
