@@ -112,9 +112,12 @@ def run_as_client(jobs_dir: Path, call: dict[str, Any]) -> int:
         with conn:
             sys.stdout.flush()
             sys.stderr.flush()
-            send(conn, request, fds=(sys.stdout.fileno(), sys.stderr.fileno()))
-            reply, _ = receive(conn)
-            if reply is None or reply.get("retiring"):  # it ended (idle, released) or serves another environment
+            try:
+                send(conn, request, fds=(sys.stdout.fileno(), sys.stderr.fileno()))
+                reply, _ = receive(conn)
+            except ConnectionError:  # it was ending as we connected (idle, released, another environment)
+                continue
+            if reply is None or reply.get("retiring"):  # it ended, or serves another environment
                 continue
             print(f"[tradewind] in the warm process {reply['pid']} ({reply['state']})", file=sys.stderr, flush=True)
             result, _ = receive(conn)
@@ -172,11 +175,11 @@ def release(jobs_dir: Path) -> int | None:
     conn = connect(jobs_dir)
     if conn is None:
         return None
-    with conn:
+    with conn, contextlib.suppress(ConnectionError):  # one that was ending as we connected has ended by now
         send(conn, {"release": True})
-        reply, _ = receive(conn)
+        receive(conn)
     ending = _last_warm_process(jobs_dir)
-    if reply is None or ending is None:
+    if ending is None:
         return None
     wait_for_exit(*ending)
     return ending[0]
@@ -239,10 +242,12 @@ def serve(jobs_dir: Path) -> None:
             if request is None:
                 continue
             if request.get("release"):
+                listener.close()  # first: a client that comes now starts a new warm process
                 send(conn, {"pid": os.getpid()})
                 say("released")
                 return
             if request["key"] != key:
+                listener.close()
                 send(conn, {"retiring": True, "pid": os.getpid()})
                 say("a job with another environment came: ending, so that it starts its own")
                 return
