@@ -129,10 +129,8 @@ def run_as_client(jobs_dir: Path, call: dict[str, Any]) -> int:
 
 def process_age() -> float:
     """Seconds since this process started (the job's start, for its start-up clock)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
-        started = int(stat.read().rsplit(")", 1)[1].split()[19])
-        return float(uptime.read().split()[0]) - started / ticks
+    with open("/proc/uptime") as uptime:
+        return float(uptime.read().split()[0]) - (process_start_time(os.getpid()) or 0) / os.sysconf("SC_CLK_TCK")
 
 
 def start_warm_process(jobs_dir: Path) -> socket.socket:
