@@ -8,7 +8,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from tradewind.trainer.trace_summary import op_category, program_ops, time_by_part, top_ops, trace_file
+from tradewind.trainer.trace_summary import (
+    op_category,
+    program_ops,
+    time_by_part,
+    top_ops,
+    trace_events,
+    trace_file,
+)
 
 
 def write_trace(folder, events):
@@ -125,6 +132,6 @@ ENTRY %main (a: f32[8]) -> f32[8] {
         op("dot.2", 60.0, ts=1000, tid=5),  # the second of two steps, on another line
     ]
     write_trace(tmp_path, events)
-    by_part, by_kind = time_by_part(tmp_path, hlo, steps=2)
+    by_part, by_kind = time_by_part(trace_events(tmp_path), hlo, steps=2)
     assert by_part == pytest.approx({"mlp": 60e-6, "optimizer": 15e-6, "attention": 5e-6})
     assert by_kind == pytest.approx({"matmul": 60e-6, "collective": 15e-6, "copy or layout": 5e-6})

@@ -18,7 +18,7 @@ The summary, without any UI:
 - the step split, measured in the loop for each traced step: data wait (reading and placing the next batch),
   compute (blocked on the device's result), host (the rest: dispatch and Python) and checkpoint (saving
   checkpoints; always 0 here, as profiling saves none); shares of the total traced time, summing to 1;
-- the 10 ops that took longest in the trace (`trace_summary.top_ops`);
+- the 10 ops that took longest in the trace (`trace_summary.ranked_ops`);
 - peak memory: the device's `peak_bytes_in_use` where it reports one (GPU, TPU), else the process's peak RSS;
 - MFU at the mean step time, from the run's FLOPs per token and the peak FLOP/s `setup_training` found.
 
@@ -60,7 +60,7 @@ from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.loop import run_steps
 from tradewind.trainer.metrics import CheckedChange, Diagnosis, PartTime, ProfileSummary, StepSplit
 from tradewind.trainer.setup import TrainSetup, setup_training
-from tradewind.trainer.trace_summary import time_by_part, top_ops, trace_file
+from tradewind.trainer.trace_summary import ranked_ops, time_by_part, trace_events, trace_file
 
 DATA_BOUND_SHARE = 0.30
 HOST_BOUND_SHARE = 0.40
@@ -262,7 +262,8 @@ def _summarise(setup: TrainSetup, profiler: ProfileHook, trace_dir: Path, start_
     mean_step_s = sum(t.seconds for t in timings) / len(timings)
     split = _split(timings)
     peak_bytes, peak_source, limit_bytes = _memory()
-    by_part, by_kind = time_by_part(trace_dir, setup.train_step.as_text(), steps=len(timings))
+    events = trace_events(trace_dir)  # read once: a TPU trace is tens of megabytes
+    by_part, by_kind = time_by_part(events, setup.train_step.as_text(), steps=len(timings))
     devices = len(jax.devices())
     measured = Measured(
         step_s=mean_step_s,
@@ -288,7 +289,7 @@ def _summarise(setup: TrainSetup, profiler: ProfileHook, trace_dir: Path, start_
         first_step_s=timings[0].seconds,
         split=split,
         compiles=profiler.compiles,
-        top_ops=top_ops(trace_dir),
+        top_ops=ranked_ops(events),
         trace_file=str(trace) if trace is not None else None,
         peak_memory_bytes=peak_bytes,
         peak_memory_source=peak_source,

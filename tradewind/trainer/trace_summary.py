@@ -20,7 +20,7 @@ Only innermost events count there, so a loop (`while`) and the ops of its body a
 Example:
     for op in top_ops(Path("runs/r1/profile/trace")):
         print(f"{op.share:6.1%} {op.total_ms:8.2f} ms  {op.name}")
-    by_part, by_kind = time_by_part(Path("runs/r1/profile/trace"), compiled.as_text(), steps=5)
+    by_part, by_kind = time_by_part(trace_events(Path("runs/r1/profile/trace")), compiled.as_text(), steps=5)
 """
 
 from __future__ import annotations
@@ -118,15 +118,19 @@ def _kind(instruction: str, part: str, multiplying: set[str]) -> str:
     return "other"
 
 
-def time_by_part(trace_dir: Path, hlo: str, steps: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Device seconds per step of the newest trace under `trace_dir`, by part of the model and by kind of op,
-    for the ops of the program whose HLO text is `hlo` (others count as part and kind "other"); `steps`: the
-    steps the trace holds. Empty without a trace."""
+def trace_events(trace_dir: Path) -> list[dict[str, Any]]:
+    """The events of the newest trace under `trace_dir` (`trace_file`); empty without one."""
     path = trace_file(trace_dir)
     if path is None:
-        return {}, {}
+        return []
     with gzip.open(path, "rt", encoding="utf-8") as file:
-        events = json.load(file).get("traceEvents", [])
+        return json.load(file).get("traceEvents", [])
+
+
+def time_by_part(events: list[dict[str, Any]], hlo: str, steps: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Device seconds per step of a trace's `events` (`trace_events`), by part of the model and by kind of op,
+    for the ops of the program whose HLO text is `hlo` (others count as part and kind "other"); `steps`: the
+    steps the trace holds."""
     ops = program_ops(hlo)
     by_part: dict[str, float] = defaultdict(float)
     by_kind: dict[str, float] = defaultdict(float)
@@ -140,10 +144,12 @@ def time_by_part(trace_dir: Path, hlo: str, steps: int) -> tuple[dict[str, float
 
 def _innermost(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The events of each thread that hold no other within their time (a loop's event holds its body's ops)."""
+    threads: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for event in events:
+        threads[(event.get("pid"), event.get("tid"))].append(event)
     holders: set[int] = set()
-    for thread in {(event.get("pid"), event.get("tid")) for event in events}:
+    for timed in threads.values():
         open_events: list[dict[str, Any]] = []
-        timed = [event for event in events if (event.get("pid"), event.get("tid")) == thread]
         for event in sorted(timed, key=lambda e: (float(e["ts"]), -float(e["dur"]))):
             while open_events and float(open_events[-1]["ts"]) + float(open_events[-1]["dur"]) <= float(event["ts"]):
                 open_events.pop()
@@ -154,16 +160,15 @@ def _innermost(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def top_ops(trace_dir: Path, limit: int = 10) -> list[OpTime]:
-    """The `limit` ops that ran longest in the newest trace under `trace_dir`, longest first.
+    """The `limit` ops that ran longest in the newest trace under `trace_dir`, longest first (`ranked_ops`)."""
+    return ranked_ops(trace_events(trace_dir), limit)
 
-    `share` is the op's part of the time of all ops in the trace. Empty when there is no trace file or it
-    holds no op events.
+
+def ranked_ops(events: list[dict[str, Any]], limit: int = 10) -> list[OpTime]:
+    """The `limit` ops that ran longest among a trace's `events`, longest first.
+
+    `share` is the op's part of the time of all ops in the trace. Empty when it holds no op events.
     """
-    path = trace_file(trace_dir)
-    if path is None:
-        return []
-    with gzip.open(path, "rt", encoding="utf-8") as file:
-        events = json.load(file).get("traceEvents", [])
     totals: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     for event in _op_events(events):
