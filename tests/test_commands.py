@@ -129,7 +129,9 @@ def test_tradewind_compile_prints_the_slices_fit_and_estimate_and_fails_a_run_th
     assert by_cli["device_memory_source"] == "HBM of one TPU v5 lite chip (1 x v5litepod-16, compiled)"
 
     big = ["--set", "model={d_model: 8192, n_layers: 2, n_heads: 64, max_seq_len: 64}", "--set", "mesh.fsdp=1"]
-    assert main(["compile", str(config), "--accelerator", "tpu-v5litepod-8", *big, *common]) == 1
+    assert main(["compile", str(config), "--accelerator", "tpu-v5litepod-8", *big, *common]) == 0
+    assert "so it trains with mesh.data=-1 and mesh.fsdp=8" in capsys.readouterr().out  # fitted, and said so
+    assert main(["compile", str(config), "--accelerator", "tpu-v5litepod-1", *big, *common]) == 1
     shown = capsys.readouterr().out
     assert "DOES NOT FIT" in shown and "HBM per chip (compiled)" in shown and "It does not fit a chip" in shown
 

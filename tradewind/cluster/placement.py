@@ -158,7 +158,7 @@ class Placement(BaseModel):
     )
     slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
     replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run.")
-    max_retries: int = Field(1, ge=0, le=100, description="Restarts after a kill or preemption.")
+    max_retries: int = Field(1, ge=0, le=100, description="Restarts after a kill/preemption.")
     pending_timeout_s: float | None = Field(
         None, gt=0, le=604800, description="Fail if not started by then; null: 1800 s on Ray."
     )

@@ -162,7 +162,7 @@ class DatasetReport(BaseModel):
 
 @tool("Inspect a dataset", read_only=True, idempotent=True, links=("manifest",))
 def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> DatasetReport:
-    """A token cache's counts, length histogram, samples and bad records. Use it before training on it.
+    """A token cache's counts, length histogram, samples and bad records. Use it before training.
 
     Fast: reads only the offsets and the sampled documents
     (a built-in corpus is tokenized first, once).

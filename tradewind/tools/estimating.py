@@ -29,7 +29,7 @@ from tradewind.tools.launching import LaunchTrainingRequest, resolve_launch, tra
 from tradewind.tools.limits import admit_job
 from tradewind.tools.runs import run_placement
 from tradewind.tools.spec import tool
-from tradewind.tools.tpu_fit import can_compile_for_tpu, compile_for_slice
+from tradewind.tools.tpu_fit import SliceFit, can_compile_for_tpu, compile_for_slice, fit_slice
 from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_config
 from tradewind.trainer.compile import TpuCompileReport
 from tradewind.trainer.estimate import (
@@ -99,15 +99,17 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
     """
     config, placement = _launch(ctx, request, progress)
     vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
-    estimate, source, compiled = estimate_training(config, placement), None, None
+    estimate, source, compiled, fitted = estimate_training(config, placement), None, None, None
     earlier = _same_shape_run(ctx, config, placement, vocab_size)
     on_tpu = placement.accelerator.kind == "tpu"
     if earlier is not None:
         step_time_s, source = earlier
         estimate = estimate.model_copy(update={"step_time_s": step_time_s})
     elif request.probe and on_tpu and can_compile_for_tpu():
-        compiled = compile_for_slice(ctx, config, placement, vocab_size, timeout_s=request.timeout_s, progress=progress)
-        estimate, source = _compiled_estimate(estimate, config, compiled), "TPU compile, roofline estimate"
+        fit = _fit(ctx, config, placement, vocab_size, request.timeout_s, progress)
+        config, compiled, fitted = fit.config, fit.report, fit.note(placement)
+        estimate = _compiled_estimate(estimate_training(config, placement), config, compiled)
+        source = "TPU compile, roofline estimate"
     # A config that does not fit is never probed: the analytic estimate already says what to change.
     elif request.probe and estimate.fits is not False:
         what, instead = "estimate_run's probe", " use probe=false,"
@@ -115,7 +117,20 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
         estimate, source = _probe(ctx, config, placement, request.timeout_s, progress), "probe"
     if request.time_budget_s is not None:  # as if launched with it
         config = config.model_copy(update={"time_budget_s": request.time_budget_s})
-    return _plan(estimate, source, config, on_tpu, compiled)
+    return _plan(estimate, source, config, on_tpu, compiled, fitted)
+
+
+def _fit(
+    ctx: ToolContext, config: TrainConfig, placement: Placement, vocab_size: int, timeout_s: float, progress: Progress
+) -> SliceFit:
+    """The run as launch_training would train it on its slice (`fit_slice`); where nothing fits, as given, with
+    the compiler's numbers."""
+    try:
+        return fit_slice(ctx, config, placement, vocab_size, progress)
+    except InvalidInputError:
+        return SliceFit(
+            config, compile_for_slice(ctx, config, placement, vocab_size, timeout_s=timeout_s, progress=progress)
+        )
 
 
 def _launch(ctx: ToolContext, request: EstimateRunRequest, progress: Progress) -> tuple[TrainConfig, Placement]:
@@ -237,8 +252,10 @@ def _plan(
     config: TrainConfig,
     on_tpu: bool,
     compiled: TpuCompileReport | None = None,
+    fitted: str | None = None,
 ) -> RunEstimate:
-    """The estimate with what the config's budget trains (its steps, tokens and seconds), and the advice."""
+    """The estimate with what the config's budget trains (its steps, tokens and seconds), and the advice (after
+    `fitted`, what the preflight changed so that it fits)."""
     step_s, tokens_per_step = estimate.step_time_s, estimate.tokens_per_step
     steps, seconds = config.total_steps, None  # the steps a token, FLOP or step budget fixes; None for time alone
     if steps is not None and step_s:
@@ -263,7 +280,7 @@ def _plan(
         compute_optimal_budget_s=optimal / tokens_per_s if tokens_per_s else None,
         hbm_per_chip_bytes=compiled.hbm_bytes if compiled else None,
         estimated_mfu=compiled.step.mfu if compiled and compiled.step else None,
-        advice=_advice(estimate, config, steps, seconds, on_tpu, compiled),
+        advice=_advice(estimate, config, steps, seconds, on_tpu, compiled, fitted),
     )
 
 
@@ -274,9 +291,13 @@ def _advice(
     seconds: float | None,
     on_tpu: bool,
     compiled: TpuCompileReport | None = None,
+    fitted: str | None = None,
 ) -> str:
     """One or two sentences: what to change first when it does not fit; else what the budget trains, in tokens per
-    parameter against the compute-optimal 20, with a direction only when that is far off."""
+    parameter against the compute-optimal 20, with a direction only when that is far off; after what the preflight
+    changed so that it fits (`fitted`), when it did."""
+    if fitted:
+        return f"{fitted[0].upper()}{fitted[1:]}. {_advice(estimate, config, steps, seconds, on_tpu, compiled)}"
     if compiled is not None and not compiled.fits:
         return (
             f"It does not fit a chip: the compiled step needs {compiled.hbm_bytes / GIB:,.2f} GiB of HBM per chip "

@@ -160,7 +160,7 @@ def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> Exper
 
 @tool("Keep or discard an experiment", idempotent=True, open_world=True)
 def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest) -> Experiment:
-    """Keep or discard an ended run, with a reason. Use it once list_experiments has judged its delta.
+    """Keep or discard an ended run, with a reason. Use it after list_experiments judged its delta.
 
     The ledger keeps both the status and the reason. Keeping a run whose delta does not beat the noise (or
     whose noise is not measured: fewer than 3 reruns at its dataset and budget) succeeds, and its `verdict`
@@ -189,7 +189,7 @@ def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest)
 
 @tool("Rerun a baseline", open_world=True)
 def rerun_baseline(ctx: ToolContext, request: RerunBaselineRequest, progress: Progress = no_progress) -> Reruns:
-    """Rerun a run's config with new seeds to measure noise. Use it on a baseline before judging
+    """Rerun a config with new seeds to measure noise. Use it on a baseline before judging
     changes.
 
     Each rerun is launch_training with the run's config and placement, a seed no run of that config has had,

@@ -44,7 +44,7 @@ from tradewind.tools.datasets import resolve_dataset
 from tradewind.tools.limits import active_runs, check_launch_limits, holds_devices_alone
 from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_placement
 from tradewind.tools.spec import tool
-from tradewind.tools.tpu_fit import check_fits_slice
+from tradewind.tools.tpu_fit import fit_slice
 from tradewind.trainer import (
     TRAIN_CALLABLE,
     DistributedConfig,
@@ -117,7 +117,7 @@ class Launch:
 
 @tool("Launch a training run", open_world=True, links=("config", "logs"))
 def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: Progress = no_progress) -> RunInfo:
-    """Train a model on a tokenized dataset; returns at once. Use it after tokenize_dataset, then
+    """Train a model on a token cache; returns at once. Use it after tokenize_dataset, then
     wait_for_run.
 
     The run trains as a job on the backend it names (local processes, or a Ray cluster with GPUs or TPU
@@ -139,10 +139,14 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         ctx, config, placement, vocab_size=vocab_size, on_this_machine=on_this_machine, active_runs=active
     )
     alone = holds_devices_alone(config, on_this_machine)
+    notes = [launch.accelerator_note]
     if placement.accelerator.kind == "tpu":  # refused at once where it cannot train, before a cluster is asked
         if on_this_machine:
             check_this_host_tpu(placement, ctx.job_backend(placement.backend))
-        check_fits_slice(ctx, config, placement, vocab_size, progress)
+        fit = fit_slice(ctx, config, placement, vocab_size, progress)
+        config = fit.config
+        notes.append(fit.note(placement))
+    accelerator_note = "; ".join(note for note in notes if note) or None
     backend = ctx.job_backend(placement.backend)
 
     run_id = make_id("run")
@@ -160,11 +164,11 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         parent=launch.parent,
         parent_step=launch.parent_step,
         concurrent_runs=len(active),
-        accelerator_note=launch.accelerator_note,
+        accelerator_note=accelerator_note,
     )
     ctx.workspace.write_atomic(layout.record, record.model_dump_json(indent=2), argument="run_id")
-    if launch.accelerator_note:  # the run's log starts by saying where it trains, and why there
-        ctx.workspace.write_atomic(layout.log, f"tradewind: {launch.accelerator_note}\n", argument="run_id")
+    if accelerator_note:  # the run's log starts by saying where it trains and why there, and what was changed to fit
+        ctx.workspace.write_atomic(layout.log, f"tradewind: {accelerator_note}\n", argument="run_id")
     run_dir, job_config = str(layout.root), config
     try:
         if placement.storage is not None:

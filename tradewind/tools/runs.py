@@ -64,6 +64,9 @@ class RunInfo(BaseModel):
     backend: str = Field(description="'local' or 'ray' (a job runs it), or 'process' (a Python call trains it).")
     job_id: str | None = Field(default=None, description="The backend job that runs it.")
     accelerator: str
+    accelerator_note: str | None = Field(
+        default=None, description=RunRecord.model_fields["accelerator_note"].description
+    )
     processes: int = Field(description="Processes (hosts) training it together.")
     platform: str | None = Field(default=None, description="JAX platform it trains on, once started.")
     parent: str | None = Field(default=None, description="The run this one continues (resume_from).")
@@ -161,6 +164,7 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         backend=record.backend,
         job_id=record.job_id,
         accelerator=str(record.placement.accelerator),
+        accelerator_note=record.accelerator_note,
         storage=record.placement.storage,
         processes=record.processes,
         platform=record.platform,

@@ -192,7 +192,7 @@ def loss_targets(manifest: CacheManifest) -> dict[str, int] | None:
 def tokenize_dataset(
     ctx: ToolContext, request: TokenizeDatasetRequest, progress: Progress = no_progress
 ) -> DatasetInfo:
-    """Tokenize text/JSONL/Parquet files into a token cache. Use it before training on your own files.
+    """Tokenize text/JSONL/Parquet files into a token cache. Use it to train on your own files.
 
     The cache is reused when the input files, tokenizer and options are unchanged, and an interrupted
     build resumes where it stopped. Runs in parallel worker processes; takes seconds per

@@ -3,9 +3,10 @@
 `compile_for_slice` runs `tradewind.trainer.compile` as a job on the local backend (libtpu's compile-only client
 needs its environment set before JAX starts, and JAX stays out of the server) and keeps each report in
 `<workspace>/cache/tpu/`, named by a hash of everything the compiled program depends on (the trainer's own
-source included), so that `estimate_run` and then `launch_training` compile a run once. `check_fits_slice` is
-launch_training's check: a run whose train step does not fit a chip's HBM is refused before anything queues,
-with the bytes and one change that fits, itself checked by compiling it.
+source included), so that `estimate_run` and then `launch_training` compile a run once. `fit_slice` is
+the preflight of `estimate_run`, `tradewind compile` and `launch_training`: a run whose train step does not fit a
+chip's HBM is trained with the first memory change that fits (checked by compiling it), and the tool says which
+and what it costs; where none fits, it is refused before anything queues, with the bytes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -137,33 +140,56 @@ def _up_to_first_fit(reports: list[TpuCompileReport | None]) -> int:
     return next((index + 1 for index, report in enumerate(reports) if report is not None and report.fits), len(reports))
 
 
-def check_fits_slice(
-    ctx: ToolContext, config: TrainConfig, placement: Placement, vocab_size: int, progress: Progress = no_progress
-) -> None:
-    """Refuse a TPU run whose train step does not fit one chip's HBM, saying by how much and what would fit.
+@dataclass(frozen=True)
+class SliceFit:
+    """A TPU run as it will train on its slice: its config, changed where it did not fit as given, and how."""
 
-    The run and the changes that might make it fit are compiled in one job, stopping at the first that fits;
-    a config whose weights, gradients and optimizer state alone exceed a chip (`state_floor`) is not compiled.
-    Without libtpu nothing can be compiled here: the run is let through, with a warning in the server's log.
+    config: TrainConfig
+    report: TpuCompileReport | None = None  # its compile; None where libtpu is not installed here
+    change: str | None = None  # the change the preflight made, e.g. "optimizer.bf16_moments=true"
+    cost: str | None = None  # what the change costs
+    needed: str | None = None  # what the run as given needed
+
+    def note(self, placement: Placement) -> str | None:
+        """One sentence saying what was changed to fit, and what it costs; None when nothing was."""
+        if self.change is None:
+            return None
+        step = self.report.step
+        speed = f"; estimated {step.seconds:.3g} s a step, {step.mfu:.0%} MFU" if step is not None else ""
+        return (
+            f"as given it does not fit {placement.slices} x {placement.accelerator.tpu_type} ({self.needed}), so it "
+            f"trains with {self.change}: {self.report.hbm_bytes / GIB:,.2f} GiB per chip (compiled){speed}; "
+            f"{self.cost}"
+        )
+
+
+def fit_slice(
+    ctx: ToolContext, config: TrainConfig, placement: Placement, vocab_size: int, progress: Progress = no_progress
+) -> SliceFit:
+    """`config` as it fits one chip's HBM of its slice: as given where it fits, else with the first of the memory
+    changes (`memory_changes`, least costly in speed first) that does, each checked by compiling it.
+
+    The run and its changes are compiled in one job, stopping at the first that fits; a config whose weights,
+    gradients and optimizer state alone exceed a chip (`state_floor`) is not compiled. Without libtpu nothing
+    can be compiled here: the run is let through as given, with a warning in the server's log.
 
     Raises:
-        InvalidInputError: it does not fit; the message names the bytes needed and available and one change
-            (fsdp over every chip, full remat, twice the gradient accumulation, or the frugal end) that compiles
-            within the chip.
+        InvalidInputError: neither it nor any change fits; the message names the bytes needed and available.
     """
     if not can_compile_for_tpu():
         log.warning("libtpu is not installed: %s is launched without checking that it fits", placement.accelerator)
-        return
+        return SliceFit(config)
     check_splits(config, placement.chips)  # named first, even where the run is too big to be compiled
     chip = tpu_slice(placement.accelerator.tpu_type).chip
-    changes = [("", config), *_changes(config, placement)]
-    hopeful = [(name, change) for name, change in changes if state_floor(change, vocab_size) <= chip.hbm_bytes]
+    changes = [MemoryChange("", "", {}), *memory_changes(config, placement)]
+    changed = {change.name: change.applied_to(config) for change in changes}
+    hopeful = [change for change in changes if state_floor(changed[change.name], vocab_size) <= chip.hbm_bytes]
     reports = compile_in_order(
-        ctx, [change for _, change in hopeful], placement, vocab_size, until_fits=True, progress=progress
+        ctx, [changed[change.name] for change in hopeful], placement, vocab_size, until_fits=True, progress=progress
     )
-    compiled = dict(zip((name for name, _ in hopeful), reports, strict=True))
+    compiled = {change.name: report for change, report in zip(hopeful, reports, strict=True)}
     if "" in compiled and compiled[""].fits:
-        return
+        return SliceFit(config, compiled[""])
     if "" in compiled:
         needed = f"its train step needs {compiled[''].hbm_bytes / GIB:,.2f} GiB of HBM per chip (compiled here)"
     else:
@@ -171,23 +197,24 @@ def check_fits_slice(
             f"its weights, gradients and {config.optimizer.type} state alone need "
             f"{state_floor(config, vocab_size) / GIB:,.2f} GiB of HBM per chip"
         )
-    fitting = next(((name, report) for name, report in compiled.items() if report is not None and report.fits), None)
+    fitting = next((change for change in hopeful if compiled[change.name] and compiled[change.name].fits), None)
     if fitting is not None:
-        change = f"with {fitting[0]} it fits ({fitting[1].hbm_bytes / GIB:,.2f} GiB per chip, compiled)"
-    else:
-        tried = " or ".join(name for name, _ in changes[1:])
-        change = f"{tried} does not fit either: take a larger slice, or a smaller model, batch_size or seq_len"
+        return SliceFit(changed[fitting.name], compiled[fitting.name], fitting.name, fitting.cost, needed)
+    tried = " or ".join(change.name for change in changes[1:])
     raise InvalidInputError(
         f"argument 'accelerator': the run does not fit {placement.slices} x {placement.accelerator.tpu_type}: "
-        f"{needed}, and a {chip.device_kind} chip has {chip.hbm_bytes / GIB:,.2f} GiB; {change}"
+        f"{needed}, and a {chip.device_kind} chip has {chip.hbm_bytes / GIB:,.2f} GiB; {tried} does not fit "
+        "either: take a larger slice, or a smaller model, batch_size or seq_len"
     )
 
 
 def state_floor(config: TrainConfig, vocab_size: int) -> int:
     """Bytes per chip that `config`'s weights, their gradients and its optimizer state need at the least
-    (`training_memory`'s, over the chips they are sharded across): a config above a chip's HBM cannot fit it,
-    whatever its activations."""
-    return training_memory(config, vocab_size).state_bytes // (config.mesh.fsdp * config.mesh.tensor)
+    (`training_memory`'s, over the chips they are sharded across; the optimizer state not counted where it is kept
+    in host memory): a config above a chip's HBM cannot fit it, whatever its activations."""
+    memory = training_memory(config, vocab_size)
+    on_chip = memory.weight_bytes if config.optimizer.host_state else memory.state_bytes
+    return on_chip // (config.mesh.fsdp * config.mesh.tensor)
 
 
 def check_splits(config: TrainConfig, chips: int) -> None:
@@ -212,34 +239,78 @@ def check_splits(config: TrainConfig, chips: int) -> None:
         )
 
 
-def _changes(config: TrainConfig, placement: Placement) -> list[tuple[str, TrainConfig]]:
-    """The changes that may make `config` fit its slice, by what they cost in speed, least first: parameters
-    sharded over every chip, activations recomputed (full remat, scanned blocks), half the microbatch (twice
-    grad_accum), the frugal end (Adafactor's factored state with no momentum, and full remat), and that with
-    one row per device in each microbatch. Those that do not split over the chips are left out."""
-    mesh, chips = config.mesh, placement.chips
-    updates = []
+@dataclass(frozen=True)
+class MemoryChange:
+    """A change of a run's fields that lowers the HBM it needs per chip, and what it costs."""
+
+    name: str  # the fields as a person sets them: "remat=full and scan_layers=true"
+    cost: str  # what it costs, in speed or in what is learned
+    fields: dict[str, Any]  # dotted field names to values
+
+    def applied_to(self, config: TrainConfig) -> TrainConfig:
+        """`config` with this change (a dotted name sets a field of a section)."""
+        values = config.model_dump()
+        for dotted, value in self.fields.items():
+            *sections, name = dotted.split(".")
+            inner = values
+            for section in sections:
+                inner = inner[section]
+            inner[name] = value
+        return TrainConfig.model_validate(values)
+
+
+def _change(cost: str, **fields: Any) -> MemoryChange:
+    """A `MemoryChange` of `fields` (`__` for a section's dot), named by them."""
+    dotted = {name.replace("__", "."): value for name, value in fields.items()}
+    shown = [f"{name}={value if isinstance(value, str) else json.dumps(value)}" for name, value in dotted.items()]
+    name = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+    return MemoryChange(name, cost, dotted)
+
+
+# What each memory option costs, as measured where a figure is given (docs/reports/benchmarks.md).
+SHARDED_COST = "each chip gathers the parameters it uses over the slice's links"
+BF16_MOMENTS_COST = "no slower; the moments keep 8 bits of mantissa (an update within 1% of float32's)"
+REMAT_COST = "each block's forward pass is computed again in the backward pass: about a third more compute"
+ACCUM_COST = "half the rows in each matmul: slower where a microbatch is small"
+HOST_STATE_COST = "the moments cross between host and chip memory every step"
+ADAFACTOR_COST = "Adafactor (a factored second moment, no momentum) learns differently from AdamW"
+
+
+def memory_changes(config: TrainConfig, placement: Placement) -> list[MemoryChange]:
+    """The changes that may make `config` fit its slice, by what they cost, least first: parameters sharded over
+    every chip; moments in bfloat16; activations recomputed (full remat with scanned blocks, which then need less
+    HBM than unrolled ones: benchmarks page), with bfloat16 moments; half the microbatch (twice grad_accum); the
+    moments in host memory; the frugal end (Adafactor's factored state with no momentum, and full remat) and that
+    with one row per device in each microbatch. Those the run has already, or that do not split over the chips,
+    are left out."""
+    mesh, chips, optimizer = config.mesh, placement.chips, config.optimizer
+    recompute = {"remat": "full", "scan_layers": True}
+    changes = []
     if mesh.fsdp * mesh.tensor < chips:
-        fsdp = chips // mesh.tensor
-        updates.append((f"mesh.fsdp={fsdp}", {"mesh": {"data": -1, "fsdp": fsdp, "tensor": mesh.tensor}}))
-    if config.remat != "full":  # scanned: with full remat it needs less HBM than unrolled (benchmarks page)
-        updates.append(("remat=full and scan_layers=true", {"remat": "full", "scan_layers": True}))
-    updates.append((f"grad_accum={2 * config.grad_accum}", {"grad_accum": 2 * config.grad_accum}))
-    frugal = {"optimizer": {**config.optimizer.model_dump(), "type": "adafactor"}, "remat": "full", "scan_layers": True}
-    updates.append(("optimizer.type=adafactor, remat=full and scan_layers=true", frugal))
+        changes.append(_change(SHARDED_COST, mesh__data=-1, mesh__fsdp=chips // mesh.tensor))
+    if not optimizer.bf16_moments:
+        changes.append(_change(BF16_MOMENTS_COST, optimizer__bf16_moments=True))
+    if config.remat != "full":
+        changes.append(_change(REMAT_COST, **recompute))
+        if not optimizer.bf16_moments:
+            changes.append(_change(f"{BF16_MOMENTS_COST}; {REMAT_COST}", optimizer__bf16_moments=True, **recompute))
+    changes.append(_change(ACCUM_COST, grad_accum=2 * config.grad_accum))
+    if not optimizer.host_state:
+        host = {"optimizer__host_state": True, "optimizer__bf16_moments": True, **recompute}
+        changes.append(_change(f"{HOST_STATE_COST}; {REMAT_COST}", **host))
+    frugal = {"optimizer__type": "adafactor", **recompute}
+    changes.append(_change(f"{ADAFACTOR_COST}; {REMAT_COST}", **frugal))
     one_row = config.batch_size // (chips // mesh.tensor)
     if one_row > config.grad_accum:
-        name = f"optimizer.type=adafactor, remat=full, scan_layers=true and grad_accum={one_row}"
-        updates.append((name, {**frugal, "grad_accum": one_row}))
-    changes = []
-    for name, update in updates:
+        changes.append(_change(f"{ADAFACTOR_COST}; {REMAT_COST}; {ACCUM_COST}", **frugal, grad_accum=one_row))
+    fitting = []
+    for change in changes:
         try:
-            change = TrainConfig.model_validate({**config.model_dump(), **update})
-            check_splits(change, chips)
+            check_splits(change.applied_to(config), chips)
         except (ValidationError, InvalidInputError):  # the batch does not split that way
             continue
-        changes.append((name, change))
-    return changes
+        fitting.append(change)
+    return fitting
 
 
 @functools.cache  # read once per process: every compile of a launch (and each candidate change) asks for it

@@ -44,6 +44,7 @@ class OptimizerConfig(BaseModel):
     b2: float = Field(0.95, ge=0, lt=1, description="Second-moment decay (AdamW; Lion's update mix).")
     grad_clip: float = Field(1.0, ge=0, le=1e6, description="Global L2 norm to clip gradients to; 0: off.")
     bf16_moments: bool = Field(False, description="Store the moments in bfloat16: half the memory, updated in float32.")
+    host_state: bool = Field(False, description="Keep the moments in host memory, on the chip only for the update.")
 
 
 class CheckpointConfig(BaseModel):
@@ -198,7 +199,7 @@ class TrainConfig(BaseModel):
     log_every: int = Field(10, gt=0, le=10**9, description="Steps per metrics row.")
     checkpoint: bool = Field(True, description="Save at the end and per `checkpoints`.")
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
-    resume: bool = Field(True, description="Restart from its newest readable checkpoint.")
+    resume: bool = Field(True, description="Restart from its newest checkpoint.")
     init_from: str | None = Field(None, description="Start from a Hugging Face folder: hf:PATH.")
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
     distributed: DistributedConfig = Field(

@@ -50,7 +50,10 @@ class RunRecord(LedgerEntry):
     job_id: str | None = Field(default=None, description="The backend job that runs it; null for 'process'.")
     address: str | None = Field(default=None, description="The Ray cluster the job was submitted to.")
     placement: Placement = Field(default_factory=Placement, description="Where the launch placed its processes.")
-    accelerator_note: str | None = Field(default=None, description="Why it trains where it does, if the launch chose.")
+    accelerator_note: str | None = Field(
+        default=None,
+        description="Why it trains where it does, if the launch chose; what the launch changed so that it fits.",
+    )
     processes: int = Field(default=1, description="Processes (hosts) training it together.")
     platform: str | None = Field(default=None, description="JAX platform it trains on: cpu, gpu or tpu.")
     devices: int | None = Field(default=None, description="JAX devices over all its processes.")

@@ -40,7 +40,15 @@ from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.models.layers import SPLASH_BLOCKS, stacked_params
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.plan import StepPlan
-from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings, place
+from tradewind.trainer.sharding import (
+    batch_sharding,
+    build_mesh,
+    check_batch_split,
+    on_device,
+    optimizer_shardings,
+    param_shardings,
+    place,
+)
 from tradewind.trainer.startup import StartupClock
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.step import EvalStep, Params, TrainStep, make_eval_step, make_train_step, weights_and_streams
@@ -254,7 +262,8 @@ def setup_training(
     frozen = place(frozen, param_shardings(mesh, frozen))
     optimizer = build_optimizer(config.optimizer)
     weights, _ = weights_and_streams(params)
-    opt_sharding = param_shardings(mesh, jax.eval_shape(optimizer.init, weights))
+    opt_state = jax.eval_shape(optimizer.init, weights)
+    opt_sharding = optimizer_shardings(mesh, opt_state, config.optimizer.host_state)
     opt_state = jax.jit(optimizer.init, out_shardings=opt_sharding)(weights)
 
     rows_sharding = batch_sharding(mesh)
@@ -323,10 +332,13 @@ def lower_steps(
     `graphdefs` are the train and eval steps' (`split_run_model`). `params`, `opt_state`, `batch` (one
     `[batch_size, seq_len + 1]` batch) and `frozen` may be arrays on the mesh or abstract ones
     (`jax.ShapeDtypeStruct`s with their shardings): `tradewind.trainer.compile` compiles the same steps for a
-    TPU slice it does not hold. The train step donates its parameters and optimizer state.
+    TPU slice it does not hold. The train step donates its parameters and optimizer state. With
+    `optimizer.host_state` the state stays in host memory between steps: the step brings it to the devices for the
+    update, and its result goes back.
     """
     graphdef, eval_graphdef = graphdefs
-    params_sharding, opt_sharding = param_shardings(mesh, params), param_shardings(mesh, opt_state)
+    params_sharding = param_shardings(mesh, params)
+    opt_sharding = optimizer_shardings(mesh, opt_state, config.optimizer.host_state)
     frozen_sharding = param_shardings(mesh, frozen)
     scalar = NamedSharding(mesh, PartitionSpec())
     step_fn = make_train_step(
@@ -337,6 +349,8 @@ def lower_steps(
         skip_nonfinite=config.on_nonfinite == "skip",
         remat=config.remat,
     )
+    if config.optimizer.host_state:
+        step_fn = _state_brought_to_devices(step_fn, on_device(opt_sharding))
     train_step = jax.jit(
         step_fn,
         in_shardings=(params_sharding, opt_sharding, batch_sharding(mesh), scalar, frozen_sharding),
@@ -349,6 +363,15 @@ def lower_steps(
         train_lowered = train_step.lower(params, opt_state, batch, learning_rate, frozen)
         eval_lowered = eval_step.lower(params, batch, frozen)
     return train_lowered, eval_lowered
+
+
+def _state_brought_to_devices(step: TrainStep, shardings: Any) -> TrainStep:
+    """`step`, with its optimizer state moved from host memory to `shardings` (on the devices) first."""
+
+    def step_with_state_on_devices(params: Params, opt_state: optax.OptState, *rest: Any) -> Any:
+        return step(params, jax.device_put(opt_state, shardings), *rest)
+
+    return step_with_state_on_devices
 
 
 # The steps this process compiled last, by what they compute: a process that trains the same config again (the

@@ -148,6 +148,18 @@ def param_shardings(mesh: Mesh, tree: Any) -> Any:
     return jax.tree_util.tree_map_with_path(sharding, tree)
 
 
+def optimizer_shardings(mesh: Mesh, opt_state: Any, in_host: bool) -> Any:
+    """Where the optimizer state lives: as its parameters (`param_shardings`), in the hosts' pinned memory with
+    `in_host` (`OptimizerConfig.host_state`)."""
+    shardings = param_shardings(mesh, opt_state)
+    return jax.tree.map(lambda sharding: sharding.with_memory_kind("pinned_host"), shardings) if in_host else shardings
+
+
+def on_device(shardings: Any) -> Any:
+    """`shardings` in the devices' own memory."""
+    return jax.tree.map(lambda sharding: sharding.with_memory_kind("device"), shardings)
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
     """Batches [batch, seq + 1]: rows split over `data` x `fsdp`."""
     return NamedSharding(mesh, P(BATCH_AXES, None))

@@ -41,7 +41,13 @@ from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.setup import attention_kernel, build_run_model, compute_dtype, lower_steps, split_run_model
-from tradewind.trainer.sharding import batch_sharding, build_mesh, check_batch_split, param_shardings
+from tradewind.trainer.sharding import (
+    batch_sharding,
+    build_mesh,
+    check_batch_split,
+    optimizer_shardings,
+    param_shardings,
+)
 from tradewind.trainer.step import weights_and_streams
 from tradewind.trainer.trace_summary import COLLECTIVES, hlo_computations
 
@@ -94,7 +100,7 @@ def compile_for_tpu(
     params = _laid_out(params, param_shardings(mesh, params))
     frozen = _laid_out(frozen, param_shardings(mesh, frozen))
     opt_state = jax.eval_shape(optimizer.init, weights_and_streams(params)[0])
-    opt_state = _laid_out(opt_state, param_shardings(mesh, opt_state))
+    opt_state = _laid_out(opt_state, optimizer_shardings(mesh, opt_state, config.optimizer.host_state))
     batch = jax.ShapeDtypeStruct((config.batch_size, config.seq_len + 1), jnp.int32, sharding=batch_sharding(mesh))
     arguments = sum(map(_bytes_per_chip, (params, frozen, opt_state, batch)))
     report = {
