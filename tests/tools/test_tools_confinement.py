@@ -3,8 +3,10 @@ input, and running code is a grant of its own (`pipelines/` or `--allow-code`), 
 
 import inspect
 import json
+import os
 import re
 import shutil
+import stat
 
 import pytest
 from mcp import Client
@@ -380,6 +382,132 @@ async def test_a_symlink_inside_a_workspace_object_that_leads_out_is_refused_and
     assert re.search(r"refused .*symlink", text), text[:2000]
     assert SECRET not in text
     assert _snapshot(outside) == before
+
+
+# --- Hard links and special files in place of a workspace file (issue 38, items 1-3 and 6) ---------------------
+
+FILE_TRAPS = {trap: calls for trap, calls in TRAPS.items() if "." in trap.rsplit("/", 1)[-1] or trap.endswith("/5")}
+FILE_TRAPS.pop(f"runs/{RUN}/checkpoints/5")  # a folder; its file is trapped below
+FILE_TRAPS[f"runs/{RUN}/checkpoints/5/state"] = ("sample_text", "resume_from")
+FILE_TRAPS[f"datasets/{DATASET}/train/shard-00000.bin"] = ("inspect_dataset", "launch_training")
+FILE_CASES = [pytest.param(trap, call, id=f"{trap} {call}") for trap, calls in FILE_TRAPS.items() for call in calls]
+# summarize_report writes these afresh: a new file is renamed over whatever was there, which is never written into.
+REWRITTEN = {(f"reports/{RUN}.md", "summarize_report"), (f"reports/{RUN}-loss.png", "summarize_report")}
+
+
+def _replace(root, relative, make):
+    """Put `make(path)` where the file `root/relative` was (the file itself gone)."""
+    inside = root / relative
+    assert inside.is_file(), f"{relative} is not a file of the template"
+    inside.unlink()
+    make(inside)
+
+
+def _workspace_copy(template, tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(template, root, symlinks=True)
+    for config in root.glob("runs/*/config.json"):  # the copy's runs train on the copy's dataset
+        config.write_text(config.read_text().replace(str(template), str(root)))
+    return root
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("trap", "call"), FILE_CASES)
+async def test_a_hard_link_in_place_of_a_workspace_file_is_refused_and_its_outside_file_never_read(
+    template, tmp_path, trap, call
+):
+    """A hard link to a file outside is a regular file whose path lies inside: only its link count tells."""
+    root = _workspace_copy(template, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.txt"
+    secret.write_text(json.dumps({"secret": SECRET}) + "\n")
+    _replace(root, trap, lambda path: path.hardlink_to(secret))
+    text = await _refusal(lambda: CALLS[call](ToolContext.open(root)))
+    if (trap, call) in REWRITTEN:
+        assert text.startswith("NOT REFUSED") and (root / trap).stat().st_nlink == 1
+    else:
+        assert re.search(r"refused.*2 hard links", text), text[:2000]
+    assert SECRET not in text
+    assert secret.read_text() == json.dumps({"secret": SECRET}) + "\n"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("trap", "call"), FILE_CASES)
+async def test_a_fifo_in_place_of_a_workspace_file_is_refused_at_once_naming_it(template, tmp_path, trap, call):
+    root = _workspace_copy(template, tmp_path)
+    _replace(root, trap, os.mkfifo)
+    text = await _refusal(lambda: CALLS[call](ToolContext.open(root)))
+    if (trap, call) in REWRITTEN:
+        assert text.startswith("NOT REFUSED") and (root / trap).is_file()
+    else:
+        assert re.search(r"refused.*a FIFO, not a regular file", text), text[:2000]
+
+
+def _zero_device(path):
+    """A character device like /dev/zero at `path` (root may make one; others, with a bind mount)."""
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 5))
+    except PermissionError:
+        pytest.skip("making a device node needs root here")
+
+
+@pytest.mark.parametrize("trap", [f"runs/{RUN}/config.json", f"runs/{RUN}/train.log", "corpus.txt"])
+def test_a_device_in_place_of_a_workspace_file_is_refused_without_reading_it(template, tmp_path, trap):
+    root = _workspace_copy(template, tmp_path)
+    _replace(root, trap, _zero_device)
+    ctx = ToolContext.open(root)
+    calls = {
+        "corpus.txt": lambda: tokenize_dataset(ctx, TokenizeDatasetRequest(input="corpus.txt")),
+        f"runs/{RUN}/config.json": lambda: get_run(ctx, RunRequest(run_id=RUN)),
+        f"runs/{RUN}/train.log": lambda: tail_logs(ctx, TailLogsRequest(run_id=RUN)),
+    }
+    with pytest.raises(InvalidInputError, match=r"refused: it is a character device, not a regular file"):
+        calls[trap]()
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, _zero_device], ids=["fifo", "device"])
+@pytest.mark.parametrize("tool", ["tokenize_dataset", "train_tokenizer"])
+def test_special_files_as_input_are_refused_and_in_a_folder_skipped_and_reported(ctx, make, tool):
+    data = ctx.workspace.root / "data"
+    data.mkdir()
+    shutil.copy(ctx.workspace.root / "corpus.txt", data / "a.txt")
+    make(data / "b.txt")
+    call = {
+        "tokenize_dataset": lambda value: tokenize_dataset(ctx, TokenizeDatasetRequest(input=value)),
+        "train_tokenizer": lambda value: train_tokenizer(ctx, TrainTokenizerRequest(input=value, vocab_size=300)),
+    }[tool]
+    kind = "a FIFO" if make is os.mkfifo else "a character device"
+    with pytest.raises(InvalidInputError, match=rf"argument 'input': .*b\.txt is refused: it is {kind}, not a regular"):
+        call("data/b.txt")
+    result = call("data")  # the folder: its regular file read, the special one left out and said so
+    assert (
+        result.bad_records.examples[0]
+        == f"{data / 'b.txt'}: not read: it is {kind}, not a regular file: only regular files are read"
+    )
+    result = call("data/*.txt")  # a glob, the same
+    assert result.bad_records.examples[0].startswith(f"{data / 'b.txt'}: not read: it is {kind}")
+
+
+def test_a_hard_linked_input_file_is_refused_and_in_a_folder_skipped_and_reported(ctx, outside):
+    data = ctx.workspace.root / "data"
+    data.mkdir()
+    shutil.copy(ctx.workspace.root / "corpus.txt", data / "a.txt")
+    (data / "b.txt").hardlink_to(outside / "secret.txt")
+    with pytest.raises(InvalidInputError, match=r"b\.txt is refused: it has 2 hard links"):
+        tokenize_dataset(ctx, TokenizeDatasetRequest(input="data/b.txt"))
+    info = tokenize_dataset(ctx, TokenizeDatasetRequest(input="data"))
+    assert info.bad_records.examples[0].startswith(f"{data / 'b.txt'}: not read: it has 2 hard links")
+    assert "not yours" not in json.dumps(
+        inspect_dataset(ctx, InspectDatasetRequest(dataset_id=info.dataset_id)).model_dump()
+    )
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, _zero_device], ids=["fifo", "device"])
+def test_settings_that_are_a_special_file_are_refused_naming_it_not_ignored(ctx, make):
+    make(ctx.workspace.root / "settings.yaml")
+    with pytest.raises(TradewindError, match=r"settings\.yaml.* is refused: it is a (FIFO|character device)"):
+        launch_training(ctx, LaunchTrainingRequest(dataset="builtin:tinyshakespeare", steps=2))
 
 
 # --- Workspace internals are never inputs, by name or by glob (issue 23, item 5) --------------------------------

@@ -49,6 +49,8 @@ from tradewind.cluster.jobs import (
 from tradewind.cluster.ledger import CAPACITY_KEY, Capacity, reconcile, unsettled
 from tradewind.cluster.process import process_alive, process_start_time
 from tradewind.cluster.store import ACTIVE, JobRow, JobStore
+from tradewind.core import InvalidInputError
+from tradewind.core.files import open_append
 
 PREEMPTION_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 STOP_GRACE_S = 5.0
@@ -208,7 +210,12 @@ class Attempt:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             env = {**base, **gang, PROCESS_ID_ENV: str(replica)} if gang else dict(base)
             env[LOCAL_DIR_ENV] = str(self.store.path.parent / record.id / f"replica-{replica}")
-            with open(log_path, "ab") as log:
+            try:
+                log = open_append(log_path)
+            except InvalidInputError as error:
+                self.stop()
+                return f"could not open its log: {error}"
+            with log:
                 try:
                     process = subprocess.Popen(
                         spec.argv(jobs_dir=self.store.path.parent),

@@ -17,14 +17,15 @@ import pydantic
 import yaml
 from pydantic.json_schema import SkipJsonSchema
 
-from tradewind.core.errors import ConfigError
-from tradewind.core.files import Opener, open_plain
+from tradewind.core.errors import ConfigError, InvalidInputError
+from tradewind.core.files import Opener, open_plain, read_bounded
 from tradewind.core.storage import read_json
 
 ConfigT = TypeVar("ConfigT", bound=pydantic.BaseModel)
 
 
 ECHO_LIMIT = 200  # characters of a value an error message shows
+MAX_CONFIG_BYTES = 16 * 2**20  # a YAML config or settings file larger than this is not one
 
 
 def cut_text(text: str, limit: int = ECHO_LIMIT) -> str:
@@ -220,9 +221,13 @@ def load_config(config_cls: type[ConfigT], path: str | os.PathLike[str], overrid
     """Load `path` (YAML), apply overrides and validate it as `config_cls`."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(read_bounded(path, MAX_CONFIG_BYTES).decode("utf-8")) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except InvalidInputError as error:  # a FIFO, a device, a hard link, or too large: its message names the path
+        raise ConfigError(str(error)) from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

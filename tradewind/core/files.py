@@ -10,10 +10,14 @@ route opens workspace files here (through `Workspace.open` and friends):
 2. The resolved path is then opened one component at a time from the root's own descriptor, each with
    `O_NOFOLLOW`: a component swapped for a symlink between the check and the open is refused, not followed.
    There is no gap between checking a path and using it.
-3. Only regular files are opened (with `O_NONBLOCK`, so a FIFO planted as a log cannot hang the reader).
+3. Only regular files with one link are opened (`refusal`): a FIFO or a device planted as a log or an input
+   would hang the reader or feed it without end, and a hard link to a file outside is a regular file whose path
+   lies inside. The file is looked at before it is opened (a device is never opened), opened with `O_NONBLOCK`,
+   and looked at again through its descriptor: a file swapped in between is refused.
 
 A folder handed whole to another process (a checkpoint folder orbax reads, a tokenizer folder) cannot be
-opened on its behalf; `check_tree` refuses one that holds a symlink leading outside the roots.
+opened on its behalf; `check_tree` refuses one that holds a symlink leading outside the roots, a special file
+or a hard link.
 
 Example:
     with open_confined(run_dir / "train.log", "rb", roots=(workspace_root,), argument="run_id") as f:
@@ -56,8 +60,110 @@ Opener = Callable[[Path], IO[bytes]]
 
 
 def open_plain(path: Path) -> IO[bytes]:
-    """The opener of files no workspace confines (a trainer's own run folder, a path given on the command line)."""
-    return open(path, "rb")
+    """The opener of files no workspace confines (a trainer's own run folder, a path given on the command line):
+    regular files with one link only (`open_regular`)."""
+    return open_regular(path)
+
+
+def read_bounded(path: str | os.PathLike[str], max_bytes: int, opener: Opener = open_plain) -> bytes:
+    """The bytes of file `path`, opened with `opener`; at most `max_bytes` are read.
+
+    Raises:
+        InvalidInputError: it holds more than `max_bytes`; and what `opener` raises.
+    """
+    with opener(Path(path)) as file:
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InvalidInputError(
+            f"{path} is refused: it holds more than {max_bytes:,} bytes, the most a file of its kind may"
+        )
+    return data
+
+
+def refusal(info: os.stat_result) -> str | None:
+    """Why a file of `info` (its `lstat`) is not read on a caller's behalf, or None: only a regular file with one
+    link is."""
+    if not stat.S_ISREG(info.st_mode):
+        return f"it is {_kind(info.st_mode)}, not a regular file: only regular files are read"
+    if info.st_nlink != 1:
+        return (
+            f"it has {info.st_nlink} hard links, and a hard link can bring in a file from outside: only files with "
+            "one link are read (copy it instead)"
+        )
+    return None
+
+
+def _kind(mode: int) -> str:
+    kinds = {
+        stat.S_ISDIR: "a folder",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+        stat.S_ISLNK: "a symlink",
+    }
+    return next((name for is_kind, name in kinds.items() if is_kind(mode)), "a special file")
+
+
+def open_regular(path: str | os.PathLike[str], argument: str | None = None) -> IO[bytes]:
+    """Open `path` (symlinks followed) to read, in binary mode, if it is a regular file with one link (`refusal`).
+
+    Raises:
+        FileNotFoundError: nothing is there (as `open` raises it).
+        InvalidInputError: anything else, or a file swapped for another while being opened; the message names
+            `argument` (when given) and the path.
+    """
+    where = f"argument {argument!r}: {path}" if argument else str(path)
+    return os.fdopen(_open_checked(os.path.realpath(path), os.O_RDONLY, where), "rb")
+
+
+def open_append(path: str | os.PathLike[str]) -> IO[bytes]:
+    """Open `path` (made if missing) to append to, in binary mode: for a log another process could swap, a file
+    that is not a regular file with one link (a FIFO, a device, a hard link to a file elsewhere) is refused, not
+    written into.
+
+    Raises:
+        InvalidInputError: as `refusal` says, naming the path.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    return os.fdopen(_open_checked(os.path.realpath(path), flags, str(path), create=True), "ab")
+
+
+def _open_checked(name: str, flags: int, where: str, *, dir_fd: int | None = None, create: bool = False) -> int:
+    """A descriptor of file `name` opened with `flags`, checked by `refusal` before it is opened and again through
+    the descriptor (the same file, still regular with one link); a file `create` makes is new, so not looked at
+    before. Writers open without `O_TRUNC` and truncate once the file is checked, so a link swapped in is never
+    truncated.
+
+    Raises:
+        FileNotFoundError: nothing is there, and `create` is false.
+        InvalidInputError: `refusal`'s reasons, with `where` first, or the file changed while being opened.
+    """
+    try:
+        before = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        if not create:
+            raise
+        before = None
+    if before is not None and (reason := refusal(before)) is not None:
+        if stat.S_ISLNK(before.st_mode):  # a link swapped in after the path was resolved
+            raise PathEscapeError(f"{where} is refused because it became a symlink while being opened")
+        raise InvalidInputError(f"{where} is refused: {reason}")
+    truncate = bool(flags & os.O_TRUNC)
+    fd = os.open(name, (flags & ~os.O_TRUNC) | _NOFOLLOW | _CLOEXEC | _NONBLOCK, 0o644, dir_fd=dir_fd)
+    try:
+        after = os.fstat(fd)
+        swapped = before is not None and (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino)
+        reason = "it was replaced while being opened" if swapped else refusal(after)
+        if reason is not None:
+            raise InvalidInputError(f"{where} is refused: {reason}")
+        os.set_blocking(fd, True)
+        if truncate:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def confined_path(path: str | os.PathLike[str], roots: Roots, argument: str) -> tuple[Path, Path]:
@@ -132,7 +238,8 @@ def open_confined(
     Raises:
         PathEscapeError: the path, or a folder on the way, leads outside `roots`.
         NotFoundError: reading a file that does not exist.
-        InvalidInputError: the path is a folder, a FIFO or another non-regular file.
+        InvalidInputError: the path is not a regular file with one link (`refusal`): a folder, a FIFO, a device,
+            a hard link.
     """
     flags = _MODE_FLAGS[mode.replace("b", "").replace("+", "")[:1]]
     if "+" in mode:
@@ -141,25 +248,17 @@ def open_confined(
     if resolved == root:
         raise InvalidInputError(f"argument {argument!r}: {path} is a folder, not a file")
     folder = _open_folder(resolved.parent, root, argument, create=make_parents)
+    where = f"argument {argument!r}: {resolved}"
     try:
-        fd = os.open(resolved.name, flags | _NOFOLLOW | _CLOEXEC | _NONBLOCK, 0o644, dir_fd=folder)
+        fd = _open_checked(resolved.name, flags, where, dir_fd=folder, create=bool(flags & os.O_CREAT))
     except FileNotFoundError:
         raise NotFoundError(f"argument {argument!r}: no file at {resolved}") from None
     except OSError as error:
         if error.errno in _LINK_ERRNOS:
             raise _escape_during_open(resolved, argument) from None
-        if error.errno == errno.EISDIR:
-            raise InvalidInputError(f"argument {argument!r}: {resolved} is a folder, not a file") from None
         raise
     finally:
         os.close(folder)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidInputError(f"argument {argument!r}: {resolved} is not a regular file (a FIFO or device?)")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
     text = "b" not in mode
     return os.fdopen(fd, mode, encoding=encoding if text else None, errors=errors if text else None)
 
@@ -195,17 +294,34 @@ def write_confined(path: str | os.PathLike[str], data: bytes, *, roots: Roots, a
 
 
 def check_tree(path: str | os.PathLike[str], *, roots: Roots, argument: str) -> Path:
-    """`path` resolved, after checking that neither it nor anything inside it links outside `roots`.
+    """`path` resolved, after checking that neither it nor anything inside it links outside `roots`, and that it
+    holds only folders and regular files with one link (`refusal`).
 
     For folders another process reads whole (checkpoints, tokenizer folders). A symlink that stays inside
     the roots is allowed; one that leads out, or dangles, is refused with its name.
+
+    Raises:
+        PathEscapeError: a symlink inside leads outside `roots`.
+        InvalidInputError: a special file or a hard link inside, named.
     """
     resolved, _ = confined_path(path, roots, argument)
+    if resolved.exists() and not resolved.is_dir():
+        _check_entry(resolved, resolved.stat(), argument)
     if not resolved.is_dir():
         return resolved
     for folder, subfolders, files in os.walk(resolved, followlinks=False):
         for name in (*subfolders, *files):
             entry = Path(folder) / name
-            if entry.is_symlink():
+            info = entry.lstat()
+            if stat.S_ISLNK(info.st_mode):
                 confined_path(entry, roots, argument)
+                info = entry.stat()
+            _check_entry(entry, info, argument)
     return resolved
+
+
+def _check_entry(path: Path, info: os.stat_result, argument: str) -> None:
+    """Refuse `path` (of `info`) inside a folder another process reads whole, unless a folder or a file `refusal`
+    lets through."""
+    if not stat.S_ISDIR(info.st_mode) and (reason := refusal(info)) is not None:
+        raise InvalidInputError(f"argument {argument!r}: {path} is refused: {reason}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import fsspec
 
-from tradewind.core.files import Opener, open_plain
+from tradewind.core.files import Opener, open_append, open_plain, open_regular, read_bounded
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -46,16 +46,19 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
+MAX_JSON_BYTES = 256 * 2**20  # a record, config or manifest larger than this is not one of ours
+
+
 def read_json(path: str | os.PathLike[str], opener: Opener = open_plain) -> Any:
-    """Read a JSON file written by `atomic_write_json`, opened with `opener`."""
-    with opener(Path(path)) as f:
-        return json.loads(f.read().decode("utf-8"))
+    """Read a JSON file written by `atomic_write_json`, opened with `opener` (at most `MAX_JSON_BYTES`)."""
+    return json.loads(read_bounded(path, MAX_JSON_BYTES, opener).decode("utf-8"))
 
 
 def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
-    """Append one record as a single strict JSON line, flushed so that readers in other processes see it."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True, allow_nan=False) + "\n")
+    """Append one record as a single strict JSON line, flushed so that readers in other processes see it; a file
+    swapped for a FIFO or a hard link meanwhile is refused, not written into (`open_append`)."""
+    with open_append(path) as f:
+        f.write((json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
         f.flush()
 
 
@@ -86,5 +89,8 @@ def tail_lines(path: str | os.PathLike[str], count: int, opener: Opener = open_p
 
 
 def open_url(url: str, mode: str = "rb", **kwargs: Any):
-    """Open a local path or any fsspec URL (`file://`, `memory://`, `gs://` with the `gcs` extra, ...)."""
+    """Open a local path or any fsspec URL (`file://`, `memory://`, `gs://` with the `gcs` extra, ...); a local
+    path to read only if it is a regular file with one link (`open_regular`)."""
+    if mode == "rb" and not kwargs and "://" not in url:
+        return open_regular(url)
     return fsspec.open(url, mode, **kwargs).open()

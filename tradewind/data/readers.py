@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -40,6 +41,7 @@ from typing import Any, Literal, TypeVar
 import fsspec
 
 from tradewind.core import InvalidInputError, NotFoundError, open_url
+from tradewind.core.files import refusal
 from tradewind.data.bad_records import BadRecords, RecordError
 from tradewind.data.line_reader import LineReader
 
@@ -100,33 +102,68 @@ def read_documents(
             yield document
 
 
-def list_input_files(path: str | Path) -> list[str]:
+def list_input_files(path: str | Path, not_read: list[str] | None = None) -> list[str]:
     """The files that `path` stands for: itself if a file; every visible file beneath a folder or
     matched by a glob, sorted.
 
+    A local file is read only if it is a regular file with one link (`core.files.refusal`): one that is not is
+    refused when named alone, and left out of a folder or glob, with the reason appended to `not_read`.
+
     Raises:
         NotFoundError: nothing at `path`, or a folder or glob holding no visible files.
+        InvalidInputError: `path` names a local file that may not be read (a FIFO, a device, a hard link).
     """
     text = str(path)
     fs, root = fsspec.core.url_to_fs(text)
     remote = "://" in text
+    left_out: list[str] = []
     if any(char in root for char in GLOB_CHARS):
         found = sorted(p for p in fs.glob(root) if not fs.isdir(p))
+        found = [fs.unstrip_protocol(p) for p in found] if remote else _readable(found, left_out)
         if not found:
-            raise NotFoundError(f"no input files match {text!r}")
-        return [fs.unstrip_protocol(p) if remote else p for p in found]
+            raise NotFoundError(f"no input files match {text!r}{_none_readable(left_out)}")
+        if not_read is not None:
+            not_read.extend(left_out)
+        return found
     if not fs.exists(root):
         raise NotFoundError(f"no input file or folder at {text!r}")
     if not fs.isdir(root):
+        if not remote and (reason := refusal(os.stat(text))) is not None:
+            raise InvalidInputError(f"{text} is refused: {reason}")
         return [text]
     files = []
     for found in sorted(fs.find(root)):
         relative = PurePosixPath(found).relative_to(PurePosixPath(root))
         if not any(part.startswith(".") for part in relative.parts):
             files.append(fs.unstrip_protocol(found) if remote else found)
+    files = files if remote else _readable(files, left_out)
     if not files:
-        raise NotFoundError(f"the folder {text!r} holds no input files (names starting with '.' are skipped)")
+        raise NotFoundError(
+            f"the folder {text!r} holds no input files (names starting with '.' are skipped){_none_readable(left_out)}"
+        )
+    if not_read is not None:
+        not_read.extend(left_out)
     return files
+
+
+def _none_readable(left_out: list[str]) -> str:
+    """The end of a no-input-files message, naming the first file left out (and how many), if any was."""
+    if not left_out:
+        return ""
+    more = f" (and {len(left_out) - 1} more)" if len(left_out) > 1 else ""
+    return f"; {left_out[0]}{more}"
+
+
+def _readable(paths: list[str], not_read: list[str]) -> list[str]:
+    """The local files of `paths` that may be read (`refusal`); each other one appended to `not_read` with why."""
+    readable = []
+    for path in paths:
+        reason = refusal(os.stat(path))
+        if reason is None:
+            readable.append(path)
+        else:
+            not_read.append(f"{path}: not read: {reason}")
+    return readable
 
 
 def detect_format(url: str, format: Format = "auto") -> Literal["text", "jsonl", "parquet"]:

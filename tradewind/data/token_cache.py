@@ -236,7 +236,7 @@ def open_token_cache(path: str | Path, opener: Opener = open_plain) -> TokenCach
     """
     path = Path(path)
     manifest_path = path / MANIFEST
-    if not manifest_path.is_file():
+    if not (manifest_path.exists() or manifest_path.is_symlink()):  # what is there, `opener` judges
         raise NotFoundError(
             f"no token cache at {path} (manifest.json missing: the build did not finish or the path is wrong)"
         )

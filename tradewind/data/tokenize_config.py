@@ -64,8 +64,9 @@ class SourceFile(BaseModel):
     version: str | None = None
 
 
-def source_files(inputs: Sequence[str | Path | SourceFile]) -> list[SourceFile]:
-    """Every file the inputs stand for (see `list_input_files`), with its size and modification time.
+def source_files(inputs: Sequence[str | Path | SourceFile], not_read: list[str] | None = None) -> list[SourceFile]:
+    """Every file the inputs stand for (see `list_input_files`, which appends the files it leaves out, and why,
+    to `not_read`), with its size and modification time.
 
     A `SourceFile` in `inputs` is taken as it is: a caller that has listed the inputs already (to compute the
     cache id) passes that listing on, so the cache is built from exactly the files its id was computed from.
@@ -81,7 +82,7 @@ def source_files(inputs: Sequence[str | Path | SourceFile]) -> list[SourceFile]:
         if isinstance(item, SourceFile):
             sources.append(item)
             continue
-        for url in list_input_files(item):
+        for url in list_input_files(item, not_read):
             fs, path = fsspec.core.url_to_fs(url)
             info = fs.info(path)
             mtime = info.get("mtime") or info.get("updated") or info.get("LastModified") or 0.0

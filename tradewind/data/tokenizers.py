@@ -30,6 +30,7 @@ import tokenizers as hf
 
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json, atomic_write_text
 from tradewind.core.buckets import is_remote, remote_fs, scheme_of
+from tradewind.core.files import open_regular
 from tradewind.data.chat import ChatTemplate, Messages, message_problem
 
 if TYPE_CHECKING:
@@ -449,7 +450,10 @@ def _from_files(where: str, read: Callable[[str], bytes | None], eos_token: str 
 
 
 def _read_local(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
+    if not (path.exists() or path.is_symlink()):
+        return None
+    with open_regular(path) as file:  # what is there, a FIFO or a hard link, is refused
+        return file.read()
 
 
 def load_tokenizer(spec: str, eos_token: str | None = None) -> Tokenizer:

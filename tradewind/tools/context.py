@@ -129,7 +129,7 @@ class ToolContext:
 
     def settings(self) -> WorkspaceSettings:
         """The workspace's settings.yaml (defaults when there is none), read afresh: a person may edit it."""
-        if self.settings_path.is_file():
+        if self.settings_path.exists() or self.settings_path.is_symlink():  # what is there, load_config judges
             return load_config(WorkspaceSettings, self.settings_path)
         return WorkspaceSettings()
 

@@ -75,7 +75,7 @@ def resolve_dataset(
     is_path = names_a_path(value)
     path = value if is_path else ctx.workspace.datasets_dir / check_id(value, argument)
     folder = ctx.workspace.resolve_path(path, argument=argument, must_exist=False)
-    if (folder / MANIFEST).is_file() or (folder / MANIFEST).is_symlink():
+    if (folder / MANIFEST).exists() or (folder / MANIFEST).is_symlink():  # check_tree judges what is there
         # The trainer and the samples read the whole cache: nothing in it may lead outside.
         return ctx.workspace.check_tree(folder, argument=argument)
     raise _not_a_cache(ctx, value, folder, argument, is_path)

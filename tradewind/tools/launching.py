@@ -397,7 +397,7 @@ def _check_parent_ended(ctx: ToolContext, parent_dir: Path) -> None:
     """Refuse to continue a run that is still pending or running: it still writes its checkpoints (and, past
     `keep_last`, deletes them), so two runs would train one lineage from files that change under them."""
     layout = RunLayout(parent_dir)
-    if not layout.record.is_file():
+    if not os.path.lexists(layout.record):
         return  # a folder trained by hand or copied here: no job of ours writes it
     if parent_dir.parent == ctx.workspace.runs_dir:
         status = get_run(ctx, RunRequest(run_id=parent_dir.name)).status  # the record checked against its job

@@ -198,7 +198,7 @@ def run_placement(ctx: ToolContext, run_dir: Path, argument: str) -> Placement:
     """Where the run in `run_dir` was placed (its record's placement); the default, one CPU process, for a
     folder trained by hand, which has no record. `argument` names the request field in a refusal."""
     record = RunLayout(run_dir).record
-    return read_record(record, ctx.workspace.reader(argument)).placement if record.is_file() else Placement()
+    return read_record(record, ctx.workspace.reader(argument)).placement if os.path.lexists(record) else Placement()
 
 
 def _job(ctx: ToolContext, record: RunRecord) -> tuple[JobRecord | None, str | None]:

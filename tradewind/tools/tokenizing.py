@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,6 +38,7 @@ from tradewind.data import (
 from tradewind.data import (
     train_tokenizer as train_bpe_on_files,
 )
+from tradewind.data.bad_records import MAX_EXAMPLES
 from tradewind.data.token_cache import MANIFEST  # its presence marks a finished token cache
 from tradewind.tools.bounds import cut, cut_path
 from tradewind.tools.buckets import dataset_copies, publish_dataset
@@ -56,10 +58,13 @@ class BadRecordReport(BaseModel):
     per_file: dict[str, int] = Field(
         description=f"Skipped records by file, for the {MAX_FILES_SHOWN} files with the most."
     )
-    examples: list[str] = Field(description="The first few, each 'file:line: reason', cut to 300 characters.")
+    examples: list[str] = Field(
+        description="Input files not read ('file: not read: reason': a FIFO, a device, a hard link), then the first "
+        "few bad records ('file:line: reason'), each cut to 300 characters."
+    )
 
     @classmethod
-    def of(cls, bad: BadRecords) -> BadRecordReport:
+    def of(cls, bad: BadRecords, not_read: Sequence[str] = ()) -> BadRecordReport:
         most = sorted(bad.per_file.items(), key=lambda item: item[1], reverse=True)[:MAX_FILES_SHOWN]
         per_file: dict[str, int] = {}
         for file, count in most:  # two long paths may end alike once cut: count them together
@@ -68,7 +73,7 @@ class BadRecordReport(BaseModel):
             skipped=bad.skipped,
             files=len(bad.per_file),
             per_file=per_file,
-            examples=[cut(example) for example in bad.examples],
+            examples=[cut(example) for example in [*not_read[:MAX_EXAMPLES], *bad.examples]],
         )
 
 
@@ -130,15 +135,20 @@ def _resolve_input(ctx: ToolContext, value: str) -> str:
     return str(ctx.workspace.resolve_path(folder or "/", argument="input") / pattern)
 
 
-def _input_sources(ctx: ToolContext, value: str) -> list[SourceFile]:
+def _input_sources(ctx: ToolContext, value: str) -> tuple[list[SourceFile], list[str]]:
     """The files `value` stands for (see `_resolve_input`), listed once: what the cache or tokenizer id is taken
-    of and what is read. Refuses a folder or glob that reaches a file through an escaping symlink, or that would
-    read workspace internals (the job database and logs in `jobs/`, token-cache files in `datasets/`)."""
-    sources = source_files([_resolve_input(ctx, value)])
+    of and what is read; and the files of a folder or glob left out, each with why (a FIFO, a device, a hard
+    link: `list_input_files`). Refuses a folder or glob that reaches a file through an escaping symlink, or that
+    would read workspace internals (the job database and logs in `jobs/`, token-cache files in `datasets/`)."""
+    try:
+        not_read: list[str] = []
+        sources = source_files([_resolve_input(ctx, value)], not_read)
+    except InvalidInputError as error:
+        raise InvalidInputError(f"argument 'input': {error}") from None
     if not value.startswith(BUILTIN_PREFIX) and not is_remote(value):
         for source in sources:
             ctx.workspace.resolve_input(source.path, argument="input")
-    return sources
+    return sources, not_read
 
 
 def _resolve_tokenizer(ctx: ToolContext, value: str) -> str:
@@ -163,7 +173,9 @@ def _tokenizer_dir(ctx: ToolContext, tokenizer_id: str) -> Path:
     return folder
 
 
-def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest, copies: list[str]) -> DatasetInfo:
+def _info(
+    dataset_id: str, path: Path, reused: bool, manifest: CacheManifest, copies: list[str], not_read: Sequence[str]
+) -> DatasetInfo:
     return DatasetInfo(
         dataset_id=dataset_id,
         path=str(path),
@@ -176,7 +188,7 @@ def _info(dataset_id: str, path: Path, reused: bool, manifest: CacheManifest, co
         tokens={split: stats.tokens for split, stats in manifest.splits.items()},
         targets=loss_targets(manifest),
         shards=len(manifest.splits["train"].shards),
-        bad_records=BadRecordReport.of(manifest.bad_records),
+        bad_records=BadRecordReport.of(manifest.bad_records, not_read),
         copies=copies,
     )
 
@@ -200,7 +212,7 @@ def tokenize_dataset(
     reported (set strict to fail instead). With settings.yaml's `storage`, the cache is also copied to
     `<storage>/datasets/<id>`.
     """
-    sources = _input_sources(ctx, request.input)
+    sources, not_read = _input_sources(ctx, request.input)
     tokenizer = load_tokenizer(_resolve_tokenizer(ctx, request.tokenizer))
     dataset_id = cache_id(sources, tokenizer, request)
     out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
@@ -225,7 +237,7 @@ def tokenize_dataset(
         )
     if copy_to is not None:
         publish_dataset(ctx, out_dir, copy_to, progress)
-    return _info(dataset_id, out_dir, reused, manifest, dataset_copies(ctx, out_dir, "input"))
+    return _info(dataset_id, out_dir, reused, manifest, dataset_copies(ctx, out_dir, "input"), not_read)
 
 
 class TrainTokenizerRequest(BaseModel):
@@ -269,7 +281,7 @@ def train_tokenizer(
     '<|begin_of_text|>' (id 1). The same request reuses the tokenizer it trained before. Takes about a
     second per megabyte of text.
     """
-    sources = _input_sources(ctx, request.input)
+    sources, not_read = _input_sources(ctx, request.input)
     key = {
         "sources": [source.model_dump() for source in sources],
         "options": request.model_dump(exclude={"input"}),
@@ -299,5 +311,5 @@ def train_tokenizer(
         eos_id=tokenizer.eos_id,
         bos_id=tokenizer.bos_id,
         fingerprint=tokenizer.fingerprint,
-        bad_records=BadRecordReport.of(bad),
+        bad_records=BadRecordReport.of(bad, not_read),
     )

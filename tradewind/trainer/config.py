@@ -330,6 +330,6 @@ def read_train_config(path: str | os.PathLike[str], opener: Opener = open_plain)
         ConfigError: it is not JSON or does not validate; the message names the file and each bad field.
         PathEscapeError: `opener` refused it, as a link that leads outside the workspace.
     """
-    if not (os.path.isfile(path) or os.path.islink(path)):
+    if not os.path.lexists(path):  # what is there (a link, a device) is for `opener` to judge
         raise NotFoundError(f"no run config at {path}; write a TrainConfig there as JSON first")
     return read_json_config(TrainConfig, path, opener)

@@ -84,7 +84,7 @@ def read_record(path: str | os.PathLike[str], opener: Opener = open_plain) -> Ru
         ConfigError: it is not a run record; the message names the file and what is wrong.
         PathEscapeError: `opener` refused it, as a link that leads outside the workspace.
     """
-    if not (os.path.isfile(path) or os.path.islink(path)):  # a link is for `opener` to judge
+    if not os.path.lexists(path):  # what is there (a link, a FIFO) is for `opener` to judge
         raise NotFoundError(f"no run record {Path(path).name} in {Path(path).parent}")
     return read_json_config(RunRecord, path, opener)
 
@@ -166,7 +166,7 @@ def record_job_end(path: str, job: JobRecord) -> None:
 def checkpoints_of(layout: RunLayout, opener: Opener = open_plain) -> str | Path:
     """Where the run's checkpoints are: its folder's `checkpoints/`, or its bucket's for a run with `storage`
     (as its record, opened with `opener`, says)."""
-    storage = read_record(layout.record, opener).placement.storage if layout.record.is_file() else None
+    storage = read_record(layout.record, opener).placement.storage if os.path.lexists(layout.record) else None
     return join_url(run_url(storage, layout.root.name), "checkpoints") if storage else layout.checkpoints
 
 
