@@ -4,10 +4,12 @@ import os
 
 import pytest
 from mcp import Client
-from mcp.types import PromptReference, ResourceTemplateReference
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, PromptReference, ResourceTemplateReference
 
 from tradewind.prompts import skill_names
 from tradewind.server import build_server
+from tradewind.server.completion import COMPLETION_CHARS, MAX_ENTRIES, VALUE_CHARS
 from tradewind.tools import TOOLS, ToolContext
 
 pytestmark = pytest.mark.anyio
@@ -35,6 +37,13 @@ def make_ids(folder, ids, suffix=""):
 async def complete(server, ref, name, value):
     async with Client(server) as client:
         return (await client.complete(ref, {"name": name, "value": value})).completion
+
+
+async def complete_error(server, ref, name, value) -> MCPError:
+    async with Client(server) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.complete(ref, {"name": name, "value": value})
+    return caught.value
 
 
 def template(uri):
@@ -117,10 +126,67 @@ async def test_plan_experiments_dataset_completes_dataset_ids_then_the_builtin_c
     [
         (PromptReference(name="plan-experiment"), "goal"),
         (PromptReference(name="scale-out"), "accelerator"),
-        (template("tradewind://runs/{run_id}/logs"), "no_such_argument"),
     ],
 )
 async def test_an_argument_that_takes_no_id_completes_to_nothing(fresh, ref, argument):
     make_ids(fresh.workspace.runs_dir, ["run-1"])
     completion = await complete(build_server(fresh), ref, argument, "")
     assert completion.values == [] and completion.total == 0 and completion.has_more is False
+
+
+@pytest.mark.parametrize(
+    ("ref", "named"),
+    [
+        (PromptReference(name="no-such-prompt"), "unknown prompt 'no-such-prompt'"),
+        (
+            template("tradewind://runs/{run_id}/nowhere"),
+            "unknown resource template 'tradewind://runs/{run_id}/nowhere'",
+        ),
+        (template("tradewind://runs/{run_id}"), "unknown resource template 'tradewind://runs/{run_id}'"),
+    ],
+)
+async def test_a_prompt_or_template_the_server_does_not_list_is_an_invalid_params_error(fresh, ref, named):
+    make_ids(fresh.workspace.runs_dir, ["run-1"])
+    error = await complete_error(build_server(fresh), ref, "run_id", "")
+    assert error.error.code == INVALID_PARAMS and named in error.error.message
+
+
+@pytest.mark.parametrize(
+    ("ref", "argument", "takes"),
+    [
+        (template("tradewind://runs/{run_id}/logs"), "dataset_id", "it takes: run_id"),
+        (PromptReference(name="debug-run"), "run_ids", "it takes: run_id"),
+        (template("tradewind://runs/{run_id}/logs"), "no_such_argument", "it takes: run_id"),
+    ],
+)
+async def test_an_argument_the_prompt_or_template_does_not_take_is_an_invalid_params_error(fresh, ref, argument, takes):
+    # Each of these names an argument that lists ids elsewhere (or none at all): none may complete here.
+    make_ids(fresh.workspace.runs_dir, ["run-1"])
+    make_ids(fresh.workspace.datasets_dir, ["ds-1"])
+    error = await complete_error(build_server(fresh), ref, argument, "")
+    assert error.error.code == INVALID_PARAMS and takes in error.error.message and argument in error.error.message
+
+
+async def test_a_run_ids_value_of_10000_ids_is_refused_without_being_echoed(fresh):
+    make_ids(fresh.workspace.runs_dir, [f"run-{n}" for n in range(5)])
+    typed = ", ".join(f"old-{n}" for n in range(10_000)) + ", run-"
+    error = await complete_error(build_server(fresh), PromptReference(name="compare-runs"), "run_ids", typed)
+    assert error.error.code == INVALID_PARAMS and f"at most {VALUE_CHARS:,}" in error.error.message
+    assert len(error.error.model_dump_json()) < 1_000
+
+
+async def test_a_long_run_ids_value_completes_within_the_answers_budget(fresh):
+    make_ids(fresh.workspace.runs_dir, [f"run-{n:03}" for n in reversed(range(120))])
+    typed = "".join(f"{'r' * 120}-{n}, " for n in range(7)) + "run-"  # seven long ids, then the one being typed
+    assert len(typed) <= VALUE_CHARS
+    completion = await complete(build_server(fresh), PromptReference(name="compare-runs"), "run_ids", typed)
+    assert 0 < len(completion.values) < 100 and completion.total == 120 and completion.has_more is True
+    assert completion.values[0] == typed + "119" and len(completion.model_dump_json()) <= COMPLETION_CHARS + 100
+
+
+async def test_a_folder_of_more_ids_than_max_entries_is_read_no_further(fresh):
+    runs = fresh.workspace.runs_dir
+    for n in range(MAX_ENTRIES + 50):
+        (runs / f"run-{n:05}").mkdir()
+    completion = await complete(build_server(fresh), template("tradewind://runs/{run_id}/logs"), "run_id", "")
+    assert len(completion.values) == 100 and completion.total == MAX_ENTRIES and completion.has_more is True

@@ -2,8 +2,13 @@
 
 One table maps an argument's name to what lists its values: runs, datasets, sweeps and reports from the
 workspace, newest first (`newest_first`); skills and tools in their listed order. The values are those that
-start with what the client typed, at most `MAX_VALUES` of them (MCP's cap), with `total` and `hasMore` saying
-how many matched. An argument that takes no id (a prompt's goal, an accelerator) completes to nothing.
+start with what the client typed, at most `MAX_VALUES` of them (MCP's cap) and `COMPLETION_CHARS` characters in
+all, with `total` and `hasMore` saying how many matched. An argument that takes no id (a prompt's goal, an
+accelerator) completes to nothing.
+
+Only the prompts and resource templates the server lists complete, and only their own arguments: any other
+reference or argument, or a value longer than `VALUE_CHARS`, is refused with INVALID_PARAMS (MCP's answer to an
+invalid prompt name), its name echoed cut. A folder is read no further than `MAX_ENTRIES` entries.
 
     tradewind://runs/{run_id}/..., debug-run's and scale-out's run_id   run ids
     compare-runs' run_ids                                               the id after the last comma
@@ -18,20 +23,37 @@ how many matched. An argument that takes no id (a prompt's goal, an accelerator)
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
-from mcp.types import Completion, CompletionArgument, CompletionContext, PromptReference, ResourceTemplateReference
+from mcp.shared.exceptions import MCPError
+from mcp.shared.uri_template import UriTemplate
+from mcp.types import (
+    INVALID_PARAMS,
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    PromptReference,
+    ResourceTemplateReference,
+)
 
+from tradewind.core.config import shown_value
 from tradewind.data import BUILTIN_CORPORA
 from tradewind.prompts import skill_names
 from tradewind.server.resources import REPORT_SUFFIX
 from tradewind.tools import ToolContext
+from tradewind.tools.bounds import fitting
 
 MAX_VALUES = 100  # the most values one completion may carry (MCP)
+# The longest value completed: compare_runs takes eight run ids of at most 128 characters (check_id), and ", "
+# between them. Every value completed repeats what was typed, so a longer one would be echoed up to 100 times.
+VALUE_CHARS = 1_040
+COMPLETION_CHARS = 8_000  # the values of one completion, as JSON: a menu to pick from, not a document
+MAX_ENTRIES = 10_000  # the entries of one folder a completion reads (a stat each), in the file system's order
 
 # Arguments that hold several ids, comma-separated, and the argument whose ids they are: the last one completes.
 SEVERAL = {"run_ids": "run_id"}
@@ -40,11 +62,11 @@ SEVERAL = {"run_ids": "run_id"}
 def id_entries(folder: Path, suffix: str = "") -> list[os.DirEntry[str]]:
     """The entries of `folder` that name ids: its folders or, given `suffix`, its files whose names end in `suffix`;
     none when `folder` is not there (sweeps/ comes with the first sweep). Hidden entries (a dataset still being
-    built) name no id."""
+    built) name no id. Only the first `MAX_ENTRIES` entries the file system lists are read."""
     with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
         return [
             entry
-            for entry in entries
+            for entry in itertools.islice(entries, MAX_ENTRIES)
             if not entry.name.startswith(".")
             and ((entry.is_file() and entry.name.endswith(suffix)) if suffix else entry.is_dir())
         ]
@@ -89,7 +111,46 @@ def complete(argument: str, typed: str, listers: dict[str, Callable[[], list[str
     named = {part.strip() for part in head.split(",")}
     ids = listers[argument]() if argument in listers else []
     matches = [head + value for value in ids if value.startswith(partial) and value not in named]
-    return Completion(values=matches[:MAX_VALUES], total=len(matches), has_more=len(matches) > MAX_VALUES)
+    values = fitting(matches[:MAX_VALUES], COMPLETION_CHARS)
+    return Completion(values=values, total=len(matches), has_more=len(matches) > len(values))
+
+
+def invalid_params(message: str) -> MCPError:
+    """MCP's answer to a completion request for what the server does not list (as to an invalid prompt name)."""
+    return MCPError(code=INVALID_PARAMS, message=message)
+
+
+async def check_request(
+    server: MCPServer, ref: PromptReference | ResourceTemplateReference, argument: CompletionArgument
+) -> None:
+    """Refuse a completion of `argument` unless `ref` names a prompt or resource template `server` lists, one that
+    takes `argument`, and its value is at most `VALUE_CHARS` long.
+
+    Raises:
+        MCPError: INVALID_PARAMS, saying what was wrong and what there is; the names sent are echoed cut.
+    """
+    if isinstance(ref, PromptReference):
+        prompts = {prompt.name: prompt for prompt in await server.list_prompts()}
+        if ref.name not in prompts:
+            raise invalid_params(f"unknown prompt {shown_value(ref.name)}; known prompts: {', '.join(sorted(prompts))}")
+        what = f"prompt {ref.name!r}"
+        takes = [taken.name for taken in prompts[ref.name].arguments or []]
+    else:
+        if ref.uri not in {template.uri_template for template in await server.list_resource_templates()}:
+            raise invalid_params(
+                f"unknown resource template {shown_value(ref.uri)}; resources/templates/list lists them"
+            )
+        what = f"resource template {ref.uri!r}"
+        takes = UriTemplate.parse(ref.uri).variable_names
+    if argument.name not in takes:
+        raise invalid_params(
+            f"{what} takes no argument {shown_value(argument.name)}; it takes: {', '.join(takes) or 'none'}"
+        )
+    if len(argument.value) > VALUE_CHARS:
+        raise invalid_params(
+            f"argument {argument.name!r}: the value is {len(argument.value):,} characters; "
+            f"completion takes at most {VALUE_CHARS:,}"
+        )
 
 
 def register_completions(server: MCPServer, ctx: ToolContext, tool_names: Sequence[str]) -> None:
@@ -102,5 +163,6 @@ def register_completions(server: MCPServer, ctx: ToolContext, tool_names: Sequen
         argument: CompletionArgument,
         context: CompletionContext | None,
     ) -> Completion:
+        await check_request(server, ref, argument)
         # The table is keyed by argument name alone: no two templates or prompts give one name different meanings.
         return await anyio.to_thread.run_sync(complete, argument.name, argument.value, listers)  # listing reads disk

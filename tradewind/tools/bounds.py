@@ -30,7 +30,7 @@ PATH_CHARS = 300  # one path, shown by its end (the file's name) when longer
 PAGE_CHARS = RESULT_CHARS - 1_000  # the entries of a listing's page; the rest is room for counts and a cursor
 ELLIPSIS = "…"
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound=BaseModel | str)
 
 
 def json_chars(text: str) -> int:
@@ -73,7 +73,7 @@ def cut_path(path: str) -> str:
 
 
 def fitting(items: Iterable[M], budget: int) -> list[M]:
-    """The first of `items` whose JSON list fits `budget` characters.
+    """The first of `items` (models or strings) whose JSON list fits `budget` characters.
 
     Takes items from the iterable only until one does not fit, so a generator that reads a file per item
     reads no more than it returns (plus one).
@@ -81,7 +81,8 @@ def fitting(items: Iterable[M], budget: int) -> list[M]:
     kept: list[M] = []
     used = 2  # the brackets
     for item in items:
-        used += len(item.model_dump_json()) + (1 if kept else 0)  # and a comma between items
+        size = json_chars(item) + 2 if isinstance(item, str) else len(item.model_dump_json())  # a string's quotes
+        used += size + (1 if kept else 0)  # and a comma between items
         if used > budget:
             break
         kept.append(item)
