@@ -17,15 +17,25 @@ links out of run and dataset folders (a log, a metrics file, a manifest, the rep
 as inputs (the token file, the job store, settings, a glob that matches dot-files), oversized and control-laden
 free text, and operations in the wrong state (resuming a RUNNING run, a blank reason, a pipeline without
 --allow-code). A regression of any of them fails here.
+
+And every argument of every tool, nested section fields included (as `tradewind://schema/{tool}` lists them), is
+given each of `WRONG_SHAPES` in turn (a list, an object, null, huge numbers, 200 levels of nesting, an empty and a
+very long string) while the other arguments name nothing in an empty workspace (issue 38): each answer is a result
+or an error in Tradewind's words, argument errors (one line each) naming the argument when its type is wrong, and
+the server logs no traceback.
 """
 
+import contextlib
 import json
+import logging
+import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import anyio
 import pytest
@@ -33,13 +43,17 @@ from anyio.from_thread import start_blocking_portal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
+from mcp.server.mcpserver import MCPServer
 from mcp_helpers import answer_chars
+from pydantic import BaseModel, ConfigDict, field_validator
 from runs_helpers import metric_rows, write_run
 
 from tradewind.cluster import JobStatus
 from tradewind.cluster.process import process_start_time
 from tradewind.server import build_server
+from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import TOOLS, TokenizeDatasetRequest, ToolContext, tokenize_dataset
+from tradewind.tools.spec import tool as declare_tool
 from tradewind.trainer import RunRecord
 
 TOOL_NAMES = [tool.__name__ for tool in TOOLS]
@@ -110,14 +124,25 @@ class Session:
         listed = self.portal.call(self.client.list_tools)
         return {tool.name: tool.input_schema for tool in listed.tools}
 
+    def whole_schema(self, tool: str) -> dict:
+        """`tool`'s whole input schema, nested sections' fields too, as the server serves it."""
+        read = self.portal.call(self.client.read_resource, f"tradewind://schema/{tool}")
+        return json.loads(read.contents[0].text)
 
-@pytest.fixture(scope="module")
-def session(ctx):
+
+@contextlib.contextmanager
+def open_session(ctx: ToolContext) -> Iterator[Session]:
     with (
         start_blocking_portal("asyncio") as portal,
         portal.wrap_async_context_manager(Client(build_server(ctx))) as client,
     ):
         yield Session(portal, client)
+
+
+@pytest.fixture(scope="module")
+def session(ctx):
+    with open_session(ctx) as opened:
+        yield opened
 
 
 @pytest.fixture(scope="module")
@@ -357,6 +382,215 @@ def test_every_generated_call_gets_a_result_or_a_readable_error_and_the_server_k
     assert not started, f"the fuzz of {tool} started runs {started}"
     assert dataset_ids(session) == datasets_before, f"the fuzz of {tool} built a dataset"
     assert calls >= EXAMPLES_PER_TOOL
+
+
+# --- every argument given each wrong shape (issue 38) -----------------------------------------------------------
+#
+# The generated calls above draw wrong types now and then; here every argument, nested section fields included, gets
+# each shape of `WRONG_SHAPES` in turn, so that a validator that assumes a type (a list used as a dict key) cannot hide.
+# The other arguments are `nowhere_arguments`: a call the request model accepts fails with "not found" in an empty
+# workspace, so no call starts work.
+
+
+def nested(depth: int, wrap: Callable[[Any], Any]) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = wrap(value)
+    return value
+
+
+# 200 levels: the client's own serializer refuses a little past 250, so nothing deeper can reach a server through it.
+DEPTH = 200
+WRONG_SHAPES = {
+    "list": ["x", 1],
+    "empty-list": [],
+    "object": {"x": 1},
+    "empty-object": {},
+    "null": None,
+    "huge-integer": 10**30,
+    "huge-float": 1e308,
+    "deep-list": nested(DEPTH, lambda inner: [inner]),
+    "deep-object": nested(DEPTH, lambda inner: {"x": inner}),
+    "empty-string": "",
+    "long-string": HUGE,
+}
+# What a Python exception looks like in an answer, as opposed to a message written for the agent.
+EXCEPTION_NAME = re.compile(r"\b\w*(Error|Exception)\b|Traceback|unhashable")
+# Required arguments that are not a bare string of nothing, per tool; `nowhere_arguments` fills in the rest. A section
+# with a required field of its own is given it, so that a wrong value beside it is the call's one problem.
+NOWHERE = {
+    "launch_training": {"dataset": "no-such-dataset", "model": {"rope_scaling": {"factor": 8.0}}},
+    "estimate_run": {"run_id": "no-such-run"},
+    "summarize_report": {"run_id": "no-such-run"},
+    "compare_runs": {"run_ids": ["no-such-run", "no-such-other-run"]},
+    "set_experiment_status": {"run_id": "no-such-run", "status": "kept", "reason": "the fuzz"},
+    "launch_sweep": {"base": {"dataset": "no-such-dataset"}, "space": {"seed": [1, 2]}},
+}
+
+
+def nowhere_arguments(tool: str, schema: dict) -> dict[str, Any]:
+    """Arguments `tool`'s request model accepts that name nothing: `NOWHERE`'s, else `no-such-<name>` for each
+    required argument."""
+    return NOWHERE.get(tool) or {name: f"no-such-{name}" for name in schema.get("required", [])}
+
+
+def section_schemas(schema: dict, defs: dict) -> list[dict]:
+    """The object schemas with named fields that an argument of `schema` may be (a section, or a nullable one)."""
+    schema = resolve(schema, defs)
+    options = [resolve(option, defs) for option in schema.get("anyOf") or schema.get("oneOf") or [schema]]
+    return [option for option in options if option.get("properties")]
+
+
+def field_paths(schema: dict, defs: dict, parents: tuple[str, ...] = ()) -> dict[tuple[str, ...], dict]:
+    """Every field of `schema`, nested sections' fields after their section's, by path: the field's schema."""
+    paths = {}
+    for name, inner in schema.get("properties", {}).items():
+        paths[(*parents, name)] = inner
+        for section in section_schemas(inner, defs):
+            paths |= field_paths(section, defs, (*parents, name))
+    return paths
+
+
+def json_type(value: Any) -> str:
+    kinds = {type(None): "null", bool: "boolean", int: "integer", float: "number", str: "string"}
+    return kinds.get(type(value)) or ("array" if isinstance(value, list) else "object")
+
+
+def allowed_types(schema: dict, defs: dict) -> set[str] | None:
+    """The JSON types `schema` allows; None where it allows any value."""
+    schema = resolve(schema, defs)
+    if "enum" in schema:
+        return {json_type(option) for option in schema["enum"]}
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if options:
+        each = [allowed_types(option, defs) for option in options]
+        return None if None in each else set().union(*each)
+    declared = set(types_of(schema))
+    return (declared | {"integer"} if "number" in declared else declared) or None
+
+
+def with_value(arguments: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """`arguments` with the field at `path` set to `value`, the sections on the way kept or made."""
+    head, *rest = path
+    if not rest:
+        return {**arguments, head: value}
+    section = arguments.get(head)
+    return {**arguments, head: with_value(section if isinstance(section, dict) else {}, tuple(rest), value)}
+
+
+def names_field(line: str, path: tuple[str, ...]) -> bool:
+    """Whether an error line is about the field at `path`: it names it (or a part of it, `lora.targets.0`), or it
+    names the section holding it and says the field's name (a model's `type` is checked by its section)."""
+    field, section = ".".join(path), ".".join(path[:-1])
+    return line.startswith((f"argument '{field}'", f"argument '{field}.")) or (
+        bool(section) and line.startswith(f"argument '{section}':") and path[-1] in line
+    )
+
+
+def shape_problem(tool: str, path: tuple[str, ...], wrong_type: bool, result) -> str | None:
+    """What is wrong with the answer to a call giving the field at `path` a wrong shape: None for a result or an
+    error in Tradewind's words; a value of the wrong type must get argument errors, one line per problem
+    (`argument 'name': ...`, or `tool: ...` for the whole call), one of them naming the field."""
+    if not result.is_error:
+        return "accepted a value of the wrong type" if wrong_type else None
+    message = "\n".join(block.text for block in result.content if block.type == "text")
+    cause = message.removeprefix(f"Error executing tool {tool}:").strip()
+    if not cause or cause == message:
+        return f"crashed: {message!r}"
+    if EXCEPTION_NAME.search(cause) or any(words in cause for words in UNREADABLE):
+        return f"not in Tradewind's words: {cause[:300]!r}"
+    if not wrong_type:  # a value the request takes: the tool's own error ("not found") says what is wrong
+        return None
+    lines = cause.split("\n")
+    if not all(line.startswith(("argument '", f"{tool}: ")) for line in lines):
+        return f"not argument errors: {cause[:300]!r}"
+    if not any(names_field(line, path) for line in lines):
+        return f"does not name {'.'.join(path)!r}: {cause[:300]!r}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def empty_ctx(tmp_path_factory) -> ToolContext:
+    """A workspace with nothing in it: no dataset, run, sweep or file for a call to start work on."""
+    context = ToolContext.open(tmp_path_factory.mktemp("empty-workspace"))
+    (context.workspace.root / "settings.yaml").write_text("backend: local\n", encoding="utf-8")
+    return context
+
+
+@pytest.fixture(scope="module")
+def empty_session(empty_ctx):
+    with open_session(empty_ctx) as opened:
+        yield opened
+
+
+def test_the_nowhere_arguments_pass_every_request_model():
+    for tool in TOOLS:
+        request = get_type_hints(tool)["request"]
+        request.model_validate(nowhere_arguments(tool.__name__, request.model_json_schema()), strict=True)
+
+
+@pytest.mark.parametrize("tool", TOOL_NAMES)
+def test_every_argument_given_a_wrong_shape_gets_an_argument_error_naming_it_and_the_server_logs_no_traceback(
+    tool, empty_session, empty_ctx, caplog
+):
+    whole = empty_session.whole_schema(tool)
+    defs = whole.get("$defs", {})
+    paths = field_paths(whole, defs)
+    assert set(empty_session.schemas()[tool].get("properties", {})) <= {path[0] for path in paths}
+    base = nowhere_arguments(tool, whole)
+    problems = []
+    for path, schema in paths.items():
+        field, allowed = ".".join(path), allowed_types(schema, defs)
+        for shape, value in WRONG_SHAPES.items():
+            result = empty_session.call(tool, with_value(base, path, value))
+            problem = shape_problem(tool, path, allowed is not None and json_type(value) not in allowed, result)
+            if problem:
+                problems.append(f"{field}={shape}: {problem}")
+    assert not problems, f"{tool}, {len(problems)} answers:\n" + "\n".join(problems)
+    logged = [record for record in caplog.records if record.exc_info or record.levelno >= logging.ERROR]
+    assert not logged, f"{tool} logged {logged[0].getMessage()!r}, {len(logged)} records with a traceback or error"
+    assert not any(empty_ctx.workspace.runs_dir.iterdir()), f"the fuzz of {tool} started a run"
+    assert not any(empty_ctx.workspace.datasets_dir.iterdir()), f"the fuzz of {tool} built a dataset"
+
+
+class ColourRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    colour: str
+
+    @field_validator("colour", mode="before")
+    @classmethod
+    def _alias(cls, colour: Any) -> Any:
+        return {"crimson": "red"}.get(colour, colour)  # the defect the fuzz hunts: a list is no dict key
+
+
+@declare_tool("Colour", read_only=True)
+def colour(ctx: ToolContext, request: ColourRequest) -> ColourRequest:
+    """Echo a colour; 'boom' is a defect of the tool itself."""
+    if request.colour == "boom":
+        raise KeyError(request.colour)
+    return request
+
+
+def test_a_validator_that_fails_on_a_shape_gives_an_argument_error_and_logs_it_while_a_tool_crash_stays_one(
+    tmp_path, caplog
+):
+    server = MCPServer(name="colour")
+    server.add_tool(as_mcp_tool(colour, ToolContext.open(tmp_path / "ws")), name="colour", structured_output=True)
+
+    async def calls():
+        async with Client(server) as client:
+            return [await client.call_tool("colour", {"colour": value}) for value in (["x"], "boom", "crimson")]
+
+    refused, crashed, taken = anyio.run(calls)
+    assert refused.is_error and refused.content[0].text == (
+        "Error executing tool colour: colour: arguments colour could not be validated; "
+        "give each the type its schema shows"
+    )
+    assert crashed.is_error and crashed.content[0].text == "Error executing tool colour"  # not disguised
+    assert taken.structured_content == {"colour": "red"}
+    failures = [record.exc_info[0] for record in caplog.records if record.exc_info]
+    assert TypeError in failures, "the validator's defect must stay in the server's log"
 
 
 # --- the traps of issue 23: workspaces laid out by an attacker, and calls a careless agent makes ------------------

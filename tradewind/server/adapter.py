@@ -10,7 +10,9 @@ comes from the result model. The request model is also the only validator: the S
 through (`_Unchecked`), and the wrapper validates exactly what the client sent, so a misspelt argument is an error
 naming the nearest valid one rather than silently dropped; then every string of the request, nested ones too, is held to
 a length and refused with a control character (`core.text.check_text`). Errors Tradewind raises on purpose become MCP
-error results carrying their message, with long echoed values cut to 200 characters.
+error results carrying their message, with long echoed values cut to 200 characters. A validator that fails on a shape
+it did not expect (a list where it looked a string up) still gives an argument error, naming the arguments, and logs
+its traceback: a wrong value never reaches the agent as a crash.
 
 A result is sent as structured content (within `RESULT_CHARS`), beside a one-paragraph text summary of it and links to
 the resources that hold more (a run's log, metrics, report; see `resources.result_links`), the two within
@@ -39,7 +41,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ImageContent, TextContent
 from pydantic_core import core_schema
 
-from tradewind.core import TradewindError, describe_validation_error, listed_fields
+from tradewind.core import TradewindError, describe_validation_error, get_logger, listed_fields
 from tradewind.core.config import cut_echoes
 from tradewind.core.text import check_text
 from tradewind.server.resources import result_links
@@ -53,6 +55,8 @@ SUMMARY_STRING_CHARS = 160  # a string field longer than this is summarized by i
 PNG = "image/png"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _UNSENT = object()  # what the SDK's argument model holds for a required argument the call left out
+
+logger = get_logger(__name__)
 
 
 class _Unchecked:
@@ -147,6 +151,9 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
             request = request_model.model_validate(sent, strict=True)
         except pydantic.ValidationError as error:
             raise _error(describe_validation_error(error, tool.__name__, arguments_of=request_model)) from None
+        except Exception:  # a validator's defect, which only the arguments' shape reached: the log keeps its traceback
+            logger.exception("%s: validating the arguments failed", tool.__name__)
+            raise _error(_unvalidated(tool.__name__, request_model, sent)) from None
         try:
             check_text(request)  # every string: bounded, and no control characters (the models' types allow both)
             if reports_progress:
@@ -171,6 +178,19 @@ def as_mcp_tool(tool: Callable[..., Any], ctx: ToolContext) -> Callable[..., Any
     call.__annotations__ = {"mcp_context": Context, "return": result_model}
     del call.__wrapped__  # make inspect use __signature__, not the tool's own parameters
     return call
+
+
+def _unvalidated(tool_name: str, request_model: type[pydantic.BaseModel], sent: dict[str, Any]) -> str:
+    """The argument error for arguments whose validation failed with no `ValidationError` to say which was wrong.
+
+    It names the arguments sent that the tool takes (names made up by the client are not echoed), so the agent
+    checks them against the schema; what failed is in the server's log.
+    """
+    taken = [name for name in listed_fields(request_model) if name in sent]
+    return (
+        f"{tool_name}: arguments {', '.join(taken) or '(none)'} could not be validated; "
+        "give each the type its schema shows"
+    )
 
 
 def _error(message: str) -> ToolError:

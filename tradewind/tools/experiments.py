@@ -112,7 +112,10 @@ class SetExperimentStatusRequest(BaseModel):
     @field_validator("status", mode="before")
     @classmethod
     def _verb(cls, status: Any) -> Any:
-        """'keep' and 'discard' say the same as the statuses they set."""
+        """'keep' and 'discard' say the same as the statuses they set. Any other value goes to the type check
+        unchanged, which names the argument (a list is no dict key)."""
+        if not isinstance(status, str):
+            return status
         return {"keep": "kept", "discard": "discarded"}.get(status, status)
 
 

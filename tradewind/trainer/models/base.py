@@ -128,7 +128,8 @@ class BaseModelConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _apply_preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("preset") is not None:
+        # A preset that is no string is left to the field's type check, which names it (a list is no dict key).
+        if isinstance(data, dict) and isinstance(data.get("preset"), str):
             name = data["preset"]
             if name not in PRESETS:
                 raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")

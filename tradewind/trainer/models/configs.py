@@ -407,7 +407,10 @@ ARCHITECTURES: dict[str, type[LlamaConfig] | type[GPT2Config]] = {
 def _model_type(data: Any) -> str:
     """The architecture a raw config names: its `type`, else its preset's, else the default."""
     if isinstance(data, dict):
-        return data.get("type") or PRESETS.get(data.get("preset") or "", {}).get("type") or DEFAULT_TYPE
+        preset = data.get("preset")
+        # A preset that is no string names none (and its type check refuses it): a list is no dict key.
+        preset_type = PRESETS.get(preset, {}).get("type") if isinstance(preset, str) else None
+        return data.get("type") or preset_type or DEFAULT_TYPE
     return getattr(data, "type", DEFAULT_TYPE)
 
 
