@@ -45,7 +45,7 @@ def test_a_placement_gives_each_process_its_resources_and_counts_the_gang():
         ({"accelerator": "tpu-v9-8"}, "unknown TPU type 'v9-8'; known types: v4-8, "),
         ({"accelerator": "tpu-v5litepod-12"}, "unknown TPU type 'v5litepod-12'; known types: "),
         ({"accelerator": "npu"}, "unknown accelerator 'npu'; use 'cpu', 'gpu', 'gpu:N'"),
-        ({"accelerator": "gpu:0"}, "asks for no GPU"),
+        ({"accelerator": "gpu:0"}, "asks for 0 GPUs"),
         ({"accelerator": "gpu", "slices": 2}, "slices=2 needs a TPU accelerator, not 'gpu'"),
         ({"accelerator": "tpu-v4-8", "replicas": 2}, "replicas: a TPU run gets one process per host"),
         ({"backend": "slurm"}, "Input should be 'local' or 'ray'"),
@@ -76,3 +76,17 @@ def test_the_accelerator_string_is_parsed_once_when_the_request_is_read(monkeypa
     assert calls == ["tpu-v5litepod-16"]
     assert placement.accelerator is request.accelerator  # the parsed object travels; nothing reads the string
     assert request.model_dump(mode="json")["accelerator"] == "tpu-v5litepod-16"  # and is written as its name
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"kind": "gpu", "gpus": -3}, "give the accelerator as a string"),
+        ({"kind": "tpu", "tpu_type": "bogus"}, "give the accelerator as a string"),
+        ("gpu:99999999999999999999999", "with 1 <= N <= 1024"),
+    ],
+)
+def test_an_accelerator_is_read_only_from_its_string_and_within_bounds(value, message):
+    """A client may send an object where the schema says string: it must not skip the parsing's checks."""
+    with pytest.raises(ValidationError, match=message):
+        Placement(accelerator=value)

@@ -34,6 +34,7 @@ from tradewind.cluster.tpus import TpuSlice, canonical_tpu_type, tpu_slice
 from tradewind.core.buckets import bucket_url
 
 BackendName = Literal["local", "ray"]
+MAX_GPUS = 1024  # GPUs per host a placement may ask for: past any machine
 
 
 class Accelerator(BaseModel):
@@ -100,8 +101,10 @@ def parse_accelerator(text: str) -> Accelerator:
         return Accelerator(kind="cpu")
     if match := re.fullmatch(r"gpu(?::(\d+))?", name):
         gpus = int(match.group(1) or 1)
-        if gpus < 1:
-            raise ValueError(f"accelerator {text!r} asks for no GPU; use 'cpu', 'gpu' or 'gpu:N' with N >= 1")
+        if not 1 <= gpus <= MAX_GPUS:
+            raise ValueError(
+                f"accelerator {text!r} asks for {gpus} GPUs; use 'cpu', 'gpu' or 'gpu:N' with 1 <= N <= {MAX_GPUS}"
+            )
         return Accelerator(kind="gpu", gpus=gpus)
     if name == "tpu":
         return this_host_tpu(text)
@@ -128,8 +131,14 @@ def this_host_tpu(text: str = "tpu") -> Accelerator:
     return Accelerator(kind="tpu", tpu_type=host.tpu_type)
 
 
-def _read_accelerator(value: Any) -> Any:
-    return parse_accelerator(value) if isinstance(value, str) else value
+def _read_accelerator(value: Any) -> Accelerator:
+    """An accelerator as written (a string) or as built (an `Accelerator`); nothing else, so an object a client
+    sends cannot skip `parse_accelerator`'s checks."""
+    if isinstance(value, Accelerator):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("give the accelerator as a string: 'cpu', 'gpu', 'gpu:N', 'tpu' or a TPU type")
+    return parse_accelerator(value)
 
 
 # An `Accelerator` that requests, configs and records write as its string.
