@@ -179,7 +179,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         type=_positive(int),
         default=128,
         metavar="N",
-        help="HTTP: connections open at once; one more is answered 503 and closed",
+        help="HTTP: connections open at once; those without the token hold at most half (a quarter from one "
+        "address) and give way to newer ones; past N with the token, one more is answered 503 and closed",
     )
     serve.add_argument(
         "--read-only",

@@ -214,4 +214,4 @@ def serve(
             file=sys.stderr,
         )
         print(f"tradewind serve: run dashboard at http://{host}:{port}/dashboard", file=sys.stderr)
-    run_http(app, host, port, read_timeout_s=read_timeout_s, max_connections=max_connections)
+    run_http(app, host, port, token=token, read_timeout_s=read_timeout_s, max_connections=max_connections)

@@ -181,7 +181,7 @@ class HttpGate:
                 "to accept a web page's requests\n",
                 status_code=403,
             )
-        if self._token is not None and not self._authorized(scope, headers.get(b"authorization", b"")):
+        if self._token is not None and not holds_token(scope, self._token):
             return PlainTextResponse(
                 "401 Unauthorized: send 'Authorization: Bearer <token>' "
                 f"(${TOKEN_ENV}, or the token file the server named at start-up)\n",
@@ -189,13 +189,6 @@ class HttpGate:
                 headers={"WWW-Authenticate": 'Bearer realm="tradewind"'},
             )
         return None
-
-    def _authorized(self, scope: Scope, supplied: bytes) -> bool:
-        # Scheme names are case-insensitive; the token is compared in constant time.
-        scheme, _, rest = supplied.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(rest.strip(), self._token):
-            return True
-        return _dashboard_get(scope) and hmac.compare_digest(_query_token(scope), self._token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):  # lifespan
@@ -208,6 +201,16 @@ class HttpGate:
             await send({"type": "websocket.close", "code": 1008})
         else:
             await refusal(scope, receive, send)
+
+
+def holds_token(scope: Scope, token: bytes) -> bool:
+    """Whether the HTTP request `scope` carries `token`: as `Authorization: Bearer <token>`, or as `?token=` on a
+    dashboard GET. `HttpGate` lets a request through on it; `GuardedH11Protocol` trusts a connection for it."""
+    # Scheme names are case-insensitive; the token is compared in constant time.
+    scheme, _, rest = dict(scope.get("headers", ())).get(b"authorization", b"").partition(b" ")
+    if scheme.lower() == b"bearer" and hmac.compare_digest(rest.strip(), token):
+        return True
+    return _dashboard_get(scope) and hmac.compare_digest(_query_token(scope), token)
 
 
 def _dashboard_get(scope: Scope) -> bool:
