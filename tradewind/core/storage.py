@@ -47,6 +47,7 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
 
 
 MAX_JSON_BYTES = 256 * 2**20  # a record, config or manifest larger than this is not one of ours
+MAX_LINES_BYTES = 2**30  # an append-only file read whole (metrics.jsonl: about 5 million rows)
 
 
 def read_json(path: str | os.PathLike[str], opener: Opener = open_plain) -> Any:
@@ -63,13 +64,13 @@ def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
 
 
 def complete_lines(path: str | os.PathLike[str], opener: Opener = open_plain) -> list[tuple[int, str]]:
-    """The complete lines of an append-only file with their line numbers (from 1), blank ones left out; a last
-    line without its newline is still being written and is left out too. None when the file does not exist."""
+    """The complete lines of an append-only file (at most `MAX_LINES_BYTES`) with their line numbers (from 1),
+    blank ones left out; a last line without its newline is still being written and is left out too. None when
+    the file does not exist."""
     path = Path(path)
-    if not path.exists():
+    if not (path.exists() or path.is_symlink()):  # what is there, a FIFO or a link, `opener` judges
         return []
-    with opener(path) as f:
-        text = f.read().decode("utf-8", errors="replace")
+    text = read_bounded(path, MAX_LINES_BYTES, opener).decode("utf-8", errors="replace")
     complete = text[: text.rfind("\n") + 1]
     return [(number, line) for number, line in enumerate(complete.splitlines(), 1) if line.strip()]
 
