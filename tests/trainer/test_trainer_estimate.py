@@ -176,3 +176,23 @@ def test_estimate_of_a_config_whose_dataset_is_missing_names_the_folder(tmp_path
 
     with pytest.raises(NotFoundError, match=str(tmp_path / "nowhere")):
         estimate_training(TrainConfig(dataset=str(tmp_path / "nowhere")))
+
+
+def test_activations_count_what_remat_keeps_and_the_scores_only_a_kernel_that_keeps_them(tiny_config):
+    """Korthikanti et al.'s 34 + 5 * heads * seq / d halves of a [tokens, d] float32 activation per block: the
+    scores term only for a kernel that keeps them; full remat keeps each block's input (2) and rebuilds one
+    block at a time."""
+    config = tiny_config(model={"d_model": 64, "n_layers": 4, "n_heads": 4, "max_seq_len": 256}, seq_len=256)
+    vocab, tokens, d, layers, heads = 300, 8 * 256, 64, 4, 4
+    unit, scores = 2 * tokens * d, 5 * heads * 256 / d
+    logits = 3 * 4 * min(tokens * vocab, 8 * 1024 * 1024)
+
+    def activations(platform="cpu", **fields):
+        return training_memory(config.model_copy(update=fields), vocab, platform=platform).activation_bytes
+
+    assert activations() == int(unit * layers * (34 + scores) + logits)  # the reference attention, on a CPU
+    assert activations("tpu") == activations("gpu") == int(unit * layers * 34 + logits)  # splash, flash: no scores
+    assert activations("tpu", attention="reference") == activations()
+    assert activations(remat="full") == int(unit * (layers * 2 + 34 + scores) + logits)
+    assert activations(remat="save_matmuls") == int(unit * (layers * 34 + 34 + scores) + logits)
+    assert activations(remat="full") < activations(remat="save_matmuls") < activations()

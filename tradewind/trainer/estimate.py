@@ -127,7 +127,7 @@ def estimate_training(
     vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
     config = config.with_vocabulary(vocab_size)
     placement = placement or Placement()
-    counted = training_memory(config, vocab_size, placement.replicas)
+    counted = training_memory(config, vocab_size, placement.replicas, placement.accelerator.kind)
     memory = memory_bytes(counted)
     on_cpu = placement.accelerator.kind == "cpu"
     step_time_s = compile_s = probed_steps = None

@@ -6,9 +6,12 @@ A model's own parameter and FLOP counts are methods of its config (`tradewind.tr
 
 Training memory follows Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer
 Models": a block stores `s * b * d * (34 + 5 * heads * s / d)` bytes of 16-bit activations, doubled here
-for float32, plus the logits and their gradient; weights, gradients and optimizer moments are float32. A LoRA run
-(`TrainConfig.lora`) trains only its adapters (float32, with gradients and moments) and holds its frozen base in
-bfloat16, with neither; its activations are counted as a full run's.
+for float32, plus the logits and their gradient; weights, gradients and optimizer moments are float32. The
+`5 * heads * s / d` term is the attention scores, which only the reference attention keeps (splash and cuDNN's
+flash attention recompute them); `remat` keeps less: `save_matmuls` the matmuls' outputs (no scores), `full` each
+block's input alone, and one block's activations are rebuilt at a time. A LoRA run (`TrainConfig.lora`) trains
+only its adapters (float32, with gradients and moments) and holds its frozen base in bfloat16, with neither; its
+activations are counted as a full run's.
 """
 
 from __future__ import annotations
@@ -67,8 +70,9 @@ class MemoryEstimate:
         return self.state_bytes + self.activation_bytes
 
 
-def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1) -> MemoryEstimate:
-    """What one of `processes` data-parallel processes needs to train `config` (an estimate).
+def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1, platform: str = "cpu") -> MemoryEstimate:
+    """What one of `processes` data-parallel processes needs to train `config` on `platform` (`cpu`, `gpu` or
+    `tpu`: which attention kernel 'auto' is) (an estimate).
 
     Each process holds a whole copy of the parameters and state and one microbatch of its share of the batch.
     Trained parameters take `4 * STATE_FLOATS_PER_PARAM[optimizer]` bytes each (the moments 2 bytes each with
@@ -87,12 +91,23 @@ def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1) ->
     optimizer_bytes = moment_bytes * (STATE_FLOATS_PER_PARAM[config.optimizer.type] - 2) * params
     sequences = max(1, config.batch_size // (config.grad_accum * processes))
     tokens = sequences * config.seq_len
-    attention = 5 * model.n_heads * config.seq_len / model.d_model
-    per_block = 2 * tokens * model.d_model * (34 + attention)
+    scores = 5 * model.n_heads * config.seq_len / model.d_model if keeps_scores(config, platform) else 0.0
+    unit = 2 * tokens * model.d_model  # the bytes of one float32 [tokens, d_model] activation, counted in halves
+    kept_per_block = {"none": 34 + scores, "save_matmuls": 34, "full": 2}[config.remat]
+    rebuilt = 0 if config.remat == "none" else 34 + scores  # the block whose activations the backward recomputes
     # The fused cross-entropy holds one block of logits at a time, with its softmax and gradient.
     logits = 3 * 4 * min(tokens * model.vocab_size, BLOCK_LOGITS)
-    activations = int(model.n_layers * per_block + logits)
+    activations = int(unit * (model.n_layers * kept_per_block + rebuilt) + logits)
     return MemoryEstimate(params, frozen, weight_bytes, optimizer_bytes, activations, sequences)
+
+
+def keeps_scores(config: TrainConfig, platform: str) -> bool:
+    """Whether `config`'s attention kernel on `platform` keeps each block's [seq, seq] scores for the backward
+    pass: the reference does, and `dot_product` off a GPU (XLA's); 'auto' is flash attention on a GPU and splash
+    on a TPU, which do not."""
+    if config.attention == "auto":
+        return platform == "cpu"
+    return config.attention == "reference" or (config.attention == "dot_product" and platform != "gpu")
 
 
 def peak_flops(device_kind: str, cpu_cores: int) -> tuple[float, str]:
