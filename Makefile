@@ -34,7 +34,7 @@ walkthrough: $(VENV)/.installed-dev
 	$(BIN)/python -m tradewind.tools.walkthrough --write
 
 test: lint docs
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=20
 
 serve: $(VENV)/.installed
 	$(BIN)/tradewind serve
