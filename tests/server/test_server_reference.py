@@ -37,7 +37,7 @@ def test_there_is_a_page_per_tool_and_the_docs_nav_lists_each_one(pages):
 def test_a_tool_page_shows_its_arguments_defaults_ranges_hints_and_result_fields(pages):
     page = pages["launch_training.md"]
     assert page.startswith("# `launch_training`\n")
-    assert "**Launch a training run.** Train a model on a tokenized dataset" in page
+    assert "**Launch a training run.** Train a model on a token cache" in page
     assert "| `steps` | integer | `200` | ≥ 1, ≤ 1000000000 |" in page
     assert '| `backend` | string \\| null | `null` | `"local"`, `"ray"`, `null` |' in page
     assert "### `model`" in page and "| `model.d_model` | integer | `128` | ≥ 1, ≤ 65536 |" in page
