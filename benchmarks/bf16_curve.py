@@ -22,7 +22,8 @@ from pathlib import Path
 
 from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer
 from tradewind.demo import DEMO_MODEL, DEMO_TRAINING
-from tradewind.trainer import TrainConfig, read_metrics, train
+from tradewind.runs import TrainConfig, read_metrics
+from tradewind.trainer import train
 
 DTYPES = ("float32", "bfloat16")
 

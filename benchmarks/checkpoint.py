@@ -33,7 +33,8 @@ import jax
 from flax import nnx
 
 from tradewind.cluster.jobs import LOCAL_DIR_ENV
-from tradewind.trainer import CheckpointConfig, Checkpointer, LlamaConfig, OptimizerConfig, TrainState, build_model
+from tradewind.runs import CheckpointConfig, LlamaConfig, OptimizerConfig
+from tradewind.trainer import Checkpointer, TrainState, build_model
 from tradewind.trainer.bucket_checkpoint import BucketCopyCheckpointer
 from tradewind.trainer.optimizer import build_optimizer
 

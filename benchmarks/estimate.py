@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from tradewind.demo import DEMO_TRAINING
+from tradewind.runs import read_summary
 from tradewind.tools import (
     LaunchTrainingRequest,
     TokenizeDatasetRequest,
@@ -45,7 +46,6 @@ from tradewind.tools import (
     wait_for_run,
 )
 from tradewind.tools.estimating import EstimateRunRequest, estimate_run
-from tradewind.trainer import read_summary
 
 DATASET = "builtin:tinyshakespeare"
 SHAPES = [(64, 2), (96, 2), (128, 2), (128, 4)]  # (d_model, n_layers)

@@ -52,6 +52,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tradewind.demo import DEMO_MODEL, DEMO_TRAINING
+from tradewind.runs.metrics import TrainSummary
+from tradewind.runs.record import read_record
 from tradewind.tools import (
     LaunchTrainingRequest,
     RerunBaselineRequest,
@@ -67,8 +69,6 @@ from tradewind.tools import (
     wait_for_run,
 )
 from tradewind.tools.noise import MIN_RERUNS, pooled
-from tradewind.trainer.metrics import TrainSummary
-from tradewind.trainer.record import read_record
 
 DATASET = "builtin:tinyshakespeare"
 TARGET_OVERHEAD = 0.15

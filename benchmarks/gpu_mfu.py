@@ -11,7 +11,7 @@ buffers), for each attention kernel and remat policy in `CASES`. Each case runs 
 device's peak memory is its own, and reports:
 
 - measured: seconds per step (after two warm-up steps), tokens/s, MFU (PaLM's model FLOPs over the device's
-  dense bf16 peak, `tradewind.trainer.flops.PEAK_FLOPS`), and the device's peak bytes in use;
+  dense bf16 peak, `tradewind.runs.flops.PEAK_FLOPS`), and the device's peak bytes in use;
 - predicted from the compiled program, as `tradewind compile` does for a TPU: the HBM it needs
   (arguments + outputs + temporaries - aliases) and the roofline MFU (model FLOPs / peak against the compiler's
   bytes accessed / HBM bandwidth), so that the TPU estimates can be read against a real device.
@@ -50,8 +50,8 @@ def measure(case: str, steps: int, smoke: bool) -> dict:
     import jax.numpy as jnp
     from flax import nnx
 
-    from tradewind.trainer import OptimizerConfig, model_config
-    from tradewind.trainer.flops import peak_flops
+    from tradewind.runs import OptimizerConfig, model_config
+    from tradewind.runs.flops import peak_flops
     from tradewind.trainer.models import build_model
     from tradewind.trainer.optimizer import build_optimizer
     from tradewind.trainer.step import make_train_step

@@ -52,6 +52,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tradewind.cluster.jobs import JobStatus, utc_now
 from tradewind.core import atomic_write_json
+from tradewind.runs.config import TrainConfig
+from tradewind.runs.layout import RunLayout
+from tradewind.runs.metrics import TrainSummary
+from tradewind.runs.record import RunRecord, write_record
 from tradewind.server import build_server
 from tradewind.tools import (
     ListRunsRequest,
@@ -64,10 +68,6 @@ from tradewind.tools import (
     read_metrics,
     tokenize_dataset,
 )
-from tradewind.trainer.config import TrainConfig
-from tradewind.trainer.layout import RunLayout
-from tradewind.trainer.metrics import TrainSummary
-from tradewind.trainer.record import RunRecord, write_record
 
 RUNS = 100
 OVERHEAD_CALLS = 300

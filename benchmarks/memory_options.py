@@ -28,7 +28,8 @@ from typing import Any
 
 from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer
 from tradewind.demo import DEMO_MODEL, DEMO_TRAINING
-from tradewind.trainer import TrainConfig, train
+from tradewind.runs import TrainConfig
+from tradewind.trainer import train
 
 MODELS: dict[str, dict[str, Any]] = {
     "demo": {"model": DEMO_MODEL, **DEMO_TRAINING},

@@ -21,15 +21,16 @@ import time
 from pathlib import Path
 
 from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer
+from tradewind.runs.sample_client import socket_path
 from tradewind.tools import ToolContext
 from tradewind.tools.sampling import SampleTextRequest, sample_text
-from tradewind.trainer.sample_worker import socket_path
 
 WARM_CALLS = 10
 
 
 def main() -> None:
-    from tradewind.trainer import TrainConfig, train  # loads JAX
+    from tradewind.runs import TrainConfig
+    from tradewind.trainer import train  # loads JAX
 
     with tempfile.TemporaryDirectory() as folder:
         ctx = ToolContext.open(Path(folder) / "workspace")

@@ -66,7 +66,7 @@ TRAINING = {"eval_every": 10_000, "eval_batches": 1, "log_every": 1, "checkpoint
 
 def config_for(shape: dict[str, Any], choice: dict[str, Any], dataset: str, steps: int, seq_len: int) -> Any:
     """The run of `shape` with `choice` applied (a `batch_size` below 4 scales the shape's batch)."""
-    from tradewind.trainer import TrainConfig
+    from tradewind.runs import TrainConfig
 
     fields = {**TRAINING, **shape, "dataset": dataset, "steps": steps, "seq_len": seq_len}
     for key, value in choice.items():
@@ -84,7 +84,7 @@ def matmul_ceiling(n: int, repeats: int = 10) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    from tradewind.trainer.flops import peak_flops
+    from tradewind.runs.flops import peak_flops
 
     a, b = (jax.random.normal(jax.random.key(i), (n, n), jnp.bfloat16) for i in range(2))
     matmul = jax.jit(lambda x, y: x @ y)
@@ -104,8 +104,8 @@ def measure(shape_name: str, choice_name: str, config: Any, workdir: Path, clock
     import jax
 
     from tradewind.cluster.tpu_host import host_tpu
+    from tradewind.runs.metrics import read_metrics
     from tradewind.trainer.loop import train
-    from tradewind.trainer.metrics import read_metrics
     from tradewind.trainer.setup import setup_training
     from tradewind.trainer.tpu_compile import collectives_of, estimate_step, hbm_needed
 

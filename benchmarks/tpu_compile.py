@@ -32,7 +32,7 @@ from tradewind.cluster.tpus import TPU_COMPILE_ENV, tpu_slice
 
 os.environ.update({**TPU_COMPILE_ENV, **os.environ})  # before JAX starts
 
-from tradewind.trainer import TrainConfig
+from tradewind.runs import TrainConfig
 from tradewind.trainer.tpu_compile import compile_for_tpu
 
 VOCAB_32K, VOCAB_128K = 32_768, 128_256

@@ -37,8 +37,9 @@ import optax
 from flax import nnx
 
 from tradewind.data import PackedLoader, build_token_cache, builtin_corpus_path, load_tokenizer, open_token_cache
-from tradewind.trainer import LlamaConfig, TrainConfig, build_model, train
-from tradewind.trainer.flops import peak_flops
+from tradewind.runs import LlamaConfig, TrainConfig
+from tradewind.runs.flops import peak_flops
+from tradewind.trainer import build_model, train
 from tradewind.trainer.setup import setup_training
 
 MODEL = {"d_model": 160, "n_layers": 4, "n_heads": 4, "max_seq_len": 128}

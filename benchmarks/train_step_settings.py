@@ -37,7 +37,8 @@ def time_step(steps: int) -> dict[str, float]:
     import numpy as np
     from flax import nnx
 
-    from tradewind.trainer import LlamaConfig, OptimizerConfig, build_model, build_optimizer
+    from tradewind.runs import LlamaConfig, OptimizerConfig
+    from tradewind.trainer import build_model, build_optimizer
     from tradewind.trainer.step import make_train_step
 
     config = LlamaConfig(

@@ -31,7 +31,8 @@ from statistics import median
 import numpy as np
 
 from tradewind.data import PackedLoader, build_token_cache, builtin_corpus_path, open_token_cache, train_tokenizer
-from tradewind.trainer import TrainConfig, train
+from tradewind.runs import TrainConfig
+from tradewind.trainer import train
 
 VOCAB, D_MODEL, LAYERS, HEADS, D_FF, SEQ, BATCH = 8192, 256, 4, 4, 688, 256, 16
 MODEL = {"d_model": D_MODEL, "n_layers": LAYERS, "n_heads": HEADS, "d_ff": D_FF, "max_seq_len": SEQ}

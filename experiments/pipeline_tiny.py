@@ -16,7 +16,8 @@ def tokenize(out, cfg, inputs):
 
 
 def train_model(out, cfg, inputs):
-    from tradewind.trainer import TrainConfig, train  # here, so that JAX loads only when this step runs
+    from tradewind.runs import TrainConfig
+    from tradewind.trainer import train  # here, so that JAX loads only when this step runs
 
     train(TrainConfig.model_validate({**cfg, "dataset": str(inputs["tokenize"] / "cache")}), out)
 

@@ -127,7 +127,8 @@ def workspace(tmp_path, small_corpus) -> ToolContext:
 @pytest.fixture(scope="session")
 def trained_ctx(tmp_path_factory, small_corpus):
     """A workspace with one finished 10-step run, `r1`, of a tiny byte-level model."""
-    from tradewind.trainer import TrainConfig, train  # here, not at the top: train loads JAX
+    from tradewind.runs import TrainConfig
+    from tradewind.trainer import train  # here, not at the top: train loads JAX
 
     ctx = ToolContext.open(tmp_path_factory.mktemp("sampling") / "workspace")
     cache = ctx.workspace.root / "datasets" / "tiny"

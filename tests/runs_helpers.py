@@ -13,6 +13,7 @@ from polling import wait_until
 
 from tradewind.cluster import JobSpec, JobStatus, Resources
 from tradewind.core import atomic_write_json
+from tradewind.runs import MetricRow, RunLayout, RunRecord, TrainConfig, read_metrics, write_record
 from tradewind.tools import (
     LaunchTrainingRequest,
     RunInfo,
@@ -27,7 +28,6 @@ from tradewind.tools import (
 from tradewind.tools.context import Cancelled
 from tradewind.tools.sweep_controller import SweepState, TrialState, write_state
 from tradewind.tools.sweeps import SweepRequest, get_sweep
-from tradewind.trainer import MetricRow, RunLayout, RunRecord, TrainConfig, read_metrics, write_record
 
 
 def finish(ctx: ToolContext, run_id: str, timeout_s: float = 300) -> WaitForRunResult:

@@ -11,9 +11,9 @@ from tradewind.cli import build_parser, main
 from tradewind.commands import context
 from tradewind.core import read_json
 from tradewind.data import open_token_cache
+from tradewind.runs import ProfileSummary, RunLayout
 from tradewind.tools import TokenizeDatasetRequest, tokenize_dataset
 from tradewind.tools.sampling import SampleTextRequest, sample_text
-from tradewind.trainer import ProfileSummary, RunLayout
 
 
 def test_cli_tokenize_options_make_the_dataset_the_tool_makes_and_keep_the_old_no_eos(workspace, capsys):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tradewind.core import load_config
+from tradewind.runs import open_run_data
 from tradewind.tools import ToolContext
 from tradewind.tools.launching import LaunchTrainingRequest, resolve_launch
-from tradewind.trainer import open_run_data
 
 EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("*.yaml"))
 

@@ -35,7 +35,7 @@ def test_a_callable_job_is_called_with_its_arguments_and_exits_zero(tmp_path):
 
 
 def test_a_tradewind_error_exits_one_with_its_message_and_no_traceback(tmp_path):
-    spec = JobSpec(name="read", callable="tradewind.trainer.record:read_record", args=[str(tmp_path / "run.json")])
+    spec = JobSpec(name="read", callable="tradewind.runs.record:read_record", args=[str(tmp_path / "run.json")])
     done = run_entry(spec)
     assert done.returncode == 1
     assert done.stderr.strip() == f"error: no run record run.json in {tmp_path}"

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from tradewind.cluster import Placement, parse_accelerator, tpu_topology
 from tradewind.cluster import placement as placement_module
 from tradewind.cluster.backends import BACKENDS
+from tradewind.runs import LedgerEntry, TrainConfig
 from tradewind.tools.launching import LaunchTrainingRequest
-from tradewind.trainer import LedgerEntry, TrainConfig
 
 
 def test_a_tpu_accelerator_knows_its_generation_chips_hosts_topology_hbm_and_peak():

@@ -232,7 +232,7 @@ def test_a_data_pipeline_builds_the_same_token_cache_on_ray_as_locally(ray_addre
 def test_a_real_training_job_runs_through_ray_on_cpu(backend, dataset_id, ctx, tiny_run_settings, tmp_path):
     import sys
 
-    from tradewind.trainer import RunLayout, TrainConfig
+    from tradewind.runs import RunLayout, TrainConfig
 
     layout = RunLayout(tmp_path / "run")
     layout.root.mkdir()

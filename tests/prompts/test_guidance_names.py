@@ -18,9 +18,9 @@ from pydantic import BaseModel
 
 from tradewind.cli import build_parser
 from tradewind.prompts import PROMPT_NAMES, load_prompt, load_skill, skill_names
+from tradewind.runs import TrainConfig
+from tradewind.runs.models.configs import GPT2Config, LlamaConfig
 from tradewind.tools import TOOLS
-from tradewind.trainer import TrainConfig
-from tradewind.trainer.models.configs import GPT2Config, LlamaConfig
 
 ROOT = Path(__file__).parents[2]
 TEXTS = [f"skill {name}" for name in skill_names()] + [f"prompt {name}" for name in PROMPT_NAMES]

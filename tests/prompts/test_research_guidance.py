@@ -8,9 +8,9 @@ import re
 import pytest
 
 from tradewind.prompts import load_skill, render_prompt, server_instructions
+from tradewind.runs.config import BUDGET_FIELDS
 from tradewind.tools import CompareRunsRequest, Experiment, LaunchTrainingRequest, RerunBaselineRequest
 from tradewind.tools.noise import DECISION_METRIC
-from tradewind.trainer.config import BUDGET_FIELDS
 
 WORK_BUDGET = BUDGET_FIELDS["tokens"]
 GUIDES = {

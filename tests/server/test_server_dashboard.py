@@ -24,6 +24,7 @@ from polling import wait_until
 from runs_helpers import finish, metric_rows, write_run
 
 from tradewind.cluster import JobStatus
+from tradewind.runs import RunLayout, RunRecord, read_metrics, write_record
 from tradewind.server import build_server
 from tradewind.server.dashboard import DASHBOARD_URI, MAX_RUNS, MAX_STREAMS, parse_run_ids, render_page
 from tradewind.tools import (
@@ -33,7 +34,6 @@ from tradewind.tools import (
     launch_training,
     tokenize_dataset,
 )
-from tradewind.trainer import RunLayout, RunRecord, read_metrics, write_record
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -50,11 +50,11 @@ from runs_helpers import metric_rows, write_run
 
 from tradewind.cluster import JobStatus
 from tradewind.cluster.process import process_start_time
+from tradewind.runs import RunRecord
 from tradewind.server import build_server
 from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import TOOLS, TokenizeDatasetRequest, ToolContext, tokenize_dataset
 from tradewind.tools.spec import tool as declare_tool
-from tradewind.trainer import RunRecord
 
 TOOL_NAMES = [tool.__name__ for tool in TOOLS]
 EXAMPLES_PER_TOOL = 100  # 16 tools x 100 = 1,600 fuzzed calls a run; the issue asks for at least 500

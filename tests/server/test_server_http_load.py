@@ -19,8 +19,8 @@ from http_helpers import running_server, server_env
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tradewind.trainer.layout import RunLayout
-from tradewind.trainer.record import read_record, write_record
+from tradewind.runs.layout import RunLayout
+from tradewind.runs.record import read_record, write_record
 
 pytestmark = pytest.mark.anyio
 

@@ -20,9 +20,9 @@ from polling import wait_until
 from runs_helpers import metric_rows, write_run
 
 from tradewind.cluster import JobStatus
+from tradewind.runs import RunRecord
 from tradewind.server.http import MAX_CONNECTIONS
 from tradewind.tools import ToolContext
-from tradewind.trainer import RunRecord
 
 READ_TIMEOUT_S = 1.0
 CLOSED_WITHIN_S = READ_TIMEOUT_S + 9  # the deadline, and slack for a busy machine

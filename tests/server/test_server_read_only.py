@@ -15,11 +15,11 @@ from runs_helpers import metric_rows, write_run
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend, Resources
 from tradewind.cluster.process import process_alive
 from tradewind.core import NotFoundError
+from tradewind.runs import RunLayout, RunRecord
+from tradewind.runs.record import update_record
 from tradewind.server import build_server
 from tradewind.tools import TokenizeDatasetRequest, ToolContext, tokenize_dataset
 from tradewind.tools.sweep_controller import SweepState, TrialState, write_state
-from tradewind.trainer import RunLayout, RunRecord
-from tradewind.trainer.record import update_record
 
 FINISHED, VANISHED, QUEUED, SWEEP = "run-finished", "run-vanished", "run-queued", "sweep-watched"
 

@@ -10,10 +10,10 @@ from mcp.types import ImageContent, TextContent
 
 from tradewind.cluster import JobStatus
 from tradewind.core import atomic_write_json
+from tradewind.runs import MetricRow, RunLayout, RunRecord, TrainConfig, write_record
 from tradewind.server import build_server
 from tradewind.server.adapter import MAX_IMAGES
 from tradewind.tools import ToolContext
-from tradewind.trainer import MetricRow, RunLayout, RunRecord, TrainConfig, write_record
 
 pytestmark = pytest.mark.anyio
 

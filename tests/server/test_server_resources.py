@@ -12,6 +12,7 @@ from mcp.types import INVALID_PARAMS
 from runs_helpers import metric_rows, write_run, write_sweep
 
 from tradewind.prompts import load_skill, skill_names
+from tradewind.runs import RunRecord
 from tradewind.server import build_server
 from tradewind.server.resources import MAX_RESOURCE_CHARS
 from tradewind.tools import (
@@ -24,7 +25,6 @@ from tradewind.tools import (
     summarize_report,
 )
 from tradewind.tools.bounds import SUMMARY_CHARS
-from tradewind.trainer import RunRecord
 
 pytestmark = pytest.mark.anyio
 

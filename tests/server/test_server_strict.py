@@ -8,10 +8,10 @@ import pydantic
 import pytest
 from mcp import Client
 
+from tradewind.runs import ARCHITECTURES
 from tradewind.server import build_server
 from tradewind.server.adapter import GUARD_BOUND
 from tradewind.tools import TOOLS, ToolContext
-from tradewind.trainer import ARCHITECTURES
 
 pytestmark = pytest.mark.anyio
 

@@ -9,11 +9,11 @@ import typing
 import pytest
 from mcp import Client
 
+from tradewind.runs import GPT2Config, LlamaConfig
 from tradewind.server import build_server
 from tradewind.server.adapter import GUARD_BOUND, without_guard_bounds
 from tradewind.server.app import SPEC_DEFAULT_HINTS, tool_hints
 from tradewind.tools import TOOLS
-from tradewind.trainer import GPT2Config, LlamaConfig
 
 pytestmark = pytest.mark.anyio
 

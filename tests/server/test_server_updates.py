@@ -9,9 +9,9 @@ from mcp import Client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 from mcp_helpers import call
 
+from tradewind.runs import RunLayout, RunRecord, write_record
 from tradewind.server import build_server
 from tradewind.tools import ToolContext
-from tradewind.trainer import RunLayout, RunRecord, write_record
 
 pytestmark = pytest.mark.anyio
 

@@ -7,9 +7,9 @@ import pytest
 from runs_helpers import metric_rows, write_run
 
 from tradewind.cluster import JobStatus
+from tradewind.runs import MetricRow, RunRecord
 from tradewind.tools import ReadMetricsRequest, ToolContext, detect_anomalies, read_metrics
 from tradewind.tools.anomalies import MAX_ANOMALIES, failure_anomaly
-from tradewind.trainer import MetricRow, RunRecord
 
 
 def log_row(step: int, loss: float | None = 2.0, **fields) -> MetricRow:

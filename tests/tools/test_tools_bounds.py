@@ -24,12 +24,12 @@ from mcp_helpers import answer_chars, images_of
 from runs_helpers import STEPS, metric_rows, write_run
 
 from tradewind.cluster import JobSpec, JobStatus, Resources
+from tradewind.runs import RunRecord
 from tradewind.server import build_server
 from tradewind.tools import TokenizeDatasetRequest, ToolContext, tokenize_dataset
 from tradewind.tools.bounds import ANSWER_CHARS, MAX_IMAGE_BYTES, MAX_IMAGES, RESULT_CHARS
 from tradewind.tools.comparing import MAX_RUNS
 from tradewind.tools.metrics import MAX_POINTS, MetricName
-from tradewind.trainer import RunRecord
 
 ALL_SERIES = list(get_args(MetricName))
 

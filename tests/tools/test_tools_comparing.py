@@ -8,9 +8,9 @@ import pytest
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, atomic_write_json
+from tradewind.runs import MetricRow, RunLayout, RunRecord, TrainConfig, TrainSummary, write_record
 from tradewind.tools import CompareRunsRequest, ToolContext, compare_runs
 from tradewind.tools.report_data import LABEL_CHARS, VAL_BPB_MEANING, flatten, legend_labels, load_run
-from tradewind.trainer import MetricRow, RunLayout, RunRecord, TrainConfig, TrainSummary, write_record
 
 
 def write_run(

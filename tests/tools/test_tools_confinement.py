@@ -218,7 +218,7 @@ def template(tmp_path_factory, small_corpus):
     from runs_helpers import metric_rows, write_run
 
     from tradewind.cluster import JobStatus
-    from tradewind.trainer import ProfileSummary, RunRecord, TrainConfig, TrainSummary
+    from tradewind.runs import ProfileSummary, RunRecord, TrainConfig, TrainSummary
 
     root = tmp_path_factory.mktemp("template") / "ws"
     ctx = ToolContext.open(root)

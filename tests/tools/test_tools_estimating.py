@@ -13,13 +13,13 @@ from tpu_helpers import needs_libtpu
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer
+from tradewind.runs import RunLayout, TrainConfig, read_summary
+from tradewind.runs.compile import COMPILE_CALLABLE
+from tradewind.runs.estimate import ESTIMATE_CALLABLE, PROBE_MIN_STEPS, EstimateJob, estimate_training
 from tradewind.server import build_server
 from tradewind.tools import ToolContext, tpu_fit
 from tradewind.tools.context import Cancelled
 from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
-from tradewind.trainer import RunLayout, TrainConfig, read_summary
-from tradewind.trainer.compile import COMPILE_CALLABLE
-from tradewind.trainer.estimate import ESTIMATE_CALLABLE, PROBE_MIN_STEPS, EstimateJob, estimate_training
 
 TINY = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}, "batch_size": 8, "seq_len": 32}
 HUGE_MODEL = {"d_model": 16384, "n_layers": 128, "n_heads": 128, "max_seq_len": 64}

@@ -9,6 +9,7 @@ from runs_helpers import finish, workspace_with_dataset
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError, read_json
+from tradewind.runs import RunLayout
 from tradewind.tools import (
     LaunchTrainingRequest,
     ListExperimentsRequest,
@@ -21,7 +22,6 @@ from tradewind.tools import (
     list_experiments,
     set_experiment_status,
 )
-from tradewind.trainer import RunLayout
 
 
 @pytest.fixture(scope="module")

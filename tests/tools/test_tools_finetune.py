@@ -20,6 +20,7 @@ from hf_models import transformers_logits
 from mcp import Client
 from mcp_helpers import call
 
+from tradewind.runs import RunLayout, read_metrics, read_train_config
 from tradewind.server import build_server
 from tradewind.tools import (
     ExportModelRequest,
@@ -34,7 +35,6 @@ from tradewind.tools import (
     summarize_report,
     tokenize_dataset,
 )
-from tradewind.trainer import RunLayout, read_metrics, read_train_config
 from tradewind.trainer.hf import export_hf, load_hf_params
 from tradewind.trainer.lora import FROZEN
 

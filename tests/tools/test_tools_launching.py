@@ -17,13 +17,13 @@ from tpu_helpers import holding_open, needs_libtpu
 from tradewind.cluster import JobStatus
 from tradewind.cluster.tpu_host import HOST_TPU_ENV, LIBTPU_LOCKFILE, lock_holders
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
+from tradewind.runs import RunLayout, TrainConfig
+from tradewind.runs.compile import COMPILE_CALLABLE
 from tradewind.server import build_server
 from tradewind.tools import LaunchTrainingRequest, RunRequest, ToolContext, cancel_run, get_run, launch_training
 from tradewind.tools.estimating import EstimateRunRequest, estimate_run
 from tradewind.tools.launching import resolve_launch
 from tradewind.tools.tpu_fit import can_compile_for_tpu
-from tradewind.trainer import RunLayout, TrainConfig
-from tradewind.trainer.compile import COMPILE_CALLABLE
 
 pytestmark = pytest.mark.anyio
 

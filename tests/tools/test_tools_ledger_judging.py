@@ -10,9 +10,9 @@ import pytest
 
 from tradewind.cluster import JobStatus
 from tradewind.core import atomic_write_json
+from tradewind.runs import RunLayout, RunRecord, TrainConfig, TrainSummary, write_record
 from tradewind.tools import ListExperimentsRequest, ToolContext, list_experiments
 from tradewind.tools.noise import pooled
-from tradewind.trainer import RunLayout, RunRecord, TrainConfig, TrainSummary, write_record
 
 BUDGET = 4096  # tokens: 2 steps of the default batch
 

@@ -3,6 +3,7 @@
 import pytest
 
 from tradewind.core import TradewindError
+from tradewind.runs import RunLayout
 from tradewind.tools import (
     LaunchTrainingRequest,
     TailLogsRequest,
@@ -11,7 +12,6 @@ from tradewind.tools import (
     tail_logs,
     wait_for_run,
 )
-from tradewind.trainer import RunLayout
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import pytest
 from runs_helpers import STEPS, TOKENS_PER_STEP, metric_rows, write_run
 
 from tradewind.cluster import JobStatus
+from tradewind.runs import RunRecord
 from tradewind.tools import (
     ListRunsRequest,
     ReadMetricsRequest,
@@ -23,7 +24,6 @@ from tradewind.tools import (
     tail_logs,
 )
 from tradewind.tools.metrics import MetricName
-from tradewind.trainer import RunRecord
 
 ALL_SERIES = list(get_args(MetricName))
 
@@ -123,7 +123,7 @@ def test_a_corrupt_metrics_row_is_skipped_and_named_with_its_file_and_line_by_ev
 
 
 def test_more_corrupt_rows_than_are_named_are_counted():
-    from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, MetricLog
+    from tradewind.runs.metrics import MAX_ROW_PROBLEMS, MetricLog
 
     log = MetricLog(skipped=MAX_ROW_PROBLEMS + 7, problems=[f"m.jsonl:{n}: bad" for n in range(MAX_ROW_PROBLEMS)])
     assert log.skipped_rows()[-1] == "... and 7 more rows skipped"

@@ -9,6 +9,7 @@ from runs_helpers import finish, pending_run, workspace_with_dataset
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError
+from tradewind.runs import RunLayout, read_train_config
 from tradewind.tools import (
     LaunchTrainingRequest,
     ListExperimentsRequest,
@@ -24,7 +25,6 @@ from tradewind.tools import (
 )
 from tradewind.tools.limits import LimitReached
 from tradewind.tools.noise import Noise, pooled
-from tradewind.trainer import RunLayout, read_train_config
 
 
 def test_the_pooled_spread_counts_each_configs_runs_less_one_and_its_threshold_uses_students_t():

@@ -7,11 +7,11 @@ from runs_helpers import CancelAtFirstReport
 from tradewind.cluster import JobStatus
 from tradewind.core import PathEscapeError, read_json
 from tradewind.data import build_token_cache, load_tokenizer
+from tradewind.runs import ProfileSummary, RunLayout, TrainConfig
+from tradewind.runs.jobs import PROFILE_CALLABLE, ProfileJob
 from tradewind.tools import ToolContext
 from tradewind.tools.context import Cancelled
 from tradewind.tools.profiling import ProfileRunRequest, profile_run
-from tradewind.trainer import ProfileSummary, RunLayout, TrainConfig
-from tradewind.trainer.jobs import PROFILE_CALLABLE, ProfileJob
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from runs_helpers import metric_rows
 from tradewind.cluster import JobStatus
 from tradewind.cluster.process import process_start_time
 from tradewind.core import NotFoundError, atomic_write_json
+from tradewind.runs import MetricRow, ProfileSummary, RunLayout, RunRecord, TrainConfig, TrainSummary, write_record
 from tradewind.tools import (
     LaunchTrainingRequest,
     RunRequest,
@@ -24,7 +25,6 @@ from tradewind.tools import (
 )
 from tradewind.tools.report_data import VAL_BPB_MEANING
 from tradewind.tools.reports import accelerator_text
-from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, RunRecord, TrainConfig, TrainSummary, write_record
 
 SUMMARY = TrainSummary(
     parameters=12_345,

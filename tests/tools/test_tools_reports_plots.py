@@ -5,8 +5,8 @@ import math
 
 import pytest
 
+from tradewind.runs import MetricRow
 from tradewind.tools.report_plots import Curve, overlay_figure, png, run_figure
-from tradewind.trainer import MetricRow
 
 
 def rows(steps: int, loss, bits) -> list[MetricRow]:

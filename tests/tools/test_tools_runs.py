@@ -19,6 +19,7 @@ from runs_helpers import finish, losses
 
 from tradewind.cluster import JobStatus
 from tradewind.core import read_json
+from tradewind.runs import RunLayout, TrainConfig, read_metrics
 from tradewind.server import build_server
 from tradewind.tools import (
     LaunchTrainingRequest,
@@ -30,7 +31,7 @@ from tradewind.tools import (
     launch_training,
     list_runs,
 )
-from tradewind.trainer import RunLayout, TrainConfig, read_metrics, train
+from tradewind.trainer import train
 
 pytestmark = pytest.mark.anyio
 

@@ -16,9 +16,9 @@ from runs_helpers import finish, losses
 
 from tradewind.cluster import JobStatus
 from tradewind.cluster.ray_entry import ray_bundles
+from tradewind.runs import RunLayout, read_metrics
 from tradewind.server import build_server
 from tradewind.tools import LaunchTrainingRequest, RunRequest, cancel_run, get_run, launch_training
-from tradewind.trainer import RunLayout, read_metrics
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -15,6 +15,7 @@ from tradewind.cli import main
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, PathEscapeError
 from tradewind.data import load_tokenizer
+from tradewind.runs.jobs import SampleOptions
 from tradewind.server import build_server
 from tradewind.tools import (
     ExportModelRequest,
@@ -27,7 +28,6 @@ from tradewind.tools import (
     sample_text,
     tokenize_dataset,
 )
-from tradewind.trainer.jobs import SampleOptions
 
 CHATS = [
     [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}] for i in range(8)

@@ -10,8 +10,8 @@ from polling import wait_until
 
 from tradewind.cluster import JobStatus
 from tradewind.core import TradewindError
+from tradewind.runs.sample_client import IDLE_ENV, exchange, socket_path
 from tradewind.tools.sampling import SampleTextRequest, sample_text
-from tradewind.trainer.sample_worker import IDLE_ENV, exchange, socket_path
 
 REQUEST = SampleTextRequest(run_id="r1", prompt="ROMEO:", max_tokens=6, temperature=0.8, seed=1)
 

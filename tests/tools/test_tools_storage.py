@@ -19,6 +19,8 @@ from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
 from tradewind.core.buckets import MARKER, is_complete, join_url, object_version, remote_fs
 from tradewind.data import ByteTokenizer, open_token_cache
+from tradewind.runs import RunLayout
+from tradewind.runs.layout import run_url
 from tradewind.tools import (
     InspectDatasetRequest,
     LaunchTrainingRequest,
@@ -38,9 +40,7 @@ from tradewind.tools.report_data import load_run
 from tradewind.tools.reports import SummarizeReportRequest, render_run, summarize_report
 from tradewind.tools.runs import RunRequest
 from tradewind.tools.sweeps import LaunchSweepRequest, launch_sweep
-from tradewind.trainer import RunLayout
 from tradewind.trainer.hf import export_hf
-from tradewind.trainer.layout import run_url
 
 AUDIT = Path(__file__).parent / "open_audit"
 CONSTANT = {"optimizer": {"learning_rate": 1e-2, "warmup_steps": 0, "schedule": "constant"}}

@@ -11,6 +11,7 @@ from runs_helpers import finish_sweep, workspace_with_dataset, write_run, write_
 
 from tradewind.cluster import JobSpec, JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json
+from tradewind.runs import RunLayout, RunRecord, TrainConfig, read_record, read_train_config
 from tradewind.tools import (
     LaunchTrainingRequest,
     ListExperimentsRequest,
@@ -24,7 +25,6 @@ from tradewind.tools import (
 from tradewind.tools.experiments import experiment
 from tradewind.tools.sweep_controller import TrialState, halving_verdict, read_state
 from tradewind.tools.sweeps import LaunchSweepRequest, SweepRequest, cancel_sweep, get_sweep, launch_sweep
-from tradewind.trainer import RunLayout, RunRecord, TrainConfig, read_record, read_train_config
 
 TINY = {
     "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64},

@@ -26,6 +26,8 @@ from tradewind.cluster import JobStatus
 from tradewind.cluster.tpu_host import host_tpu, lock_holders
 from tradewind.cluster.warm import release, warm_process
 from tradewind.core import InvalidInputError
+from tradewind.runs import RunLayout, TrainConfig, read_record
+from tradewind.runs.compile import COMPILE_CALLABLE
 from tradewind.tools import (
     ExportModelRequest,
     LaunchTrainingRequest,
@@ -35,8 +37,6 @@ from tradewind.tools import (
     get_run,
     launch_training,
 )
-from tradewind.trainer import RunLayout, TrainConfig, read_record
-from tradewind.trainer.compile import COMPILE_CALLABLE
 
 pytestmark = [
     pytest.mark.tpu,

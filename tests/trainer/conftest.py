@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tradewind.data import build_token_cache, load_tokenizer
-from tradewind.trainer import TrainConfig
+from tradewind.runs import TrainConfig
 
 
 @pytest.fixture(scope="session")

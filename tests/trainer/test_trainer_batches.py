@@ -5,7 +5,7 @@ import pytest
 
 from tradewind.core import InvalidInputError, NotFoundError
 from tradewind.data import TokenizeConfig, build_token_cache, load_tokenizer
-from tradewind.trainer import TrainConfig, open_run_data
+from tradewind.runs import TrainConfig, open_run_data
 
 
 @pytest.fixture(scope="module")

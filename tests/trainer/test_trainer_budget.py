@@ -13,7 +13,8 @@ import pytest
 from flax import nnx
 
 from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer, open_token_cache
-from tradewind.trainer import TrainConfig, load_run_model, read_metrics, train
+from tradewind.runs import TrainConfig, read_metrics
+from tradewind.trainer import load_run_model, train
 from tradewind.trainer.plan import StepPlan, TimeBudget
 from tradewind.trainer.validation import fixed_val_tokens
 

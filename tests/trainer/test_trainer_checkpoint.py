@@ -13,9 +13,9 @@ import pytest
 from polling import wait_until
 
 from tradewind.core import NotFoundError, read_json
-from tradewind.trainer import RunLayout, read_metrics
+from tradewind.runs import RunLayout, read_metrics
+from tradewind.runs.config import CheckpointConfig
 from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
-from tradewind.trainer.config import CheckpointConfig
 from tradewind.trainer.state import TrainState
 
 

@@ -16,9 +16,9 @@ from tpu_helpers import needs_libtpu
 
 from tradewind.cluster.tpus import tpu_slice
 from tradewind.core import ConfigError, load_config
+from tradewind.runs import TrainConfig
+from tradewind.runs.compile import Collective
 from tradewind.tools.launching import LaunchTrainingRequest
-from tradewind.trainer import TrainConfig
-from tradewind.trainer.compile import Collective
 
 SMALL = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "max_seq_len": 128}
 
@@ -268,7 +268,7 @@ def test_every_shipped_experiment_compiles_for_each_target_or_is_refused_for_its
 def test_over_two_slices_only_the_data_axis_spans_them():
     from jax.experimental import topologies
 
-    from tradewind.trainer.config import MeshConfig
+    from tradewind.runs.config import MeshConfig
     from tradewind.trainer.sharding import build_mesh
 
     target = tpu_slice("v5litepod-8")
@@ -291,8 +291,8 @@ def test_a_block_split_over_four_chips_by_tensor_needs_megatrons_two_all_reduces
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from tradewind.trainer import model_config
-    from tradewind.trainer.config import MeshConfig
+    from tradewind.runs import model_config
+    from tradewind.runs.config import MeshConfig
     from tradewind.trainer.models import build_model
     from tradewind.trainer.sharding import build_mesh, param_shardings
     from tradewind.trainer.tpu_compile import collectives_of

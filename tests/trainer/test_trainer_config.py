@@ -3,7 +3,7 @@
 import pytest
 
 from tradewind.core import ConfigError, NotFoundError, load_config, parse_config
-from tradewind.trainer import GPT2Config, LlamaConfig, OptimizerConfig, TrainConfig, model_config, read_train_config
+from tradewind.runs import GPT2Config, LlamaConfig, OptimizerConfig, TrainConfig, model_config, read_train_config
 
 
 def test_mlp_width_defaults_to_eight_thirds_of_d_model_rounded_up_to_32():
@@ -73,8 +73,8 @@ def test_reading_a_missing_run_config_raises_not_found(tmp_path):
 def test_the_trainer_docs_page_embeds_the_current_generated_config_reference():
     from pathlib import Path
 
-    from tradewind.trainer.reference import reference_markdown
+    from tradewind.runs.reference import reference_markdown
 
     page = (Path(__file__).parents[2] / "docs" / "trainer.md").read_text(encoding="utf-8")
     generated = page.split("keeps it in sync -->\n", 1)[1].split("<!-- END GENERATED -->", 1)[0]
-    assert generated == reference_markdown(), "run `python -m tradewind.trainer.reference` and paste it in"
+    assert generated == reference_markdown(), "run `python -m tradewind.runs.reference` and paste it in"

@@ -5,7 +5,7 @@ import pytest
 
 from tradewind.cluster import parse_accelerator
 from tradewind.core import ConfigError
-from tradewind.trainer import DistributedConfig
+from tradewind.runs import DistributedConfig
 from tradewind.trainer.distributed import (
     check_devices,
     describe_out_of_memory,

@@ -11,8 +11,10 @@ from pydantic import ValidationError
 
 from tradewind.cluster import Placement
 from tradewind.data import open_token_cache
-from tradewind.trainer import TrainConfig, build_model, count_params, read_summary, train, training_memory
-from tradewind.trainer.estimate import PROBE_MIN_STEPS, EstimateJob, TrainEstimate, estimate_job, estimate_training
+from tradewind.runs import TrainConfig, read_summary, training_memory
+from tradewind.runs.estimate import PROBE_MIN_STEPS, EstimateJob, TrainEstimate, estimate_training
+from tradewind.trainer import build_model, count_params, train
+from tradewind.trainer.estimate import estimate_job, probe_training
 from tradewind.trainer.setup import setup_training
 
 HUGE_MODEL = {"d_model": 16384, "n_layers": 128, "n_heads": 128, "max_seq_len": 64}
@@ -128,8 +130,8 @@ def test_a_gpu_estimate_without_the_probe_leaves_device_memory_unknown(tiny_conf
 def test_the_analytic_estimate_loads_no_jax_with_or_without_lora(tiny_cache):
     code = (
         "import sys\n"
-        "from tradewind.trainer import TrainConfig\n"
-        "from tradewind.trainer.estimate import estimate_training\n"
+        "from tradewind.runs import TrainConfig\n"
+        "from tradewind.runs.estimate import estimate_training\n"
         f"estimate_training(TrainConfig(dataset={str(tiny_cache)!r}, model={{'d_model': 32, 'n_layers': 2, "
         "'n_heads': 2}))\n"
         f"estimate_training(TrainConfig(dataset={str(tiny_cache)!r}, lora={{'rank': 4}}))\n"
@@ -143,7 +145,7 @@ def test_the_analytic_estimate_loads_no_jax_with_or_without_lora(tiny_cache):
 @pytest.mark.slow
 def test_the_probed_step_time_is_within_a_small_factor_of_a_real_runs(tiny_config, tmp_path):
     config = tiny_config(steps=40, log_every=5, eval_every=40, checkpoint=False, tensorboard=False)
-    probed = estimate_training(config, probe=True)
+    probed = probe_training(config)
     train(config, tmp_path / "run")
     summary = read_summary(tmp_path / "run" / "summary.json")
 

@@ -11,19 +11,12 @@ from hf_models import TOKENS, flat, logits_with_weights, transformers_folder, tr
 
 from tradewind.core import ConfigError, NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer, train_bpe_tokenizer
-from tradewind.trainer import GPT2Config, model_config, train
-from tradewind.trainer.hf import (
-    check_matches_hf,
-    export_hf,
-    load_hf_params,
-    model_for_init_from,
-    read_hf_config,
-    read_safetensors,
-    write_hf_model,
-    write_safetensors,
-)
+from tradewind.runs import GPT2Config, model_config
+from tradewind.runs.hf import check_matches_hf, model_for_init_from, read_hf_config
+from tradewind.runs.models.configs import Llama3RopeScaling
+from tradewind.trainer import train
+from tradewind.trainer.hf import export_hf, load_hf_params, read_safetensors, write_hf_model, write_safetensors
 from tradewind.trainer.models import build_model, init_cache
-from tradewind.trainer.models.configs import Llama3RopeScaling
 from tradewind.trainer.restore import load_run_model
 from tradewind.trainer.setup import setup_training
 

@@ -12,7 +12,8 @@ from flax import nnx
 from hf_models import TOKENS, flat, model_with_weights, saved_by_transformers, transformers_outputs
 
 from tradewind.core import ConfigError
-from tradewind.trainer.hf import load_hf_params, model_config_from_hf, write_hf_model
+from tradewind.runs.hf import model_config_from_hf
+from tradewind.trainer.hf import load_hf_params, write_hf_model
 from tradewind.trainer.step import next_token_loss
 
 # A tiny grouped-query shape; initializer_range 0.1 (and every weight jittered, biases and norms too) so that a

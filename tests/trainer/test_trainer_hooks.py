@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tradewind.trainer import CheckpointConfig, MetricRow, RunLayout, TrainConfig, read_metrics
+from tradewind.runs import CheckpointConfig, MetricRow, RunLayout, TrainConfig, read_metrics
 from tradewind.trainer.checkpoint import Checkpointer
 from tradewind.trainer.hooks import CheckpointHook, ProfileHook, RunWriters
 from tradewind.trainer.plan import StepPlan

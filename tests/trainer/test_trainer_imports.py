@@ -1,15 +1,15 @@
-"""The trainer's schemas load without JAX, and its lazy names resolve to the real objects."""
+"""The trainer package and the runs layer load without JAX, and the trainer's lazy names resolve to the real
+objects."""
 
 import inspect
 import subprocess
 import sys
 
 
-def test_importing_the_trainer_package_config_metrics_and_layout_does_not_import_jax():
+def test_importing_the_trainer_package_and_every_runs_module_does_not_import_jax():
     code = (
-        "import sys, tradewind.trainer, tradewind.trainer.config, tradewind.trainer.metrics, "
-        "tradewind.trainer.layout\n"
-        "from tradewind.trainer import TrainConfig, MetricRow, RunLayout, read_metrics\n"
+        "import sys, tradewind.trainer, tradewind.trainer.cli, tradewind.runs, tradewind.runs.compile, "
+        "tradewind.runs.estimate, tradewind.runs.reference, tradewind.runs.sample_client\n"
         "print([m for m in ('jax', 'flax', 'optax', 'orbax') if m in sys.modules])"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -7,14 +7,12 @@ import pytest
 from pydantic import ValidationError
 
 from tradewind.cluster import JobSpec
-from tradewind.trainer import ProfileJob, SampleJob, SampleOptions, TrainConfig, TrainJob
-from tradewind.trainer.jobs import PROFILE_CALLABLE, SAMPLE_CALLABLE, TRAIN_CALLABLE
+from tradewind.runs import ProfileJob, SampleJob, SampleOptions, TrainConfig, TrainJob
+from tradewind.runs.jobs import PROFILE_CALLABLE, SAMPLE_CALLABLE, TRAIN_CALLABLE
 
 
 def test_the_job_models_load_without_jax_so_the_server_can_build_jobs():
-    code = (
-        "import sys, tradewind.trainer.jobs\nprint([m for m in ('jax', 'flax', 'optax', 'orbax') if m in sys.modules])"
-    )
+    code = "import sys, tradewind.runs.jobs\nprint([m for m in ('jax', 'flax', 'optax', 'orbax') if m in sys.modules])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -5,7 +5,8 @@ import shutil
 import numpy as np
 import pytest
 
-from tradewind.trainer import Checkpointer, RunLayout, TrainState, read_checkpoint, run_steps, setup_training, train
+from tradewind.runs import RunLayout
+from tradewind.trainer import Checkpointer, TrainState, read_checkpoint, run_steps, setup_training, train
 from tradewind.trainer.hooks import Interval
 
 

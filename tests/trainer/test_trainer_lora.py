@@ -15,8 +15,9 @@ from flax import nnx
 from pydantic import ValidationError
 
 from tradewind.core import ConfigError
-from tradewind.trainer import GPT2Config, TrainConfig, build_model, model_config
-from tradewind.trainer.config import LoraConfig
+from tradewind.runs import GPT2Config, TrainConfig, model_config
+from tradewind.runs.config import LoraConfig
+from tradewind.trainer import build_model
 from tradewind.trainer.hf import load_hf_params, write_hf_model
 from tradewind.trainer.lora import (
     FROZEN,
@@ -349,7 +350,8 @@ def final_adapters(run_dir):
 def test_a_lora_run_with_dropout_resumed_from_its_checkpoint_ends_bitwise_as_an_uninterrupted_one(
     tiny_config, tmp_path
 ):
-    from tradewind.trainer import RunLayout, read_metrics, train
+    from tradewind.runs import RunLayout, read_metrics
+    from tradewind.trainer import train
 
     def config(steps, dropout=0.2):
         lora = {"rank": 4, "alpha": 8, "dropout": dropout, "targets": ["q_proj", "v_proj"]}

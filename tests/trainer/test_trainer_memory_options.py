@@ -5,7 +5,8 @@ import jax
 import numpy as np
 import pytest
 
-from tradewind.trainer import RunLayout, read_checkpoint, read_metrics, setup_training, train
+from tradewind.runs import RunLayout, read_metrics
+from tradewind.trainer import read_checkpoint, setup_training, train
 
 
 @pytest.mark.slow

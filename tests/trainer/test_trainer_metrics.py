@@ -2,8 +2,8 @@
 
 import json
 
-from tradewind.trainer import MetricRow, TrainConfig, TrainSummary, read_metrics, read_summary
-from tradewind.trainer.metrics import planned_steps
+from tradewind.runs import MetricRow, TrainConfig, TrainSummary, read_metrics, read_summary
+from tradewind.runs.metrics import planned_steps
 
 
 def test_read_metrics_returns_complete_rows_and_skips_a_half_written_last_line(tmp_path):

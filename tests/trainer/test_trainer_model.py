@@ -7,8 +7,9 @@ import pytest
 from flax import nnx
 
 from tradewind.core import ConfigError
-from tradewind.trainer import ARCHITECTURES, build_model, count_params, model_config
-from tradewind.trainer.flops import cpu_peak_flops, peak_flops
+from tradewind.runs import ARCHITECTURES, model_config
+from tradewind.runs.flops import cpu_peak_flops, peak_flops
+from tradewind.trainer import build_model, count_params
 from tradewind.trainer.models.layers import RMSNorm, apply_rotary, causal_attention, masked_attention, rotary_angles
 
 TINY = {"vocab_size": 61, "d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 16}

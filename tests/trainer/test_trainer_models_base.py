@@ -3,7 +3,7 @@ count, and the frame of the Hugging Face config.json."""
 
 import pytest
 
-from tradewind.trainer import GPT2Config, LlamaConfig, model_config
+from tradewind.runs import GPT2Config, LlamaConfig, model_config
 
 
 def test_presets_fill_the_shape_and_explicit_fields_override_them():

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from tradewind.trainer import GPT2, GPT2Config, Llama, LlamaConfig, build_model, count_params
+from tradewind.runs import GPT2Config, LlamaConfig
+from tradewind.trainer import GPT2, Llama, build_model, count_params
 
 SHAPE = {"vocab_size": 40, "d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 8}
 

@@ -8,16 +8,8 @@ from flax import nnx
 
 from tradewind.core import ConfigError, parse_config
 from tradewind.core.config import describe_validation_error
-from tradewind.trainer import (
-    ARCHITECTURES,
-    GPT2Config,
-    Llama,
-    LlamaConfig,
-    TrainConfig,
-    build_model,
-    count_params,
-    model_config,
-)
+from tradewind.runs import ARCHITECTURES, GPT2Config, LlamaConfig, TrainConfig, model_config
+from tradewind.trainer import Llama, build_model, count_params
 
 SHAPE = {"vocab_size": 40, "d_model": 16, "n_layers": 2, "n_heads": 2, "max_seq_len": 8}
 

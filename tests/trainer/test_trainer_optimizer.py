@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tradewind.trainer import OptimizerConfig, build_model, build_optimizer, build_schedule, model_config
+from tradewind.runs import OptimizerConfig, model_config
+from tradewind.trainer import build_model, build_optimizer, build_schedule
 
 
 def test_schedule_warms_up_linearly_from_zero_then_decays_by_cosine_to_the_minimum():

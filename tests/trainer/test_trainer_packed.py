@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from tradewind.data import DocumentBatch
-from tradewind.trainer import model_config
+from tradewind.runs import model_config
 from tradewind.trainer.models import build_model
 from tradewind.trainer.step import loss_and_grads, next_token_loss
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tradewind.trainer import RunLayout, read_metrics
+from tradewind.runs import RunLayout, read_metrics
 
 
 def prepare(run_dir: Path, config) -> RunLayout:
@@ -73,8 +73,8 @@ SPLASH_ON_EIGHT_DEVICES = """
 import json
 import jax, numpy as np
 from flax import nnx
-from tradewind.trainer import model_config
-from tradewind.trainer.config import MeshConfig
+from tradewind.runs import model_config
+from tradewind.runs.config import MeshConfig
 from tradewind.trainer.models import build_model
 from tradewind.trainer.sharding import batch_sharding, build_mesh, param_shardings, place
 from tradewind.trainer.step import loss_and_grads

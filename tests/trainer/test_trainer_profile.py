@@ -12,10 +12,11 @@ import pytest
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend
 from tradewind.cluster.entry import load_callable
 from tradewind.core import ConfigError, InvalidInputError, read_json
-from tradewind.trainer import ProfileSummary, RunLayout, profile_training
+from tradewind.runs import ProfileSummary, RunLayout
+from tradewind.runs.jobs import PROFILE_CALLABLE, ProfileJob
+from tradewind.runs.metrics import StepSplit
+from tradewind.trainer import profile_training
 from tradewind.trainer.hooks import Interval, ProfileHook, StepTiming
-from tradewind.trainer.jobs import PROFILE_CALLABLE, ProfileJob
-from tradewind.trainer.metrics import StepSplit
 from tradewind.trainer.profile import (
     DATA_BOUND_SHARE,
     Measured,

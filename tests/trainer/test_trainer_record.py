@@ -11,7 +11,7 @@ from polling import wait_until
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend, Placement
 from tradewind.cluster.process import process_alive
 from tradewind.core import ConfigError, NotFoundError
-from tradewind.trainer.record import (
+from tradewind.runs.record import (
     RunRecord,
     job_end_callback,
     read_record,
@@ -113,7 +113,7 @@ def test_a_record_the_trainer_finished_keeps_its_own_words_when_its_job_ends(tmp
     path = tmp_path / "run.json"
     write_record(path, RunRecord(run_id="run-f", backend="local", job_id="run-f", status=JobStatus.RUNNING))
     backend = LocalBackend(tmp_path / "jobs", cpus=1)
-    trainer = "tradewind.trainer.record:record_end"  # what the trainer does on a NaN loss, then it exits
+    trainer = "tradewind.runs.record:record_end"  # what the trainer does on a NaN loss, then it exits
     spec = JobSpec(
         name="nan", callable=trainer, args=[str(path), "FAILED", "loss is NaN"], on_end=job_end_callback(path)
     )
@@ -126,8 +126,8 @@ def test_a_record_the_trainer_finished_keeps_its_own_words_when_its_job_ends(tmp
 def test_a_trainer_killed_without_retries_leaves_a_record_that_says_what_get_run_says(
     ctx, dataset_id, tiny_run_settings
 ):
+    from tradewind.runs import RunLayout
     from tradewind.tools import LaunchTrainingRequest, RunRequest, get_run, launch_training
-    from tradewind.trainer import RunLayout
 
     run = launch_training(
         ctx, LaunchTrainingRequest(dataset=dataset_id, steps=100_000, max_retries=0, **tiny_run_settings)

@@ -14,8 +14,9 @@ from tokenizers import models, pre_tokenizers
 from tradewind.cluster.entry import load_callable
 from tradewind.core import ConfigError, InvalidInputError
 from tradewind.data import HFTokenizer, load_tokenizer
-from tradewind.trainer import build_model, model_config
-from tradewind.trainer.jobs import SAMPLE_CALLABLE, SampleOptions
+from tradewind.runs import model_config
+from tradewind.runs.jobs import SAMPLE_CALLABLE, SampleOptions
+from tradewind.trainer import build_model
 from tradewind.trainer.models import init_cache
 from tradewind.trainer.sample import chat_prompt, filter_logits, sample_job, sample_tokens
 

@@ -14,7 +14,7 @@ from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
 from tradewind.core import ConfigError
-from tradewind.trainer import MeshConfig
+from tradewind.runs import MeshConfig
 from tradewind.trainer.sharding import AXES, build_mesh, param_shardings, spec_for, weight_spec
 
 EIGHT_DEVICES = """
@@ -22,7 +22,7 @@ import json
 import jax, numpy as np
 from jax.sharding import PartitionSpec as P
 from tradewind.core import ConfigError
-from tradewind.trainer import MeshConfig
+from tradewind.runs import MeshConfig
 from tradewind.trainer.sharding import batch_sharding, build_mesh, param_shardings, place, spec_for
 
 out = {"devices": jax.device_count()}
@@ -95,7 +95,7 @@ def specs_of(architecture: str, mesh, scan_layers: bool = False) -> dict[str, P]
     """Each weight's partition spec, by its path in the model (block 0 standing for every block)."""
     from flax import nnx
 
-    from tradewind.trainer import model_config
+    from tradewind.runs import model_config
     from tradewind.trainer.models import build_model
 
     config = model_config(type=architecture, vocab_size=64, d_model=32, n_layers=1, n_heads=4, max_seq_len=16)
@@ -129,7 +129,7 @@ def test_weights_split_megatrons_way_columns_then_rows_and_the_vocabulary_over_t
 
 
 def test_an_optimizer_moment_lands_where_its_parameter_does_and_a_factored_one_stays_whole():
-    from tradewind.trainer import OptimizerConfig
+    from tradewind.runs import OptimizerConfig
     from tradewind.trainer.optimizer import build_optimizer
 
     mesh = AbstractMesh((2, 2, 2), AXES)

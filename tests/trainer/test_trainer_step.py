@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from tradewind.core import ConfigError
-from tradewind.trainer import OptimizerConfig, model_config
+from tradewind.runs import OptimizerConfig, model_config
 from tradewind.trainer.models import build_model
 from tradewind.trainer.models.layers import per_layer_params, stacked_params
 from tradewind.trainer.optimizer import OPTIMIZERS, build_optimizer, build_schedule, decay_mask

@@ -14,20 +14,17 @@ import pytest
 from tradewind.cluster import Placement
 from tradewind.core import ConfigError, InvalidInputError, NotFoundError, TradewindError, read_json
 from tradewind.data import TokenizeConfig, build_token_cache, load_tokenizer
-from tradewind.trainer import (
+from tradewind.runs import (
     RunLayout,
     RunRecord,
     TrainSummary,
-    evaluate,
     open_run_data,
-    read_checkpoint,
     read_metrics,
     read_record,
     read_summary,
-    setup_training,
-    train,
     write_record,
 )
+from tradewind.trainer import evaluate, read_checkpoint, setup_training, train
 
 
 @pytest.fixture(scope="module")

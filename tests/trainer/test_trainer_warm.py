@@ -5,9 +5,9 @@ import re
 
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend
 from tradewind.cluster.warm import release, warm_process
-from tradewind.trainer import RunLayout, TrainJob
-from tradewind.trainer.jobs import TRAIN_CALLABLE
-from tradewind.trainer.metrics import read_metrics
+from tradewind.runs import RunLayout, TrainJob
+from tradewind.runs.jobs import TRAIN_CALLABLE
+from tradewind.runs.metrics import read_metrics
 from tradewind.trainer.setup import setup_training
 
 

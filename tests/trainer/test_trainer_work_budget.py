@@ -5,8 +5,9 @@ import jax
 import pytest
 
 from tradewind.core import ConfigError, InvalidInputError, parse_config
-from tradewind.trainer import TrainConfig, read_metrics, read_train_config, train
-from tradewind.trainer.metrics import MetricRow, planned_steps
+from tradewind.runs import TrainConfig, read_metrics, read_train_config
+from tradewind.runs.metrics import MetricRow, planned_steps
+from tradewind.trainer import train
 from tradewind.trainer.optimizer import learning_rate
 from tradewind.trainer.plan import StepPlan, TimeBudget
 

@@ -43,6 +43,7 @@ from starlette.types import Receive, Scope, Send
 
 from tradewind.cluster import JobStatus
 from tradewind.core import NotFoundError, TradewindError
+from tradewind.runs import RunLayout, read_record
 from tradewind.server.updates import LOOK_EVERY_S, file_state
 from tradewind.tools import (
     ListRunsRequest,
@@ -56,7 +57,6 @@ from tradewind.tools import (
     tail_logs,
 )
 from tradewind.tools.cluster import describe_compile_cache
-from tradewind.trainer import RunLayout, read_record
 
 DASHBOARD_URI = "ui://tradewind/dashboard"
 # The series each chart draws, as read_metrics names them.

@@ -47,9 +47,9 @@ from pydantic import Field, ValidationError
 from tradewind.core import NotFoundError, TradewindError, Workspace, check_id
 from tradewind.core.files import Opener
 from tradewind.prompts import load_skill, render_prompt, skill_names
+from tradewind.runs import RunLayout
 from tradewind.tools import ListRunsRequest, SweepRequest, ToolContext, get_sweep, list_runs
 from tradewind.tools.spec import Link
-from tradewind.trainer import RunLayout
 
 MAX_RESOURCE_CHARS = 32_000
 JSON = "application/json"

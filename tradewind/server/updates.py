@@ -36,9 +36,9 @@ from mcp.types import SubscriptionsListenRequestParams
 from pydantic import ValidationError
 
 from tradewind.core import TradewindError, Workspace, check_id
+from tradewind.runs import RunLayout
 from tradewind.server.completion import id_entries
 from tradewind.server.resources import RUN_LIST_URI, RUN_PARTS, run_part_path
-from tradewind.trainer import RunLayout
 
 LOOK_EVERY_S = 1.0
 RUN_LIST_UPDATED = ResourceUpdated(RUN_LIST_URI)

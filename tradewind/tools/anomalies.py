@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from tradewind.trainer import MetricRow
+from tradewind.runs import MetricRow
 
 SPIKE_WINDOW = 20
 SPIKE_MADS = 4.0

@@ -31,9 +31,9 @@ from tradewind.core.buckets import (
     url_name,
 )
 from tradewind.data.token_cache import MANIFEST
+from tradewind.runs.config import TrainConfig
+from tradewind.runs.layout import RunLayout, bucket_outputs, run_url
 from tradewind.tools.context import Progress, ToolContext
-from tradewind.trainer.config import TrainConfig
-from tradewind.trainer.layout import RunLayout, bucket_outputs, run_url
 
 COPIES = "copies.json"  # in a token cache: the buckets it has been copied to or from
 MODELS_DIR = "models"  # in the workspace: the models init_from named by a bucket URL, as downloaded

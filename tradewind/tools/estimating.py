@@ -24,15 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tradewind.cluster import JobSpec, Placement
 from tradewind.core import InvalidInputError, TradewindError, describe_validation_error, make_id, read_json
 from tradewind.data import open_token_cache
-from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
-from tradewind.tools.launching import LaunchTrainingRequest, resolve_launch, training_env
-from tradewind.tools.limits import admit_job
-from tradewind.tools.runs import run_placement
-from tradewind.tools.spec import tool
-from tradewind.tools.tpu_fit import SliceFit, can_compile_for_tpu, compile_for_slice, fit_slice
-from tradewind.trainer import RunLayout, TrainConfig, read_summary, read_train_config
-from tradewind.trainer.compile import TpuCompileReport
-from tradewind.trainer.estimate import (
+from tradewind.runs import RunLayout, TrainConfig, read_summary, read_train_config
+from tradewind.runs.compile import TpuCompileReport
+from tradewind.runs.estimate import (
     ESTIMATE_CALLABLE,
     PROBE_S,
     EstimateJob,
@@ -40,6 +34,12 @@ from tradewind.trainer.estimate import (
     TrainEstimate,
     estimate_training,
 )
+from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
+from tradewind.tools.launching import LaunchTrainingRequest, resolve_launch, training_env
+from tradewind.tools.limits import admit_job
+from tradewind.tools.runs import run_placement
+from tradewind.tools.spec import tool
+from tradewind.tools.tpu_fit import SliceFit, can_compile_for_tpu, compile_for_slice, fit_slice
 
 TOKENS_PER_PARAMETER = 20  # compute-optimal training tokens per parameter (Chinchilla)
 # How far from compute-optimal the tokens per parameter may be before the advice suggests a direction: the

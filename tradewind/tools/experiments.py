@@ -3,7 +3,7 @@ that beats the noise, and what became of it. Tools `list_experiments` (a leaderb
 (keep or discard) and `rerun_baseline` (measure the noise).
 
 Nothing is kept anywhere else: an experiment is a run folder, read from its record (`run.json`: the note,
-parent run, sweep, decision and machine load, see `tradewind.trainer.record`), its `config.json` and its
+parent run, sweep, decision and machine load, see `tradewind.runs.record`), its `config.json` and its
 `summary.json`. Its status:
 
     running    the run is pending or training
@@ -34,6 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, TradewindError, check_id
+from tradewind.runs import RunLayout, read_train_config
+from tradewind.runs.config import Budget
+from tradewind.runs.record import RunRecord, update_record
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.launching import LaunchTrainingRequest, launch_training, rerun_arguments, run_folder
@@ -41,9 +44,6 @@ from tradewind.tools.noise import MIN_RERUNS, Noise, pooled
 from tradewind.tools.report_data import changes_from
 from tradewind.tools.runs import RunInfo, RunRequest, get_run, run_record
 from tradewind.tools.spec import tool
-from tradewind.trainer import RunLayout, read_train_config
-from tradewind.trainer.config import Budget
-from tradewind.trainer.record import RunRecord, update_record
 
 Status = Literal["running", "finished", "kept", "discarded", "crashed"]
 REASON_CHARS = 300  # a crash cause in the ledger; get_run and tail_logs have the whole story

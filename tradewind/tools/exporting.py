@@ -16,6 +16,8 @@ from pydantic import BaseModel, Field
 
 from tradewind.core import NotFoundError, TradewindError, make_id
 from tradewind.data import open_token_cache
+from tradewind.runs import RunLayout
+from tradewind.runs.jobs import ExportJob
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.launching import read_run_config
 from tradewind.tools.runs import RunRequest
@@ -27,8 +29,6 @@ from tradewind.tools.sampling import (
     worker_error,
 )
 from tradewind.tools.spec import tool
-from tradewind.trainer import RunLayout
-from tradewind.trainer.jobs import ExportJob
 
 EXPORTS_DIR = "exports"
 EXPORT_TIMEOUT_S = 600.0

@@ -5,7 +5,7 @@ trainer's `TrainConfig` (what the step needs, its dataset a folder), the `Placem
 hosts, retries; `tradewind.cluster`) and the `LedgerEntry` (note, parent, sweep). The request model is those
 three models' fields and nothing else, so the MCP schema, the CLI's YAML and Python take the same arguments.
 The launch writes the run's folder `runs/<id>/` (its config and its record, `run.json`, see
-`tradewind.trainer.record`) and then submits its job to the backend the placement names. It is the only tool
+`tradewind.runs.record`) and then submits its job to the backend the placement names. It is the only tool
 that submits training jobs; `tradewind.tools.runs` watches and stops the runs it starts.
 """
 
@@ -38,14 +38,7 @@ from tradewind.core import (
     parse_config,
 )
 from tradewind.core.buckets import ENDPOINT_SETTINGS, is_remote
-from tradewind.tools.buckets import fetch_model, stage_in_bucket
-from tradewind.tools.context import Progress, ToolContext, compile_cache_env, no_progress
-from tradewind.tools.datasets import resolve_dataset
-from tradewind.tools.limits import active_runs, check_launch_limits, holds_devices_alone
-from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_placement
-from tradewind.tools.spec import tool
-from tradewind.tools.tpu_fit import fit_slice
-from tradewind.trainer import (
+from tradewind.runs import (
     TRAIN_CALLABLE,
     DistributedConfig,
     LedgerEntry,
@@ -59,6 +52,13 @@ from tradewind.trainer import (
     read_record,
     with_dataset_vocabulary,
 )
+from tradewind.tools.buckets import fetch_model, stage_in_bucket
+from tradewind.tools.context import Progress, ToolContext, compile_cache_env, no_progress
+from tradewind.tools.datasets import resolve_dataset
+from tradewind.tools.limits import active_runs, check_launch_limits, holds_devices_alone
+from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_placement
+from tradewind.tools.spec import tool
+from tradewind.tools.tpu_fit import fit_slice
 
 # What a continued run must share with its parent, so that its data order and results are those of one run.
 INHERITED = ("dataset", "model", "seed", "batch_size", "seq_len", "init_from")

@@ -18,10 +18,10 @@ import psutil
 from tradewind.cluster import Placement
 from tradewind.cluster.backends import BACKEND_TYPES
 from tradewind.core import InvalidInputError, TradewindError
+from tradewind.runs import RunLayout, TrainConfig, read_train_config, training_memory
+from tradewind.runs.config import Budget
 from tradewind.tools.context import LaunchLimits, ToolContext
 from tradewind.tools.runs import RunRequest, get_run, run_record
-from tradewind.trainer import RunLayout, TrainConfig, read_train_config, training_memory
-from tradewind.trainer.config import Budget
 
 GIB = 2**30
 

@@ -7,11 +7,11 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tradewind.runs import RunLayout
 from tradewind.tools.bounds import fitting_prefix
 from tradewind.tools.context import ToolContext
 from tradewind.tools.runs import RunRequest, get_run
 from tradewind.tools.spec import tool
-from tradewind.trainer import RunLayout
 
 MAX_PAGE_BYTES = 32_000
 MAX_CURSOR = 2**50  # a petabyte of log: past any real file, within what JSON numbers carry exactly

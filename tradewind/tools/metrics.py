@@ -13,13 +13,13 @@ from typing import Literal, get_args
 from pydantic import BaseModel, Field, model_validator
 
 from tradewind.core import ConfigError, NotFoundError
+from tradewind.runs import MetricRow, RunLayout, RunRecord
+from tradewind.runs.metrics import MAX_ROW_PROBLEMS, load_metrics
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies, failure_anomaly
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import ToolContext
 from tradewind.tools.runs import MAX_STEP, RunRequest, run_record
 from tradewind.tools.spec import tool
-from tradewind.trainer import MetricRow, RunLayout, RunRecord
-from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, load_metrics
 
 # The series read_metrics can return, in MetricRow's order; the first five unless asked.
 MetricName = Literal[

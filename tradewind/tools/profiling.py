@@ -10,14 +10,14 @@ from tradewind.cluster import JobSpec, Resources
 from tradewind.core import make_id
 from tradewind.core.buckets import join_url, upload_folder
 from tradewind.data import open_token_cache
+from tradewind.runs import PROFILE_CALLABLE, ProfileJob, ProfileOptions, ProfileSummary, RunLayout
+from tradewind.runs.layout import run_url
 from tradewind.tools.buckets import copy_progress
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 from tradewind.tools.launching import read_run_config, training_env
 from tradewind.tools.limits import admit_job
 from tradewind.tools.runs import RunRequest, run_placement
 from tradewind.tools.spec import tool
-from tradewind.trainer import PROFILE_CALLABLE, ProfileJob, ProfileOptions, ProfileSummary, RunLayout
-from tradewind.trainer.layout import run_url
 
 
 class ProfileRunRequest(ProfileOptions, RunRequest):

@@ -18,6 +18,8 @@ from pydantic import BaseModel, Field
 from tradewind.cluster import JobStatus
 from tradewind.core import NotFoundError, TradewindError, read_json, read_json_config, tail_lines
 from tradewind.core.files import Opener
+from tradewind.runs import MetricRow, ProfileSummary, RunLayout, TrainConfig, read_train_config
+from tradewind.runs.metrics import load_metrics
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly, detect_anomalies, failure_anomaly
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import Cancelled, Progress, ToolContext, no_progress
@@ -26,8 +28,6 @@ from tradewind.tools.metrics import metrics_summary
 from tradewind.tools.report_plots import Curve
 from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_record
 from tradewind.tools.sampling import SampleTextRequest, sample_text
-from tradewind.trainer import MetricRow, ProfileSummary, RunLayout, TrainConfig, read_train_config
-from tradewind.trainer.metrics import load_metrics
 
 SAMPLE_PROMPT = "The"
 SAMPLE_TOKENS = 60

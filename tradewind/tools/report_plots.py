@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tradewind.trainer import MetricRow
+from tradewind.runs import MetricRow
 
 FIGSIZE = (8.4, 4.8)  # inches; at DPI, 840 x 480 pixels
 DPI = 100

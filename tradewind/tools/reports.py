@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tradewind.cluster import JobStatus, parse_accelerator
 from tradewind.core.buckets import join_url, upload_files
+from tradewind.runs import ModelConfig, ProfileSummary, TrainConfig, TrainSummary
+from tradewind.runs.config import LoraConfig
+from tradewind.runs.layout import run_url
 from tradewind.tools.anomalies import MAX_ANOMALIES, Anomaly
 from tradewind.tools.comparing import (
     DEFAULT_METRIC,
@@ -40,9 +43,6 @@ from tradewind.tools.report_html import write_report
 from tradewind.tools.report_plots import png, run_figure
 from tradewind.tools.runs import RunRequest
 from tradewind.tools.spec import tool
-from tradewind.trainer import ModelConfig, ProfileSummary, TrainConfig, TrainSummary
-from tradewind.trainer.config import LoraConfig
-from tradewind.trainer.layout import run_url
 
 EVAL_TABLE_ROWS = 20  # eval points listed in a report; the plot shows every one
 

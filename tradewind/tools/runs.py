@@ -1,6 +1,6 @@
 """Tools that watch training runs and stop them: `get_run`, `wait_for_run`, `list_runs` and `cancel_run`.
 
-Every run is a folder `runs/<id>/` with its record (`run.json`, see `tradewind.trainer.record`) and, when a
+Every run is a folder `runs/<id>/` with its record (`run.json`, see `tradewind.runs.record`) and, when a
 job runs it, a job on the backend the record names. These tools read both, so they work the same on runs
 started by `launch_training`, `tradewind train` or a Python call of `tradewind.trainer.train`.
 """
@@ -23,14 +23,14 @@ from tradewind.core import (
     tail_lines,
 )
 from tradewind.core.buckets import is_remote
+from tradewind.runs import RunLayout, RunRecord, TrainSummary, read_record, read_summary, read_train_config
+from tradewind.runs.layout import bucket_checkpoint_steps
+from tradewind.runs.metrics import MAX_ROW_PROBLEMS, load_metrics, planned_steps
+from tradewind.runs.record import checkpoints_of
 from tradewind.tools.bounds import LINE_CHARS, PAGE_CHARS, PageRequest, cut, fitting
 from tradewind.tools.buckets import pull_run_outputs
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.tools.spec import tool
-from tradewind.trainer import RunLayout, RunRecord, TrainSummary, read_record, read_summary, read_train_config
-from tradewind.trainer.layout import bucket_checkpoint_steps
-from tradewind.trainer.metrics import MAX_ROW_PROBLEMS, load_metrics, planned_steps
-from tradewind.trainer.record import checkpoints_of
 
 CANCEL_WAIT_S = 60.0
 REASON_CHARS = 2_000  # a run's reason in get_run; the whole story is in its log (tail_logs)

@@ -23,15 +23,15 @@ from tradewind.cluster import JobSpec, Resources
 from tradewind.cluster.tpu_host import host_tpu
 from tradewind.core import NotFoundError, TradewindError, make_id, tail_lines
 from tradewind.data import open_token_cache
+from tradewind.runs import RunLayout, SampleJob, SampleOptions, TrainConfig
+from tradewind.runs.jobs import SAMPLE_WORKER_CALLABLE, SampleWorkerJob
+from tradewind.runs.sample_client import LOCK_NAME, ask, connect, idle_seconds, socket_path
 from tradewind.tools.bounds import LINE_CHARS, cut
 from tradewind.tools.context import LOG_TAIL_LINES, Progress, ToolContext, no_progress
 from tradewind.tools.launching import read_run_config
 from tradewind.tools.limits import check_sampling_memory
 from tradewind.tools.runs import RunRequest, run_placement
 from tradewind.tools.spec import tool
-from tradewind.trainer import RunLayout, SampleJob, SampleOptions, TrainConfig
-from tradewind.trainer.jobs import SAMPLE_WORKER_CALLABLE, SampleWorkerJob
-from tradewind.trainer.sample_worker import LOCK_NAME, ask, connect, idle_seconds, socket_path
 
 # The generated text as JSON: most of a result's 31,000 characters (max_tokens long tokens can decode to more).
 MAX_TEXT_CHARS = 28_000

@@ -28,13 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster.jobs import utc_now
 from tradewind.core import TradewindError, atomic_write_json, configure_logging, get_logger, read_json
+from tradewind.runs import RunLayout, read_metrics
+from tradewind.runs.record import update_record
 from tradewind.tools.bounds import cut
 from tradewind.tools.context import ToolContext
 from tradewind.tools.experiments import experiment
 from tradewind.tools.launching import LaunchTrainingRequest, launch_training
 from tradewind.tools.limits import LimitReached
-from tradewind.trainer import RunLayout, read_metrics
-from tradewind.trainer.record import update_record
 
 CONTROLLER_CALLABLE = "tradewind.tools.sweep_controller:run_sweep_job"
 STATE_FILE = "sweep.json"

@@ -28,6 +28,8 @@ from tradewind.cluster import JobSpec, Resources
 from tradewind.cluster.jobs import utc_now
 from tradewind.core import InvalidInputError, TradewindError, describe_validation_error, make_id
 from tradewind.core.config import set_dotted
+from tradewind.runs import RunLayout
+from tradewind.runs.record import update_record
 from tradewind.tools.bounds import PAGE_CHARS, cut, fitting
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.datasets import resolve_dataset
@@ -49,8 +51,6 @@ from tradewind.tools.sweep_controller import (
     trial_outcome,
     write_state,
 )
-from tradewind.trainer import RunLayout
-from tradewind.trainer.record import update_record
 
 MAX_GRID = 64  # configurations of one grid sweep
 MAX_TRIALS = 256  # draws of one random sweep

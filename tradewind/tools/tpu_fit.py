@@ -25,10 +25,10 @@ from pydantic import ValidationError
 from tradewind.cluster import JobSpec, Placement, Resources
 from tradewind.cluster.tpus import TPU_COMPILE_ENV, tpu_slice
 from tradewind.core import InvalidInputError, get_logger, make_id, read_json
+from tradewind.runs import TrainConfig
+from tradewind.runs.compile import COMPILE_CALLABLE, CompileJob, TpuCompileReport
+from tradewind.runs.flops import training_memory
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
-from tradewind.trainer import TrainConfig
-from tradewind.trainer.compile import COMPILE_CALLABLE, CompileJob, TpuCompileReport
-from tradewind.trainer.flops import training_memory
 
 GIB = 2**30
 COMPILE_TIMEOUT_S = 600.0
@@ -318,12 +318,13 @@ def memory_changes(config: TrainConfig, placement: Placement) -> list[MemoryChan
 
 @functools.cache  # read once per process: every compile of a launch (and each candidate change) asks for it
 def trainer_source_hash() -> str:
-    """A hash of the trainer's source, which builds the compiled program (model, step, sharding): a report
-    cached before Tradewind itself changed is not reused."""
-    package = Path(importlib.util.find_spec("tradewind.trainer").origin).parent
+    """A hash of the source that builds the compiled program: the trainer's (model, step, sharding) and the run
+    configs it reads (`tradewind.runs`), so that a report cached before Tradewind itself changed is not reused."""
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    for name in ("tradewind.trainer", "tradewind.runs"):
+        package = Path(importlib.util.find_spec(name).origin).parent
+        for path in sorted(package.rglob("*.py")):
+            digest.update(f"{name}/{path.relative_to(package).as_posix()}".encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 from tradewind.core import TradewindError
-from tradewind.trainer.config import read_train_config
-from tradewind.trainer.layout import RunLayout
+from tradewind.runs.config import read_train_config
+from tradewind.runs.layout import RunLayout
+from tradewind.runs.record import read_record
 from tradewind.trainer.loop import train
-from tradewind.trainer.record import read_record
 from tradewind.trainer.startup import StartupClock
 
 

@@ -33,7 +33,7 @@ import orbax.checkpoint as ocp
 
 from tradewind.core import NotFoundError
 from tradewind.core.buckets import is_remote, remote_fs
-from tradewind.trainer.config import CheckpointConfig
+from tradewind.runs.config import CheckpointConfig
 from tradewind.trainer.state import TrainState
 
 

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tradewind.trainer.flops import BLOCK_LOGITS
+from tradewind.runs.flops import BLOCK_LOGITS
 
 
 def block_rows(tokens: int, vocab: int) -> int:

@@ -19,7 +19,7 @@ from tradewind.cluster.jobs import distributed_env
 from tradewind.cluster.placement import Accelerator
 from tradewind.cluster.tpu_host import describe_holders, lock_holders
 from tradewind.core import ConfigError
-from tradewind.trainer.config import DistributedConfig
+from tradewind.runs.config import DistributedConfig
 
 
 def initialize_distributed(config: DistributedConfig) -> None:

@@ -1,11 +1,8 @@
-"""What a run will need before it queues: parameters, FLOPs per token, memory, and a measured step time.
+"""The estimate's probe: a run's measured step time, in a job, beside its parameters, FLOPs per token and memory.
 
-The analytic part (`estimate_training(config, placement)`) reads the dataset's manifest for the vocabulary,
-imports no JAX and builds no model: parameter and FLOP counts come from the model config (a LoRA run's adapters
-from its `LoraConfig`, its base frozen), memory from `training_memory`, and the memory it is compared against is
-this machine's available RAM. With `probe=True` it also builds the run as `train` does
-(`setup_training`), takes the device's memory limit from JAX where the device reports one, and measures the
-seconds per step the run's loop will take:
+The analytic part is `tradewind.runs.estimate.estimate_training` (no JAX). `probe_training` adds to it what only
+the device can tell: it builds the run as `train` does (`setup_training`), takes the device's memory limit from
+JAX where the device reports one, and measures the seconds per step the run's loop will take:
 
 - a few warm-up steps go untimed: the first executions pay one-off costs (allocation, thread pools);
 - then the training loop (`run_steps`) runs stretches of steps, waiting for the device after each as a run
@@ -32,126 +29,43 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster.placement import Placement
 from tradewind.core import atomic_write_json, parse_config
 from tradewind.data import open_token_cache
-from tradewind.trainer.config import TrainConfig
-from tradewind.trainer.flops import MemoryEstimate, training_memory
+from tradewind.runs.config import TrainConfig
+from tradewind.runs.estimate import PROBE_MAX_S, PROBE_MIN_STEPS, PROBE_S, EstimateJob, TrainEstimate, estimate_training
 
 if TYPE_CHECKING:  # the probe's types; JAX is imported only when it runs
     from tradewind.trainer.setup import TrainSetup
     from tradewind.trainer.state import TrainState
 
-ESTIMATE_CALLABLE = "tradewind.trainer.estimate:estimate_job"
 PROBE_WARMUP_STEPS = 3  # untimed, after the first step: the earliest executions run slower than the rest
-PROBE_S = 2.0  # seconds of steps the probe times
-PROBE_MIN_STEPS = 10  # steps it times at least, however slow...
-PROBE_MAX_S = 30.0  # ...unless these seconds pass first
 PROBE_STRETCHES = 8  # stretches of steps the probe times at least, when steps are fast enough
 
 
-class MemoryBytes(BaseModel):
-    """Estimated training memory of one process, in bytes."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    params: int = Field(description="Weights and the trained ones' gradients.")
-    optimizer: int = Field(description="Optimizer moments.")
-    activations: int = Field(description="Activations of one microbatch, with the logits.")
-    total: int = Field(description="All of the above.")
-
-
-class TrainEstimate(BaseModel):
-    """A config's size, memory and (when probed) step time, as `estimate_training` finds them."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    parameters: int = Field(description="Trainable parameters.")
-    frozen_parameters: int = Field(0, description="LoRA's frozen base.")
-    flops_per_token: float = Field(description="Model FLOPs per trained token, forward and backward.")
-    tokens_per_step: int = Field(description="batch_size * seq_len.")
-    memory_bytes: MemoryBytes
-    device_memory_bytes: int | None = Field(description="Memory it is compared with; null: unknown.")
-    device_memory_source: str | None = Field(description="Where device_memory_bytes comes from.")
-    fits: bool | None = Field(description="memory_bytes.total fits device_memory_bytes; null: unknown.")
-    step_time_s: float | None = Field(None, description="Seconds per step in the run's loop, evals included.")
-    compile_s: float | None = Field(None, description="Seconds compiling the probe's steps.")
-    probed_steps: int | None = Field(None, description="Steps the probe timed.")
-
-
-class EstimateJob(BaseModel):
-    """An estimating process's arguments: the config to probe, where, and where its `TrainEstimate` goes."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    config: TrainConfig
-    placement: Placement = Field(default_factory=Placement)
-    output_file: str = Field(description="Where the `TrainEstimate` is written as JSON.")
-    probe_s: float = Field(
-        default=PROBE_S, gt=0, le=PROBE_MAX_S, description=f"Seconds of steps to time (at least {PROBE_MIN_STEPS})."
-    )
-
-
-def memory_bytes(memory: MemoryEstimate) -> MemoryBytes:
-    """A `training_memory` estimate split into weights, optimizer state and activations."""
-    return MemoryBytes(
-        params=memory.weight_bytes,
-        optimizer=memory.optimizer_bytes,
-        activations=memory.activation_bytes,
-        total=memory.total_bytes,
-    )
-
-
-def estimate_training(
-    config: TrainConfig, placement: Placement | None = None, probe: bool = False, probe_s: float = PROBE_S
-) -> TrainEstimate:
-    """Parameters, FLOPs per token and memory of `config` against the device's; with `probe`, its step time.
+def probe_training(config: TrainConfig, placement: Placement | None = None, probe_s: float = PROBE_S) -> TrainEstimate:
+    """`estimate_training` with the step time measured: builds and compiles the run, warms it up, then times its
+    steps (loads JAX; see the module docstring).
 
     Args:
         config: the run (`config.dataset` is a token-cache folder).
         placement: where it runs: its accelerator, and the replicas that share the batch; None: one CPU process.
-        probe: build and compile the run, warm it up, then time its steps (loads JAX; see the module docstring).
         probe_s: seconds of steps to time (at least `PROBE_MIN_STEPS` steps, at most `PROBE_MAX_S` seconds).
 
     Returns:
-        The estimate; `step_time_s`, `compile_s` and `probed_steps` only with `probe`. `parameters` are the trained
-        ones (a LoRA run's adapters), `frozen_parameters` a LoRA run's base (else 0).
+        The estimate with `step_time_s`, `compile_s` and `probed_steps`, against the device's memory.
 
     Raises:
         NotFoundError: no token cache at `config.dataset`.
-        ConfigError: `config.lora` targets projections the model does not have.
-        ConfigError, InvalidInputError: as `setup_training` (only with `probe`).
+        ConfigError, InvalidInputError: as `estimate_training` and `setup_training`.
     """
-    vocab_size = open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size
-    config = config.with_vocabulary(vocab_size)
     placement = placement or Placement()
-    counted = training_memory(config, vocab_size, placement.replicas, placement.accelerator.kind)
-    memory = memory_bytes(counted)
-    on_cpu = placement.accelerator.kind == "cpu"
-    step_time_s = compile_s = probed_steps = None
-    if probe:
-        step_time_s, probed_steps, compile_s = _probe(config, placement, probe_s)
-        device_memory, source = _device_memory()
-    elif on_cpu:
-        device_memory, source = psutil.virtual_memory().available, "available RAM"
-    else:
-        device_memory, source = None, None  # only a process on the device can ask it
-    # CPU processes of one run share this machine's memory; each accelerator process has its own device.
-    needed = memory.total * (placement.replicas if on_cpu else 1)
-    return TrainEstimate(
-        parameters=counted.params,
-        frozen_parameters=counted.frozen,
-        flops_per_token=config.flops_per_token(vocab_size),
-        tokens_per_step=config.tokens_per_step,
-        memory_bytes=memory,
-        device_memory_bytes=device_memory,
-        device_memory_source=source,
-        fits=None if device_memory is None else needed <= device_memory,
-        step_time_s=step_time_s,
-        compile_s=compile_s,
-        probed_steps=probed_steps,
+    config = config.with_vocabulary(open_token_cache(Path(config.dataset)).manifest.tokenizer.vocab_size)
+    step_time_s, probed_steps, compile_s = _probe(config, placement, probe_s)
+    estimate = estimate_training(config, placement, device_memory=_device_memory())
+    return estimate.model_copy(
+        update={"step_time_s": step_time_s, "compile_s": compile_s, "probed_steps": probed_steps}
     )
 
 
@@ -225,7 +139,7 @@ def estimate_job(**job: Any) -> None:
     """The entry of an estimating job: validates its keyword arguments as an `EstimateJob`, probes the config
     and writes the `TrainEstimate` to `output_file`."""
     request = parse_config(EstimateJob, job, source="estimate job")
-    estimate = estimate_training(request.config, request.placement, probe=True, probe_s=request.probe_s)
+    estimate = probe_training(request.config, request.placement, request.probe_s)
     atomic_write_json(Path(request.output_file), estimate.model_dump())
     print(
         f"{estimate.parameters:,} parameters; compile {estimate.compile_s:.1f}s; "

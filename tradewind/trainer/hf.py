@@ -11,22 +11,20 @@ The export loads in `transformers` (`LlamaForCausalLM`, `MistralForCausalLM`, `Q
 `Qwen3ForCausalLM` or `GPT2LMHeadModel`, and `AutoTokenizer`) without Tradewind installed. Each architecture's
 config class says how, in two tables read both ways (`hf_keys`: the `config.json` keys of its fields, from
 which `hf_config` and `from_hf_config` are derived; `hf_weights`: its tensors, in
-`tradewind.trainer.models.configs`); this module moves the tensors. The safetensors file is written and read
+`tradewind.runs.models.configs`); this module moves the tensors. The safetensors file is written and read
 here directly (an 8-byte header length, a JSON header of names, dtypes, shapes and byte offsets, then the raw
 little-endian float32 data), so neither `safetensors` nor `torch` is needed.
 
 Rotary embeddings already use HF's half-split layout, so no Llama-family weight needs a permutation.
 
-Weights are only ever loaded into the model their `config.json` describes: `model_for_init_from` gives a
-run that model (keeping what the user set only where it agrees), and `check_matches_hf` refuses any
-other before training starts.
+Weights are only ever loaded into the model their `config.json` describes: `tradewind.runs.hf`'s
+`model_for_init_from` gives a run that model (keeping what the user set only where it agrees), and its
+`check_matches_hf` refuses any other before training starts.
 
     tradewind export RUN --format hf --out DIR        (see `tradewind.trainer.cli`)
 
 Example:
     export_hf(Path("runs/r1"), Path("exports/r1"))
-    model = model_for_init_from(request.model, request.model.model_fields_set, Path("exports/r1"))  # launcher
-    check_matches_hf(model, Path("exports/r1"))  # trainer, before loading
     _, params = load_hf_params(Path("exports/r1"))  # a pure dict for `setup_training`
 """
 
@@ -35,7 +33,6 @@ from __future__ import annotations
 import json
 import struct
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +41,8 @@ import numpy as np
 from tradewind.core import ConfigError, NotFoundError, atomic_write_json
 from tradewind.core.buckets import is_remote, upload_folder
 from tradewind.data import Tokenizer, TokenizerInfo, load_tokenizer, write_hf_tokenizer_files
-from tradewind.trainer.models.base import PRESETS
-from tradewind.trainer.models.configs import ARCHITECTURES, ModelConfig
+from tradewind.runs.hf import read_hf_config
+from tradewind.runs.models.configs import ModelConfig
 
 SHARDED_INDEX = "model.safetensors.index.json"
 
@@ -91,120 +88,6 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
             raise ConfigError(f"{path}: tensor {name} has dtype {info['dtype']}; only F32, F16 and BF16 are read")
         out[name] = array.reshape(info["shape"]).astype(np.float32)
     return out
-
-
-def model_config_from_hf(data: dict[str, Any], source: str | Path = "config.json") -> ModelConfig:
-    """The `ModelConfig` that an HF `config.json` (`data`, read from `source`) describes, by its `model_type`.
-
-    Raises:
-        ConfigError: an architecture Tradewind does not have, a shape key missing, or something the
-            architecture does not implement (see its `from_hf_config`); the message names `source` and the key.
-    """
-    model_type = data.get("model_type")
-    if model_type not in ARCHITECTURES:
-        architectures = data.get("architectures")
-        named = f" ({', '.join(map(str, architectures))})" if isinstance(architectures, list) and architectures else ""
-        raise ConfigError(
-            f"{source}: model_type {model_type!r}{named} is not one of {', '.join(map(repr, ARCHITECTURES))}"
-        )
-    return ARCHITECTURES[model_type].from_hf_config(data, source)
-
-
-def read_hf_config(directory: Path) -> ModelConfig:
-    """The `ModelConfig` of HF folder `directory`'s `config.json` (see `model_config_from_hf`).
-
-    Raises:
-        NotFoundError: no `config.json`.
-        ConfigError: as `model_config_from_hf`.
-    """
-    path = Path(directory) / "config.json"
-    if not path.is_file():
-        raise NotFoundError(f"init_from: {directory} has no config.json")
-    return model_config_from_hf(json.loads(path.read_text(encoding="utf-8")), source=path)
-
-
-def model_for_init_from(model: ModelConfig, explicit: Iterable[str], directory: Path) -> ModelConfig:
-    """The model config of a run that starts from HF folder `directory`: the one its `config.json` describes.
-
-    Call it where the user's request is still at hand, since only it tells a field the user chose from a
-    default. A field the user set is kept when it agrees with the folder (a shorter `max_seq_len` agrees:
-    rotary positions have no weights); `init_std` is the user's, since every weight is loaded anyway.
-
-    Args:
-        model: the requested model config.
-        explicit: the model fields the user set (e.g. `request.model.model_fields_set`); `preset` is ignored,
-            the fields it filled in count as set.
-        directory: the HF folder of `init_from`.
-
-    Raises:
-        ConfigError: a field the user set differs from the folder's; the message names each, with both
-            values, the file and what to change.
-        NotFoundError: no `config.json`.
-    """
-    theirs = read_hf_config(directory)
-    explicit = set(explicit) - {"preset"}
-    foreign = sorted(explicit - type(theirs).model_fields.keys())
-    if foreign:
-        raise ConfigError(
-            f"init_from: {Path(directory) / 'config.json'} describes a {theirs.type!r} model, which has no "
-            f"{', '.join('model.' + name for name in foreign)}; remove {'it' if len(foreign) == 1 else 'them'}"
-        )
-    requested = theirs.model_copy(update={name: getattr(model, name) for name in explicit})
-    mismatches = _mismatches(requested, theirs)
-    if mismatches:
-        preset_fields = PRESETS.get(model.preset or "", {})
-        reasons = []
-        for name, values in mismatches.items():
-            remove = f"model.{name}" + (" and model.preset" if name in preset_fields else "")
-            value = f"at most {values[1]!r}" if name == "max_seq_len" else repr(values[1])
-            reasons.append(f"{_describe(name, values, directory)}: remove {remove} or set it to {value}")
-        raise ConfigError("init_from: " + "; ".join(reasons))
-    return requested
-
-
-def check_matches_hf(model: ModelConfig, directory: Path) -> None:
-    """Refuse to load HF folder `directory`'s weights into a model other than the one its `config.json` describes.
-
-    The trainer calls it before loading the weights, so that a run config written without
-    `model_for_init_from` cannot train silently with other rotary or norm settings than the weights had.
-    A `vocab_size` of None is not compared (it comes from the dataset; the weights' shapes are checked
-    when they load).
-
-    Raises:
-        ConfigError: naming every field that differs, with both values.
-        NotFoundError: no `config.json`.
-    """
-    mismatches = _mismatches(model, read_hf_config(directory))
-    if mismatches:
-        reasons = [_describe(name, values, directory) for name, values in mismatches.items()]
-        raise ConfigError(
-            f"init_from: {'; '.join(reasons)}; take the folder's values (launch_training does for the model "
-            f"fields it is not given)"
-        )
-
-
-def _mismatches(ours: ModelConfig, theirs: ModelConfig) -> dict[str, tuple[Any, Any]]:
-    """`{field: (ours, theirs)}` for each field in which `ours` is not the model `theirs` describes.
-
-    `preset` and `init_std` are Tradewind's own and not compared.
-    """
-    if ours.type != theirs.type:
-        return {"type": (ours.type, theirs.type)}
-    found = {}
-    for name in (name for name in type(theirs).model_fields if name not in ("preset", "init_std")):
-        mine, folder = ours.resolved(name), theirs.resolved(name)
-        # An unset vocab_size comes from the dataset later (the embedding's shape is checked on loading);
-        # a shorter max_seq_len only means shorter windows, as rotary positions have no weights.
-        if (name == "vocab_size" and mine is None) or (name == "max_seq_len" and mine <= folder):
-            continue
-        if mine != folder:
-            found[name] = (mine, folder)
-    return found
-
-
-def _describe(name: str, values: tuple[Any, Any], directory: Path) -> str:
-    ours, folder = values
-    return f"model.{name} is {ours!r} but {Path(directory) / 'config.json'} has {folder!r}"
 
 
 def to_hf_tensors(params: dict[str, Any], config: ModelConfig) -> dict[str, np.ndarray]:

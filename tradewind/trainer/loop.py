@@ -1,9 +1,9 @@
 """The training loop: `train(config, run_dir)` runs the updates and writes the run's files.
 
 What lands in the run folder (see `RunLayout`): `metrics.jsonl` rows as described in
-`tradewind.trainer.metrics`, the same scalars as TensorBoard event files under `tensorboard/` (and in
+`tradewind.runs.metrics`, the same scalars as TensorBoard event files under `tensorboard/` (and in
 W&B when `wandb_project` is set and `wandb` is installed), one log line per row on stdout, orbax
-checkpoints as `checkpoints` says, `run.json` (the run record, see `tradewind.trainer.record`) and
+checkpoints as `checkpoints` says, `run.json` (the run record, see `tradewind.runs.record`) and
 `summary.json` last, so a summary means the run finished. A step's metrics row is written before its
 checkpoint, so every checkpoint has the rows up to its step on disk.
 
@@ -43,9 +43,12 @@ from tradewind.core import (
 )
 from tradewind.core.buckets import is_remote
 from tradewind.data import open_token_cache
-from tradewind.trainer.batches import with_dataset_vocabulary
+from tradewind.runs.batches import with_dataset_vocabulary
+from tradewind.runs.config import TrainConfig
+from tradewind.runs.layout import RunLayout
+from tradewind.runs.metrics import MetricRow, TrainSummary, logged_updates, read_metrics, train_seconds
+from tradewind.runs.record import read_record, record_end, record_start
 from tradewind.trainer.checkpoint import Checkpointer, open_checkpointer, read_checkpoint
-from tradewind.trainer.config import TrainConfig
 from tradewind.trainer.distributed import (
     check_devices,
     describe_out_of_memory,
@@ -64,10 +67,7 @@ from tradewind.trainer.hooks import (
     agree,
     bits_per_byte,
 )
-from tradewind.trainer.layout import RunLayout
-from tradewind.trainer.metrics import MetricRow, TrainSummary, logged_updates, read_metrics, train_seconds
 from tradewind.trainer.plan import TimeBudget
-from tradewind.trainer.record import read_record, record_end, record_start
 from tradewind.trainer.remote import PushHook, RemoteRun, parent_files
 from tradewind.trainer.setup import TrainSetup, evaluate, init_from_params, setup_training
 from tradewind.trainer.startup import StartupClock

@@ -66,9 +66,9 @@ import numpy as np
 from flax import nnx
 
 from tradewind.core import ConfigError, atomic_write_json
-from tradewind.trainer.config import LoraConfig
+from tradewind.runs.config import LoraConfig
+from tradewind.runs.models.configs import ModelConfig
 from tradewind.trainer.hf import write_safetensors
-from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.models.layers import per_layer_params
 
 # The frozen base of an adapted model: its parameters other than the adapters.

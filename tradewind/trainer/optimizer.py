@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from tradewind.trainer.config import OptimizerConfig
+from tradewind.runs.config import OptimizerConfig
 
 UpdateRule = Callable[[OptimizerConfig], optax.GradientTransformation]
 OPTIMIZERS: dict[str, UpdateRule] = {}

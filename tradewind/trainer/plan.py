@@ -31,7 +31,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from tradewind.trainer.config import OptimizerConfig, TrainConfig
+from tradewind.runs.config import OptimizerConfig, TrainConfig
 from tradewind.trainer.optimizer import learning_rate
 
 UNPLANNED = 10**9  # a time-budgeted run's step count until its speed is measured

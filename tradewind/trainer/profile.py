@@ -52,13 +52,13 @@ from typing import Any
 import jax
 
 from tradewind.core import InvalidInputError, atomic_write_json, parse_config
-from tradewind.trainer.config import TrainConfig, read_train_config
-from tradewind.trainer.flops import training_memory
+from tradewind.runs.config import TrainConfig, read_train_config
+from tradewind.runs.flops import training_memory
+from tradewind.runs.jobs import ProfileJob
+from tradewind.runs.layout import RunLayout
+from tradewind.runs.metrics import CheckedChange, Diagnosis, PartTime, ProfileSummary, StepSplit
 from tradewind.trainer.hooks import ProfileHook, StepTiming
-from tradewind.trainer.jobs import ProfileJob
-from tradewind.trainer.layout import RunLayout
 from tradewind.trainer.loop import run_steps
-from tradewind.trainer.metrics import CheckedChange, Diagnosis, PartTime, ProfileSummary, StepSplit
 from tradewind.trainer.setup import TrainSetup, setup_training
 from tradewind.trainer.trace_summary import ranked_ops, time_by_part, trace_events, trace_file
 

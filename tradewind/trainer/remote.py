@@ -27,9 +27,9 @@ from pathlib import Path
 from tradewind.cluster.jobs import local_dir
 from tradewind.core import atomic_write_bytes
 from tradewind.core.buckets import download_folder, is_remote, join_url, read_objects, upload_files, url_name
+from tradewind.runs.layout import MIRRORED, RunLayout
 from tradewind.trainer.distributed import is_main_process
 from tradewind.trainer.hooks import CheckpointHook, Interval
-from tradewind.trainer.layout import MIRRORED, RunLayout
 from tradewind.trainer.state import TrainState
 
 PULLED = ("config.json", "run.json", "metrics.jsonl")

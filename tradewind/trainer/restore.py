@@ -20,12 +20,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tradewind.data import CacheManifest, open_token_cache
+from tradewind.runs.config import TrainConfig, read_train_config
+from tradewind.runs.layout import RunLayout
+from tradewind.runs.models.configs import ModelConfig
+from tradewind.runs.record import checkpoints_of
 from tradewind.trainer.checkpoint import read_checkpoint
-from tradewind.trainer.config import TrainConfig, read_train_config
-from tradewind.trainer.layout import RunLayout
-from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
-from tradewind.trainer.record import checkpoints_of
 from tradewind.trainer.setup import build_run_model, init_from_params, resolve_model_config, split_run_model
 from tradewind.trainer.state import TrainState
 from tradewind.trainer.step import weights_and_streams

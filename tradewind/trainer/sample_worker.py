@@ -7,7 +7,8 @@ keeps the last `CACHED_RUNS` run models it loaded (keyed by run folder and step,
 checkpoints or config change) and, through `sample.sample_tokens`, their compiled sampling programs, so a
 second call on a run skips the process start, the JAX import, the checkpoint read and the compilation.
 
-Protocol: one request per connection, one JSON line each way, at most `MAX_MESSAGE_BYTES`:
+Protocol (`tradewind.runs.sample_client`, the tools' side): one request per connection, one JSON line each way,
+at most `MAX_MESSAGE_BYTES`:
     {"op": "sample", "job": SampleJob, "log_file": "runs/r1/samples/ID.log"}  -> {"pid": 123, "error": null}
     {"op": "export", "job": ExportJob}                                        -> {"pid": 123, "error": null}
     {"op": "ping"}                                                            -> {"pid": 123, "error": null}
@@ -17,131 +18,29 @@ job does, both confined to the job's run folder; a failure answers
 hangs up (cancelled, timed out) does not stop the worker. The worker exits after `idle_s` without a request,
 or once its socket file is removed or replaced (a newer worker took over).
 
-This module imports no JAX until the worker serves: the tools import its constants and `exchange`.
-
-Example:
-    reply = exchange(socket_path(jobs_dir), {"op": "ping"}, timeout_s=5)   # {"pid": ..., "error": None}
+This module imports no JAX until the worker serves, so that JAX loads while the first caller connects.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import socket
 import sys
-import tempfile
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tradewind.core import TradewindError, parse_config
 from tradewind.core.files import write_confined
-from tradewind.trainer.jobs import ExportJob, SampleJob, SampleWorkerJob
+from tradewind.runs.jobs import ExportJob, SampleJob, SampleWorkerJob
+from tradewind.runs.sample_client import read_line, send_line
 
-SOCKET_NAME = "sample-worker.sock"
-LOCK_NAME = "sample-worker.lock"
-IDLE_ENV = "TRADEWIND_SAMPLE_WORKER_IDLE_S"
-DEFAULT_IDLE_S = 600.0
-MAX_MESSAGE_BYTES = 1 << 20
 CACHED_RUNS = 4
 TICK_S = 0.5  # how often an idle worker checks its socket file and idle time
-_SUN_PATH_MAX = 100  # sockaddr_un holds 104 (macOS) to 108 (Linux) bytes
-
-
-def socket_path(jobs_dir: Path) -> Path:
-    """The worker's socket for the workspace whose jobs folder is `jobs_dir`: in it when the path fits a
-    socket address, else a name in the temporary folder derived from it."""
-    path = Path(jobs_dir).absolute() / SOCKET_NAME
-    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
-        return path
-    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:20]
-    return Path(tempfile.gettempdir()) / f"tradewind-{digest}.sock"
-
-
-def idle_seconds() -> float:
-    """The idle timeout of a worker started now: $TRADEWIND_SAMPLE_WORKER_IDLE_S, else 10 minutes."""
-    value = os.environ.get(IDLE_ENV)
-    return float(value) if value else DEFAULT_IDLE_S
-
-
-def read_line(conn: socket.socket, on_timeout: Callable[[], None] | None = None) -> bytes | None:
-    """One message (without its newline) from `conn`, or None if the peer closed (or died) first. Each time the
-    socket's timeout passes, `on_timeout()` is called (it may raise to give up) and reading goes on.
-
-    Raises:
-        TradewindError: the message is longer than `MAX_MESSAGE_BYTES`.
-        TimeoutError: the socket's timeout passed and there is no `on_timeout`.
-    """
-    data = b""
-    while b"\n" not in data:
-        try:
-            chunk = conn.recv(65536)
-        except TimeoutError:
-            if on_timeout is None:
-                raise
-            on_timeout()
-            continue
-        except ConnectionResetError:
-            return None
-        if not chunk:
-            return None
-        data += chunk
-        if len(data) > MAX_MESSAGE_BYTES:
-            raise TradewindError(f"a sampling worker message exceeds {MAX_MESSAGE_BYTES} bytes")
-    return data.split(b"\n", 1)[0]
-
-
-def send_line(conn: socket.socket, message: dict[str, Any]) -> None:
-    data = json.dumps(message).encode() + b"\n"
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise TradewindError(f"a sampling worker message exceeds {MAX_MESSAGE_BYTES} bytes")
-    conn.sendall(data)
-
-
-def connect(path: Path) -> socket.socket | None:
-    """A connection to the worker listening at `path`, or None if none does (no socket, or a dead one's)."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(str(path))
-    except (FileNotFoundError, ConnectionRefusedError):
-        conn.close()
-        return None
-    return conn
-
-
-def ask(conn: socket.socket, request: dict[str, Any], on_timeout: Callable[[], None] | None = None) -> bytes | None:
-    """Send `request` over `conn` (then closed) and return the reply line; None if the worker died first.
-
-    Reading waits in steps of the socket's timeout, calling `on_timeout` after each (see `read_line`).
-    """
-    with conn:
-        try:
-            send_line(conn, request)
-        except (BrokenPipeError, ConnectionResetError):  # it died after taking the connection
-            return None
-        return read_line(conn, on_timeout=on_timeout)
-
-
-def exchange(path: Path, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
-    """Send `request` to the worker at `path` and return its reply; None if no worker listens there.
-
-    Raises:
-        TradewindError: the worker hung up without answering (it died) or sent something unreadable.
-        TimeoutError: no answer within `timeout_s`.
-    """
-    conn = connect(path)
-    if conn is None:
-        return None
-    conn.settimeout(timeout_s)
-    line = ask(conn, request)
-    if line is None:
-        raise TradewindError(f"the sampling worker at {path} ended before it answered")
-    return json.loads(line)
 
 
 class RunCache:
@@ -154,7 +53,7 @@ class RunCache:
     @staticmethod
     def fingerprint(run_dir: Path) -> tuple:
         """What changes when a checkpoint is added, removed or rewritten, or the config is edited."""
-        from tradewind.trainer.layout import RunLayout
+        from tradewind.runs.layout import RunLayout
 
         layout = RunLayout(run_dir)
         marks: list[tuple[str, int]] = []

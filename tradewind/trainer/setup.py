@@ -29,14 +29,15 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tradewind.core import ConfigError
 from tradewind.data import CacheManifest
-from tradewind.trainer.batches import Loader, open_run_data
-from tradewind.trainer.config import TrainConfig
-from tradewind.trainer.flops import peak_flops
-from tradewind.trainer.hf import check_matches_hf, load_hf_params
+from tradewind.runs.batches import Loader, open_run_data
+from tradewind.runs.config import TrainConfig
+from tradewind.runs.flops import peak_flops
+from tradewind.runs.hf import check_matches_hf
+from tradewind.runs.models.base import Attention, AttentionChoice
+from tradewind.runs.models.configs import ModelConfig
+from tradewind.trainer.hf import load_hf_params
 from tradewind.trainer.lora import add_adapters
 from tradewind.trainer.models import build_model, count_params
-from tradewind.trainer.models.base import Attention, AttentionChoice
-from tradewind.trainer.models.configs import ModelConfig
 from tradewind.trainer.models.layers import SPLASH_BLOCKS, stacked_params
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.plan import StepPlan

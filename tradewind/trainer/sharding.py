@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tradewind.core import ConfigError
-from tradewind.trainer.config import MeshConfig, TrainConfig
+from tradewind.runs.config import MeshConfig, TrainConfig
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")

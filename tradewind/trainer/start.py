@@ -16,7 +16,7 @@ from typing import Any
 
 from tradewind.cluster.jobs import distributed_env
 from tradewind.core import parse_config
-from tradewind.trainer.jobs import TrainJob
+from tradewind.runs.jobs import TrainJob
 from tradewind.trainer.startup import StartupClock
 
 

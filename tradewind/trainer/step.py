@@ -22,9 +22,9 @@ import optax
 from flax import nnx
 
 from tradewind.data import DocumentBatch
+from tradewind.runs.models.base import Remat
 from tradewind.trainer.cross_entropy import fused_cross_entropy
 from tradewind.trainer.lora import advance_dropout
-from tradewind.trainer.models.base import Remat
 
 Params = Any  # an nnx.State of the model's parameters
 Batch = jax.Array | DocumentBatch  # token windows [batch, seq + 1], or packed documents with their masks

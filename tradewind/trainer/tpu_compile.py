@@ -36,9 +36,9 @@ from flax import nnx
 from jax.experimental import topologies
 
 from tradewind.cluster.tpus import TpuSlice, tpu_slice
-from tradewind.trainer.compile import Collective, StepEstimate, TpuCompileReport
-from tradewind.trainer.config import TrainConfig
-from tradewind.trainer.models.configs import ModelConfig
+from tradewind.runs.compile import Collective, StepEstimate, TpuCompileReport
+from tradewind.runs.config import TrainConfig
+from tradewind.runs.models.configs import ModelConfig
 from tradewind.trainer.optimizer import build_optimizer
 from tradewind.trainer.setup import attention_kernel, build_run_model, compute_dtype, lower_steps, split_run_model
 from tradewind.trainer.sharding import (

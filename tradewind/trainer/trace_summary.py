@@ -32,8 +32,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from tradewind.trainer.metrics import OpTime
-from tradewind.trainer.models.base import MODEL_PARTS
+from tradewind.runs.metrics import OpTime
+from tradewind.runs.models.base import MODEL_PARTS
 
 _NUMBER_SUFFIX = re.compile(r"\.\d+$")
 # Events that wrap or wait for ops rather than being one; never counted, whatever their arguments.

@@ -23,7 +23,7 @@ import numpy as np
 
 from tradewind.core import InvalidInputError, TradewindError
 from tradewind.data import DocumentBatch, TokenCache, load_tokenizer
-from tradewind.trainer.batches import split_loader
+from tradewind.runs.batches import split_loader
 from tradewind.trainer.setup import TrainSetup
 from tradewind.trainer.step import Batch, Params, make_eval_step
 

@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tradewind.trainer.models.base import Attention
-from tradewind.trainer.models.configs import ModelConfig
+from tradewind.runs.models.base import Attention
+from tradewind.runs.models.configs import ModelConfig
 
 
 def build_model(

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tradewind.trainer.models.base import Attention
-from tradewind.trainer.models.configs import GPT2Config
+from tradewind.runs.models.base import Attention
+from tradewind.runs.models.configs import GPT2Config
 from tradewind.trainer.models.layers import (
     Decoder,
     attend,

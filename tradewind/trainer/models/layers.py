@@ -18,8 +18,8 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from tradewind.core import ConfigError
-from tradewind.trainer.models.base import Attention, Remat
-from tradewind.trainer.models.configs import Llama3RopeScaling, ModelConfig
+from tradewind.runs.models.base import Attention, Remat
+from tradewind.runs.models.configs import Llama3RopeScaling, ModelConfig
 from tradewind.trainer.sharding import BATCH_AXES
 
 # A key/value cache: per layer `(k, v)`, each [batch, max_len, kv_heads, head_dim], and the next position.

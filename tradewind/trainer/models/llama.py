@@ -17,8 +17,8 @@ from typing import Any
 import jax
 from flax import nnx
 
-from tradewind.trainer.models.base import Attention
-from tradewind.trainer.models.configs import LlamaConfig
+from tradewind.runs.models.base import Attention
+from tradewind.runs.models.configs import LlamaConfig
 from tradewind.trainer.models.layers import (
     Decoder,
     RMSNorm,

@@ -28,10 +28,10 @@ from tradewind.cluster.process import process_start_time
 from tradewind.core import NotFoundError, atomic_write_bytes, atomic_write_json, read_json_config
 from tradewind.core.buckets import join_url, upload_files
 from tradewind.core.files import Opener, open_plain
-from tradewind.trainer.layout import RunLayout, bucket_outputs, run_url
+from tradewind.runs.layout import RunLayout, bucket_outputs, run_url
 
 RunBackend = Literal[BackendName, "process"]
-RECORD_JOB_END_CALLABLE = "tradewind.trainer.record:record_job_end"
+RECORD_JOB_END_CALLABLE = "tradewind.runs.record:record_job_end"
 
 
 class LedgerEntry(BaseModel):

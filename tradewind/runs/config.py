@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from tradewind.core import ConfigError, NotFoundError, read_json_config
 from tradewind.core.files import Opener, open_plain
-from tradewind.trainer.models.base import AttentionChoice, Remat
-from tradewind.trainer.models.configs import LlamaConfig, ModelConfig
+from tradewind.runs.models.base import AttentionChoice, Remat
+from tradewind.runs.models.configs import LlamaConfig, ModelConfig
 
 # The projections LoRA may adapt: the Llama family's attention and MLP matrices (`tradewind.trainer.lora`).
 LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

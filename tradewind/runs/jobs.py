@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tradewind.cluster.placement import Placement
 from tradewind.core.text import MULTILINE
-from tradewind.trainer.config import TrainConfig
+from tradewind.runs.config import TrainConfig
 
 TRAIN_CALLABLE = "tradewind.trainer.start:train_job"
 SAMPLE_CALLABLE = "tradewind.trainer.sample:sample_job"

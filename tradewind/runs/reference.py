@@ -1,6 +1,6 @@
 """The config reference and presets table of `docs/trainer.md`, generated from the pydantic schema.
 
-    python -m tradewind.trainer.reference          # prints the markdown that docs/trainer.md embeds
+    python -m tradewind.runs.reference          # prints the markdown that docs/trainer.md embeds
 
 A test checks that `docs/trainer.md` holds exactly this text, so the page cannot drift from the code.
 Imports no JAX.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from tradewind.cluster.placement import Placement
-from tradewind.trainer.config import (
+from tradewind.runs.config import (
     CheckpointConfig,
     DistributedConfig,
     LoraConfig,
@@ -19,8 +19,8 @@ from tradewind.trainer.config import (
     OptimizerConfig,
     TrainConfig,
 )
-from tradewind.trainer.models.base import PRESETS
-from tradewind.trainer.models.configs import ARCHITECTURES, model_config
+from tradewind.runs.models.base import PRESETS
+from tradewind.runs.models.configs import ARCHITECTURES, model_config
 
 # (heading, field prefix, models): a config file's top level holds the launch's placement beside the TrainConfig.
 SECTIONS: list[tuple[str, str, tuple[type[BaseModel], ...]]] = [

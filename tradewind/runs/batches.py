@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tradewind.core import InvalidInputError
 from tradewind.data import DocumentLoader, PackedLoader, TokenCache, open_token_cache
-from tradewind.trainer.config import TrainConfig
+from tradewind.runs.config import TrainConfig
 
 Loader = PackedLoader | DocumentLoader
 

@@ -34,7 +34,7 @@ from tradewind.core.files import Opener, open_plain
 from tradewind.core.storage import complete_lines
 
 if TYPE_CHECKING:
-    from tradewind.trainer.config import TrainConfig
+    from tradewind.runs.config import TrainConfig
 
 MAX_ROW_PROBLEMS = 5  # skipped rows named one by one; the rest are counted
 

@@ -1,8 +1,8 @@
 """Where a training run keeps its files: one folder per run, the same names everywhere.
 
-<run>/run.json        the run record: backend and job, parent run, status (see `tradewind.trainer.record`)
+<run>/run.json        the run record: backend and job, parent run, status (see `tradewind.runs.record`)
 <run>/config.json     the validated TrainConfig the run was launched with
-<run>/metrics.jsonl   one JSON object per logged step (see `tradewind.trainer.metrics`)
+<run>/metrics.jsonl   one JSON object per logged step (see `tradewind.runs.metrics`)
 <run>/summary.json    written by the trainer at the end: parameter count, final/best losses, timing
 <run>/train.log       the training process's stdout and stderr
 <run>/checkpoints/    orbax checkpoints

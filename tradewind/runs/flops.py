@@ -2,7 +2,7 @@
 
 Imports no JAX: the tools report a configuration's size before anything trains.
 
-A model's own parameter and FLOP counts are methods of its config (`tradewind.trainer.models.configs`).
+A model's own parameter and FLOP counts are methods of its config (`tradewind.runs.models.configs`).
 
 Training memory follows Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer
 Models": a block stores `s * b * d * (34 + 5 * heads * s / d)` bytes of 16-bit activations, doubled here
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from tradewind.cluster.tpus import CHIPS
-from tradewind.trainer.config import TrainConfig
+from tradewind.runs.config import TrainConfig
 
 # A block's float32 logits in the fused cross-entropy (`cross_entropy.py`): about 32 MiB, large enough for
 # full-speed matmuls, small enough for cache.

@@ -52,7 +52,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tradewind.core import ConfigError, parse_config
-from tradewind.trainer.models.base import PRESETS, TYPE_DESCRIPTION, BaseModelConfig, HFKey, HFWeight
+from tradewind.runs.models.base import PRESETS, TYPE_DESCRIPTION, BaseModelConfig, HFKey, HFWeight
 
 DEFAULT_TYPE = "llama"
 

@@ -1,0 +1,91 @@
+"""What compiling a run for a TPU slice finds, as data: the report, its parts, and the compile job's model.
+
+`tradewind.trainer.tpu_compile` does the compiling (it loads JAX and libtpu) and `tradewind.trainer.compile`
+is the job's entry; this module imports neither, so the tools read and return its reports while the server
+stays JAX-free. `estimate_run` and `launch_training`
+submit a compile as a job on the local backend:
+
+    JobSpec(name="compile", callable="tradewind.trainer.compile:compile_job",
+            kwargs={"configs": [{...}], "vocab_size": 32768, "tpu_type": "v5litepod-16", "output_file": "..."},
+            env=TPU_COMPILE_ENV)
+
+which writes a list of `TpuCompileReport`s, one per config compiled, as JSON to `output_file`. One job compiles
+several configs in order (a run, then the changes that might make it fit, until one does): JAX and libtpu
+start once.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tradewind.runs.config import TrainConfig
+
+COMPILE_CALLABLE = "tradewind.trainer.compile:compile_job"
+
+
+class Collective(BaseModel):
+    """The collectives of one kind in a compiled step, per chip."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(description="all-gather, all-reduce, reduce-scatter, all-to-all or collective-permute.")
+    count: int = Field(description="How many the program runs (a loop's body counted once).")
+    bytes: int = Field(description="Bytes each chip sends for them, each costed as a ring over its group.")
+
+
+class StepEstimate(BaseModel):
+    """A train step's time on the slice by a roofline per chip: an estimate, not a measurement."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seconds: float = Field(description="The largest of compute_s, hbm_s and network_s: the roofline's step time.")
+    method: str = Field(description="How the figure was reached.")
+    compute_s: float = Field(description="The model's FLOPs per chip over the chip's peak bfloat16 FLOP/s.")
+    hbm_s: float = Field(description="Bytes the compiled step reads and writes over the chip's HBM bandwidth.")
+    network_s: float = Field(description="Collective bytes over the chip's ICI ring bandwidth, plus DCN.")
+    compiler_s: float | None = Field(description="XLA's own optimal_seconds, where positive; else null.")
+    mfu: float = Field(description="compute_s / seconds: the model FLOP utilisation the roofline allows.")
+    tokens_per_s_per_chip: float
+
+
+class TpuCompileReport(BaseModel):
+    """What a run would need of a TPU slice, from compiling its steps for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field(description="The TPU type, e.g. 'v5litepod-16'.")
+    slices: int
+    hosts: int = Field(description="Hosts of all slices.")
+    chips: int = Field(description="Chips of all slices: the mesh's devices.")
+    device_kind: str
+    mesh: dict[str, int] = Field(description="The mesh's axis sizes.")
+    compute_dtype: str
+    attention: str = Field(description="The attention kernel compiled: 'auto' picks splash on a TPU.")
+    compile_s: float = Field(description="Seconds compiling the train (and eval) steps on this machine.")
+    fits: bool = Field(description="The train step's HBM fits one chip's.")
+    hbm_bytes: int = Field(description="HBM per chip the train step needs; when it does not fit, at least this.")
+    hbm_available_bytes: int = Field(description="One chip's HBM (the compiler keeps a little of it for itself).")
+    arguments_bytes: int = Field(description="Parameters, optimizer state and batch held by one chip.")
+    temporaries_bytes: int = Field(description="Activations, gradients and other temporaries of one chip.")
+    eval_hbm_bytes: int | None = Field(
+        description="HBM per chip the eval step needs; null when training does not fit or only it was checked."
+    )
+    collectives: list[Collective]
+    step: StepEstimate | None = Field(description="Estimated step time; null when training does not fit.")
+    compiler_message: str | None = Field(description="The compiler's out-of-memory message, when it gave one.")
+
+
+class CompileJob(BaseModel):
+    """A compiling process's arguments: the runs to compile, their vocabulary, the target, and where the reports
+    go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    configs: list[TrainConfig] = Field(min_length=1, description="Compiled in this order.")
+    vocab_size: int = Field(gt=0)
+    tpu_type: str
+    slices: int = Field(default=1, ge=1, le=64)
+    until_fits: bool = Field(
+        False, description="Stop after the first config that fits the chip; only train steps are compiled."
+    )
+    output_file: str = Field(description="Where the list of `TpuCompileReport`s is written as JSON.")
