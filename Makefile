@@ -2,21 +2,32 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The lock: every install pins the versions CI passed with (`make lock` rebuilds it; `CONSTRAINTS=` installs without).
+CONSTRAINTS ?= constraints.txt
+PIP_INSTALL = $(BIN)/pip install --quiet $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
+# What CI installs beside the dev extra (.ci/run), and what `make lock` freezes.
+CI_EXTRAS := dev,ray,wandb,tpu
+CI_PACKAGES := torch==2.13.0 transformers safetensors peft
 
-.PHONY: demo test lint docs walkthrough serve clean
+.PHONY: demo test lint docs walkthrough serve lock clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Tradewind needs Python 3.11 or newer; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(PIP_INSTALL) -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(PIP_INSTALL) -e '.[dev]'
 	touch $@ $(VENV)/.installed
+
+$(VENV)/.installed-ci: $(VENV)/.installed-dev
+	$(PIP_INSTALL) -e '.[$(CI_EXTRAS)]'
+	$(PIP_INSTALL) $(CI_PACKAGES)
+	touch $@
 
 demo: $(VENV)/.installed
 	$(BIN)/tradewind demo
@@ -39,5 +50,15 @@ test: lint docs
 serve: $(VENV)/.installed
 	$(BIN)/tradewind serve
 
+# Rewrite constraints.txt: what CI installs, resolved afresh without the lock in .venv-lock, then frozen
+# (its header comment kept; `+cpu` dropped from torch's version so the pin matches PyPI's wheel too).
+lock:
+	rm -rf .venv-lock
+	$(MAKE) VENV=.venv-lock CONSTRAINTS= .venv-lock/.installed-ci
+	{ awk '!/^#/ {exit} {print}' constraints.txt; \
+	  .venv-lock/bin/pip freeze --exclude-editable | grep -v '^#' | sed -E 's/^([^=]+==[^+]+)\+.*/\1/'; } >constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .venv-lock
+
 clean:
-	rm -rf $(VENV) site .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-lock site .pytest_cache .ruff_cache
