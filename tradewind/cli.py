@@ -42,6 +42,7 @@ from collections.abc import Sequence
 
 from tradewind import commands
 from tradewind.cluster.cli import add_cluster_commands
+from tradewind.core.subcommands import add_command
 from tradewind.trainer.cli import add_export_command
 
 # `--no-eos` was `tokenize`'s spelling before its options came from the request (`--no-append-eos`).
@@ -141,8 +142,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="tradewind", description="Language-model training work for AI agents, over MCP."
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    register = functools.partial(add_command, subcommands, common)
 
-    serve = subcommands.add_parser("serve", parents=[common], help="run the MCP server (stdio by default)")
+    serve = register("serve", _serve, help="run the MCP server (stdio by default)")
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="HTTP port; the endpoint is /mcp (default 8765)")
@@ -187,50 +189,43 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="serve only the tools that change nothing (datasets, runs, metrics and logs to look at)",
     )
-    serve.set_defaults(handler=_serve)
 
-    demo = subcommands.add_parser(
-        "demo", parents=[common], help="run the whole agent loop over MCP on Tiny Shakespeare; prints a report path"
-    )
+    demo = register("demo", _demo, help="run the whole agent loop over MCP on Tiny Shakespeare; prints a report path")
     demo.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
-    demo.set_defaults(handler=_demo)
 
-    tokenize = subcommands.add_parser(
-        "tokenize", parents=[common], help="tokenize files into a token cache; prints the dataset id and counts"
+    tokenize = register(
+        "tokenize", commands.tokenize, help="tokenize files into a token cache; prints the dataset id and counts"
     )
     from_model(tokenize, "TokenizeDatasetRequest", positional=("input",), aliases=_TOKENIZE_ALIASES)
-    tokenize.set_defaults(handler=commands.tokenize)
 
-    train = subcommands.add_parser(
-        "train-tokenizer", parents=[common], help="train a byte-level BPE tokenizer; prints its tokenizer.json path"
+    train = register(
+        "train-tokenizer",
+        commands.train_tokenizer,
+        help="train a byte-level BPE tokenizer; prints its tokenizer.json path",
     )
     from_model(train, "TrainTokenizerRequest", positional=("input",))
-    train.set_defaults(handler=commands.train_tokenizer)
 
-    inspect = subcommands.add_parser(
-        "inspect", parents=[common], help="describe a token cache: counts, length histogram, samples, bad records"
+    inspect = register(
+        "inspect", commands.inspect, help="describe a token cache: counts, length histogram, samples, bad records"
     )
     from_model(inspect, "InspectDatasetRequest", positional=("dataset_id",))
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
-    inspect.set_defaults(handler=commands.inspect)
 
-    sample = subcommands.add_parser(
-        "sample", parents=[common], help="generate text from a run's checkpoint; prints the prompt and the text"
+    sample = register(
+        "sample", commands.sample, help="generate text from a run's checkpoint; prints the prompt and the text"
     )
     _add_sample_options(command, sample)
     sample.add_argument("--json", action="store_true", help="print the result as JSON")
-    sample.set_defaults(handler=commands.sample)
 
-    train = subcommands.add_parser(
-        "train", parents=[common], help="launch a training run from a YAML config and follow it with a progress bar"
+    train = register(
+        "train", commands.train, help="launch a training run from a YAML config and follow it with a progress bar"
     )
     _add_config_arguments(train)
     train.add_argument("--detach", action="store_true", help="print the run id and return; the run goes on")
-    train.set_defaults(handler=commands.train)
 
-    estimate = subcommands.add_parser(
+    estimate = register(
         "estimate",
-        parents=[common],
+        commands.estimate,
         help="size a run before launching it: parameters, memory fit, step time, what its budget trains",
     )
     _add_config_arguments(estimate)
@@ -241,11 +236,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--no-probe", action="store_true", help="do not compile and time its steps when no earlier run has this shape"
     )
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    estimate.set_defaults(handler=commands.estimate)
 
-    compile_ = subcommands.add_parser(
+    compile_ = register(
         "compile",
-        parents=[common],
+        commands.compile_for_slice,
         help="compile a run for a TPU slice on this machine (no TPU needed): HBM per chip, estimated step time",
     )
     _add_config_arguments(compile_)
@@ -259,17 +253,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--timeout-s", type=_positive(float), default=600.0, metavar="S", help="give up compiling after S seconds"
     )
     compile_.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    compile_.set_defaults(handler=commands.compile_for_slice)
 
-    profile = subcommands.add_parser(
-        "profile", parents=[common], help="profile a run's steps: where the time goes, a verdict, one suggestion"
+    profile = register(
+        "profile", commands.profile, help="profile a run's steps: where the time goes, a verdict, one suggestion"
     )
     from_model(profile, "ProfileRunRequest", positional=("run_id",))
     profile.add_argument("--json", action="store_true", help="print the result as JSON")
-    profile.set_defaults(handler=commands.profile)
 
-    report = subcommands.add_parser(
-        "report", parents=[common], help="write a run's report, or compare several runs; prints the report paths"
+    report = register(
+        "report", commands.report, help="write a run's report, or compare several runs; prints the report paths"
     )
     report.add_argument("runs", nargs="+", metavar="RUN", help="a run id; two or more: a comparison")
     report.add_argument(
@@ -277,9 +269,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     report.add_argument("--no-sample", action="store_true", help="no text sampled from the run's checkpoint")
     report.add_argument("--json", action="store_true", help="print the result as JSON")
-    report.set_defaults(handler=commands.report)
 
-    runs = subcommands.add_parser("runs", parents=[common], help="list, show or cancel training runs (any backend)")
+    runs = register("runs", commands.runs, help="list, show or cancel training runs (any backend)")
     actions = runs.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", parents=[common], help="the newest runs with status and losses")
     listing.add_argument("--limit", type=int, default=20)
@@ -289,7 +280,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         ("cancel", "stop a run; it keeps its checkpoints"),
     ):
         actions.add_parser(action, parents=[common], help=text).add_argument("run", help="a run id")
-    runs.set_defaults(handler=commands.runs)
 
     add_export_command(subcommands, common)
     add_cluster_commands(subcommands, common)

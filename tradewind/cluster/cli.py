@@ -15,9 +15,12 @@ so registering these commands costs `tradewind --help` nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
+
+from tradewind.core.subcommands import add_command
 
 
 def _jobs_dir(args: argparse.Namespace):
@@ -122,32 +125,26 @@ def add_cluster_commands(commands: argparse._SubParsersAction, common: argparse.
     # given before it.
     cluster = commands.add_parser("cluster", help="job backends: status, logs, cancel, pipelines")
     actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    register = functools.partial(add_command, actions, common)
 
-    status = actions.add_parser("status", parents=[common], help="backends, capacity and use, queued and running jobs")
+    status = register("status", _status, help="backends, capacity and use, queued and running jobs")
     status.add_argument(
         "--json", action="store_true", help="one JSON object per backend, each with the workspace's compile_cache"
     )
-    status.set_defaults(handler=_status)
 
-    logs = actions.add_parser("logs", parents=[common], help="print a job's log from a byte offset")
+    logs = register("logs", _logs, help="print a job's log from a byte offset")
     logs.add_argument("job_id")
     logs.add_argument("--offset", type=int, default=0, help="byte offset to start at (default 0)")
     logs.add_argument("--replica", type=int, default=0, help="replica of a gang job (default 0)")
-    logs.set_defaults(handler=_logs)
 
-    cancel = actions.add_parser("cancel", parents=[common], help="stop a queued or running job")
+    cancel = register("cancel", _cancel, help="stop a queued or running job")
     cancel.add_argument("job_id")
-    cancel.set_defaults(handler=_cancel)
 
-    clear = actions.add_parser("clear-cache", parents=[common], help="empty the workspace's compile cache (cache/xla)")
-    clear.set_defaults(handler=_clear_cache)
+    register("clear-cache", _clear_cache, help="empty the workspace's compile cache (cache/xla)")
 
-    release = actions.add_parser(
-        "release", parents=[common], help="end the workspace's warm process, freeing this host's TPU for other programs"
-    )
-    release.set_defaults(handler=_release)
+    register("release", _release, help="end the workspace's warm process, freeing this host's TPU for other programs")
 
-    pipeline = actions.add_parser("pipeline", parents=[common], help="plan (default) or run a step pipeline file")
+    pipeline = register("pipeline", _pipeline, help="plan (default) or run a step pipeline file")
     pipeline.add_argument("file", help="a Python file defining `steps` (a relative path starts at the workspace root)")
     pipeline.add_argument("--run", action="store_true", help="run the steps that are not cached (default: plan only)")
     pipeline.add_argument("--force", action="store_true", help="rerun steps that failed before")
@@ -157,4 +154,3 @@ def add_cluster_commands(commands: argparse._SubParsersAction, common: argparse.
         help="a bucket prefix (gs://, s3://): step outputs are also kept under URL/steps, and a step finished there "
         "is downloaded rather than run",
     )
-    pipeline.set_defaults(handler=_pipeline)

@@ -29,7 +29,7 @@ import queue
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Required, TypedDict, TypeVar, Unpack
 
 import numpy as np
 
@@ -41,6 +41,17 @@ _TABLE_LIMIT = 1 << 22  # windows; a table of int32 window ids up to 16 MiB per 
 _PUT_TIMEOUT_S = 0.1
 
 BatchT = TypeVar("BatchT")
+
+
+class LoaderSizes(TypedDict, total=False):
+    """The keywords every loader takes after its streams, as `StepLoader.__init__` takes and checks them."""
+
+    batch_size: Required[int]
+    seq_len: Required[int]
+    seed: int
+    shuffle: bool
+    process_index: int
+    process_count: int
 
 
 class WindowOrder:
@@ -120,16 +131,36 @@ class TokenWindows(WindowOrder):
 
 
 class StepLoader(Generic[BatchT]):
-    """What every loader shares: per-process row slicing and step-addressed, prefetching iteration.
+    """What every loader shares: its sizes, per-process row slicing and step-addressed, prefetching iteration.
 
-    A subclass sets its sizes and seed with `_init_sizes` and defines `batch(step)`; `BatchT` is what that
-    returns (an int32 array for `PackedLoader`, a `DocumentBatch` for `DocumentLoader`).
+    A subclass takes its streams, then its sizes as keywords (`**sizes: Unpack[LoaderSizes]`) that it hands
+    to `StepLoader.__init__`, and defines `batch(step)`; `BatchT` is what that returns (an int32 array for
+    `PackedLoader`, a `DocumentBatch` for `DocumentLoader`).
+
+    Args:
+        batch_size: windows per global batch (all processes together).
+        seq_len: tokens the model sees per window; a window holds (at most) `seq_len + 1` tokens so that
+            inputs are `window[:-1]` and targets `window[1:]`.
+        seed: chooses the per-epoch permutations.
+        shuffle: if False, windows come in stream order every epoch.
+        process_index: this process's index among `process_count` processes that share the batches.
+        process_count: processes reading disjoint slices of each batch (multi-host training).
+
+    Raises:
+        InvalidInputError: a negative seed, a non-positive size, or a `batch_size` that `process_count` does
+            not divide.
     """
 
-    batch_size: int
-    seq_len: int
-
-    def _init_sizes(self, batch_size: int, seq_len: int, seed: int, process_index: int, process_count: int) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        seq_len: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        process_index: int = 0,
+        process_count: int = 1,
+    ) -> None:
         if seed < 0:
             raise InvalidInputError(f"seed must be non-negative (got {seed})")
         if batch_size < 1 or seq_len < 1:
@@ -146,6 +177,7 @@ class StepLoader(Generic[BatchT]):
         self.batch_size = batch_size
         self.seq_len = seq_len
         self.seed = seed
+        self.shuffle = shuffle
         self.process_index = process_index
         self.process_count = process_count
         self.local_batch_size = batch_size // process_count
@@ -226,32 +258,18 @@ class PackedLoader(StepLoader[np.ndarray]):
     Args:
         tokens: the 1-D token stream, e.g. `TokenCache.tokens("train")` (a memmap is fine; only the
             windows of each batch are read).
-        batch_size: windows per global batch (all processes together).
-        seq_len: tokens the model sees per window; each window holds `seq_len + 1` tokens so that
-            inputs are `window[:-1]` and targets `window[1:]`.
-        seed: chooses the per-epoch permutations.
-        shuffle: if False, windows come in stream order every epoch.
-        process_index: this process's index among `process_count` processes that share the batches.
-        process_count: processes reading disjoint slices of each batch (multi-host training).
+        sizes: batch_size, seq_len, seed, shuffle, process_index, process_count, as `StepLoader` takes them;
+            each window holds `seq_len + 1` tokens.
 
     Raises:
         InvalidInputError: a non-positive size, a stream that is not 1-D, fewer windows than
             `batch_size`, or a `batch_size` that `process_count` does not divide.
     """
 
-    def __init__(
-        self,
-        tokens: Any,
-        *,
-        batch_size: int,
-        seq_len: int,
-        seed: int = 0,
-        shuffle: bool = True,
-        process_index: int = 0,
-        process_count: int = 1,
-    ):
-        self._init_sizes(batch_size, seq_len, seed, process_index, process_count)
-        self.windows = TokenWindows(tokens, seq_len, (seed,), shuffle)
+    def __init__(self, tokens: Any, **sizes: Unpack[LoaderSizes]):
+        super().__init__(**sizes)
+        batch_size, seq_len = self.batch_size, self.seq_len
+        self.windows = TokenWindows(tokens, seq_len, (self.seed,), self.shuffle)
         if self.windows.num_windows < batch_size:
             num = self.windows.num_windows
             raise InvalidInputError(
@@ -260,7 +278,6 @@ class PackedLoader(StepLoader[np.ndarray]):
                 f"seq_len, or more data (a batch needs at least {batch_size * seq_len + 1:,} tokens)"
             )
         self.tokens = tokens
-        self.shuffle = shuffle
 
     @property
     def num_windows(self) -> int:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
 from tradewind.core import InvalidInputError
-from tradewind.data.loader import StepLoader, TokenWindows
+from tradewind.data.loader import LoaderSizes, StepLoader, TokenWindows
 
 DEFAULT_BLOCK = 1024
 _CACHED_BLOCKS = 4
@@ -33,7 +33,7 @@ class MixtureLoader(StepLoader):
     Args:
         sources: 1-D token streams (e.g. several caches' `tokens("train")`).
         weights: non-negative, one per source, not all zero; normalised to sum to 1.
-        batch_size, seq_len, seed, shuffle, process_index, process_count: as in `PackedLoader`.
+        sizes: batch_size, seq_len, seed, shuffle, process_index, process_count, as `StepLoader` takes them.
         block: samples per dealing block; proportions are exact over every block.
 
     Raises:
@@ -46,15 +46,11 @@ class MixtureLoader(StepLoader):
         sources: Sequence[Any],
         weights: Sequence[float],
         *,
-        batch_size: int,
-        seq_len: int,
-        seed: int = 0,
-        shuffle: bool = True,
-        process_index: int = 0,
-        process_count: int = 1,
         block: int = DEFAULT_BLOCK,
+        **sizes: Unpack[LoaderSizes],
     ):
-        self._init_sizes(batch_size, seq_len, seed, process_index, process_count)
+        super().__init__(**sizes)
+        seq_len, seed = self.seq_len, self.seed
         if len(sources) != len(weights) or not sources:
             raise InvalidInputError(f"give one weight per source (got {len(sources)} sources, {len(weights)} weights)")
         w = np.asarray(weights, dtype=np.float64)
@@ -65,7 +61,7 @@ class MixtureLoader(StepLoader):
         self.weights = w / w.sum()
         self.block = block
         self.sources = [
-            TokenWindows(tokens, seq_len, (seed, index), shuffle, name=f"source {index}")
+            TokenWindows(tokens, seq_len, (seed, index), self.shuffle, name=f"source {index}")
             for index, tokens in enumerate(sources)
         ]
         for index, source in enumerate(self.sources):

@@ -51,12 +51,12 @@ Usage:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 import numpy as np
 
 from tradewind.core import InvalidInputError
-from tradewind.data.loader import StepLoader, WindowOrder
+from tradewind.data.loader import LoaderSizes, StepLoader, WindowOrder
 
 
 class DocumentBatch(NamedTuple):
@@ -119,12 +119,8 @@ class DocumentLoader(StepLoader[DocumentBatch]):
             makes every token a target.
         document_starts: int64: each document's start in the stream, in order from 0, then the stream's
             length.
-        batch_size: windows per global batch (all processes together).
-        seq_len: tokens the model sees per window; a window holds at most `seq_len + 1` tokens.
-        seed: chooses the per-epoch permutations.
-        shuffle: if False, windows come in stream order every epoch.
-        process_index: this process's index among `process_count` processes that share the batches.
-        process_count: processes reading disjoint slices of each batch (multi-host training).
+        sizes: batch_size, seq_len, seed, shuffle, process_index, process_count, as `StepLoader` takes them;
+            a window holds at most `seq_len + 1` tokens.
 
     Raises:
         InvalidInputError: a non-positive size, a stream or mask that is not 1-D or not as long as the
@@ -137,15 +133,10 @@ class DocumentLoader(StepLoader[DocumentBatch]):
         tokens: Any,
         loss_mask: Any | None,
         document_starts: Any,
-        *,
-        batch_size: int,
-        seq_len: int,
-        seed: int = 0,
-        shuffle: bool = True,
-        process_index: int = 0,
-        process_count: int = 1,
+        **sizes: Unpack[LoaderSizes],
     ):
-        self._init_sizes(batch_size, seq_len, seed, process_index, process_count)
+        super().__init__(**sizes)
+        batch_size, seq_len = self.batch_size, self.seq_len
         if np.ndim(tokens) != 1:
             raise InvalidInputError(f"tokens must be a 1-D stream, got shape {np.shape(tokens)}")
         if loss_mask is not None and (np.ndim(loss_mask) != 1 or len(loss_mask) != len(tokens)):
@@ -155,7 +146,7 @@ class DocumentLoader(StepLoader[DocumentBatch]):
         starts = _checked_starts(document_starts, len(tokens))
         self.piece_starts, self._window_pieces = pack_windows(starts, seq_len + 1)
         self.window_starts = self.piece_starts[self._window_pieces]
-        self.order = WindowOrder(len(self._window_pieces) - 1, (seed,), shuffle)
+        self.order = WindowOrder(len(self._window_pieces) - 1, (self.seed,), self.shuffle)
         if self.num_windows < batch_size:
             raise InvalidInputError(
                 f"the token stream has {len(tokens):,} tokens in {len(starts) - 1:,} documents, which pack into "
@@ -165,7 +156,6 @@ class DocumentLoader(StepLoader[DocumentBatch]):
         self.tokens = tokens
         self.loss_mask = loss_mask
         self.document_starts = starts
-        self.shuffle = shuffle
 
     @property
     def num_windows(self) -> int:

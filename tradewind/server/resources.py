@@ -71,6 +71,8 @@ RUN_PARTS = {
 # A report's files in reports/: `<report_id>.md` and its figure `<report_id>-loss.png` (a run's own report has the
 # run's id).
 REPORT_SUFFIX = {"text": ".md", "plot": "-loss.png"}
+# A report's resources: the part, its name, title and MIME type.
+REPORT_PARTS = {"text": ("report", "Report", MARKDOWN), "plot": ("report-plot", "Report plots", PNG)}
 RUN_LIST_URI = "tradewind://runs"
 
 T = TypeVar("T")
@@ -127,8 +129,8 @@ def schema_uri(tool: str) -> str:
 LINKS: dict[str, tuple[str, str, str, str]] = {
     **{part: ("run_id", run_uri("{id}", part), *RUN_PARTS[part]) for part in ("config", "metrics", "logs", "profile")},
     "manifest": ("dataset_id", dataset_uri("{id}"), "Dataset manifest", JSON),
-    "report": ("report_id", report_uri("{id}"), "Report", MARKDOWN),
-    "report_plot": ("report_id", report_uri("{id}", "plot"), "Report plots", PNG),
+    "report": ("report_id", report_uri("{id}"), *REPORT_PARTS["text"][1:]),
+    "report_plot": ("report_id", report_uri("{id}", "plot"), *REPORT_PARTS["plot"][1:]),
 }
 
 
@@ -151,6 +153,14 @@ def _run_resource(server: MCPServer, part: str, description: str) -> Callable[[C
     )
 
 
+def _report_resource(server: MCPServer, part: str, description: str) -> Callable[[Callable[..., Any]], Any]:
+    """The decorator that serves a report's text or plot (`part`), with its name, title and MIME type from
+    `REPORT_PARTS`."""
+    name, title, mime_type = REPORT_PARTS[part]
+    uri = report_uri("{report_id}", None if part == "text" else part)
+    return server.resource(uri, name=name, title=title, description=description, mime_type=mime_type)
+
+
 def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[str, dict[str, Any]]) -> None:
     """Serve the run list, each skill, and the run, report, sweep, dataset, skill and tool-schema resource templates
     on `server`, reading `ctx`'s workspace; `tool_schemas` holds each listed tool's whole input schema."""
@@ -160,12 +170,14 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
     read_run, read_dataset = workspace.reader("run_id"), workspace.reader("dataset_id")
     read_report = workspace.reader("report_id")
 
-    def run_file(run_id: str, part: str, what: str) -> Path:
+    def known_run(run_id: str) -> str:
+        """`run_id`, once its run folder is found (a resource error otherwise)."""
         _found(lambda: workspace.run_dir(run_id))
-        path = run_part_path(workspace, run_id, part)
-        if not (path.exists() or path.is_symlink()):  # a link is opened to be refused
-            raise ResourceNotFoundError(f"run {run_id!r} has no {what} yet ({path.name} is missing)")
-        return path
+        return run_id
+
+    def run_file(run_id: str, part: str, what: str) -> Path:
+        path = run_part_path(workspace, known_run(run_id), part)
+        return _existing(path, f"run {run_id!r} has no {what} yet ({path.name} is missing)")
 
     @server.resource(
         RUN_LIST_URI,
@@ -189,22 +201,19 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         f"the last {MAX_RESOURCE_CHARS:,} characters when longer.",
     )
     def run_metrics(run_id: str) -> str:
-        path = run_file(run_id, "metrics", "metrics")
-        return _tail(
-            read_run,
-            path,
-            f"every row of a step range with the `read_metrics` tool (run_id {run_id!r}, start_step, end_step)",
+        how_to_page = (
+            f"every row of a step range with the `read_metrics` tool (run_id {run_id!r}, start_step, end_step)"
         )
+        return _tail(read_run, run_file(run_id, "metrics", "metrics"), how_to_page)
 
     @_run_resource(server, "logs", f"A run's training log; the last {MAX_RESOURCE_CHARS:,} characters when longer.")
     def run_logs(run_id: str) -> str:
-        path = run_file(run_id, "logs", "log")
-        return _tail(read_run, path, f"`get_run` (run_id {run_id!r}) names the whole file as `log_file`")
+        how_to_page = f"`get_run` (run_id {run_id!r}) names the whole file as `log_file`"
+        return _tail(read_run, run_file(run_id, "logs", "log"), how_to_page)
 
     @_run_resource(server, "report", "A run's markdown report, once the `summarize_report` tool has written it.")
     def run_report(run_id: str) -> str:
-        _found(lambda: workspace.run_dir(run_id))
-        return report_text(run_id)
+        return report_text(known_run(run_id))
 
     @_run_resource(
         server,
@@ -212,50 +221,30 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         "A run's loss, learning-rate, grad-norm and throughput plots (PNG), once `summarize_report` has drawn them.",
     )
     def run_plot(run_id: str) -> bytes:
-        _found(lambda: workspace.run_dir(run_id))
-        return report_plot(run_id)
+        return report_plot(known_run(run_id))
 
     @_run_resource(
-        server,
-        "profile",
-        "What the `profile_run` tool measured (profile/summary.json), with its trace folder.",
+        server, "profile", "What the `profile_run` tool measured (profile/summary.json), with its trace folder."
     )
     def run_profile(run_id: str) -> str:
-        profile = run_file(run_id, "profile", "profile")
-        return _whole_json(read_run, profile, "profile_run")
+        return _whole_json(read_run, run_file(run_id, "profile", "profile"), "profile_run")
 
-    @server.resource(
-        report_uri("{report_id}"),
-        name="report",
-        title="Report",
-        description="A report `summarize_report` wrote, on one run or several (its result's report_id).",
-        mime_type=MARKDOWN,
+    @_report_resource(
+        server, "text", "A report `summarize_report` wrote, on one run or several (its result's report_id)."
     )
     def report_text(report_id: str) -> str:
         path = report_file(report_id, "text")
         return _head(read_report, path, f"the whole report is {path}")
 
-    @server.resource(
-        report_uri("{report_id}", "plot"),
-        name="report-plot",
-        title="Report plots",
-        description="A report's figure (PNG): one run's curves, or several runs' overlaid.",
-        mime_type=PNG,
-    )
+    @_report_resource(server, "plot", "A report's figure (PNG): one run's curves, or several runs' overlaid.")
     def report_plot(report_id: str) -> bytes:
-        path = report_file(report_id, "plot")
-        with _found(lambda: read_report(path)) as f:
-            if os.fstat(f.fileno()).st_size > MAX_IMAGE_BYTES:
-                raise ResourceError(f"{path} is over the {MAX_IMAGE_BYTES:,} bytes an image resource serves")
-            return f.read()
+        return _image(read_report, report_file(report_id, "plot"))
 
     def report_file(report_id: str, part: str) -> Path:
         path = workspace.reports_dir / (_found(lambda: check_id(report_id, "report_id")) + REPORT_SUFFIX[part])
-        if not (path.exists() or path.is_symlink()):  # a link is opened to be refused
-            raise ResourceNotFoundError(
-                f"no report {report_id!r} yet: call the `summarize_report` tool (run_id, or run_ids for several runs)"
-            )
-        return path
+        return _existing(
+            path, f"no report {report_id!r} yet: call the `summarize_report` tool (run_id, or run_ids for several runs)"
+        )
 
     @server.resource(
         sweep_uri("{sweep_id}"),
@@ -275,13 +264,9 @@ def register_resources(server: MCPServer, ctx: ToolContext, tool_schemas: dict[s
         mime_type=JSON,
     )
     def dataset_manifest(dataset_id: str) -> str:
-        folder = _found(lambda: workspace.dataset_dir(dataset_id))
-        path = folder / "manifest.json"
-        if not (path.exists() or path.is_symlink()):
-            raise ResourceNotFoundError(
-                f"dataset {dataset_id!r} has no manifest.json: it is not a complete token cache"
-            )
-        return _whole_json(read_dataset, path, "inspect_dataset")
+        path = _found(lambda: workspace.dataset_dir(dataset_id)) / "manifest.json"
+        missing = f"dataset {dataset_id!r} has no manifest.json: it is not a complete token cache"
+        return _whole_json(read_dataset, _existing(path, missing), "inspect_dataset")
 
     @server.resource(
         skill_uri("{name}"),
@@ -337,6 +322,21 @@ def _found(read: Callable[[], T]) -> T:
         raise ResourceNotFoundError(str(err)) from err
     except TradewindError as err:
         raise ResourceError(str(err)) from err
+
+
+def _existing(path: Path, missing: str) -> Path:
+    """`path` where it is there (a link too: the confined open refuses it), else ResourceNotFoundError(`missing`)."""
+    if not (path.exists() or path.is_symlink()):
+        raise ResourceNotFoundError(missing)
+    return path
+
+
+def _image(opener: Opener, path: Path) -> bytes:
+    """An image file's bytes; one over `MAX_IMAGE_BYTES` is refused."""
+    with _found(lambda: opener(path)) as f:
+        if os.fstat(f.fileno()).st_size > MAX_IMAGE_BYTES:
+            raise ResourceError(f"{path} is over the {MAX_IMAGE_BYTES:,} bytes an image resource serves")
+        return f.read()
 
 
 def _read_text(opener: Opener, path: Path) -> str:

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tradewind.core.subcommands import add_command
+
 
 def _export(args: argparse.Namespace) -> int:
     from tradewind.core import Workspace
@@ -37,7 +39,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def add_export_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Register `export` on the `tradewind` command's subparsers."""
-    export = commands.add_parser("export", parents=[common], help="export a run to Hugging Face format")
+    export = add_command(commands, common, "export", _export, help="export a run to Hugging Face format")
     export.add_argument("run", help="a run id in the workspace, or a run folder")
     export.add_argument(
         "--format",
@@ -49,7 +51,6 @@ def add_export_command(commands: argparse._SubParsersAction, common: argparse.Ar
         "--out", required=True, help="output folder (a relative one is taken from the workspace root), or gs:// s3://"
     )
     export.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
-    export.set_defaults(handler=_export)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
