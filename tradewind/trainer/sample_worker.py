@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tradewind.core import TradewindError, parse_config
-from tradewind.core.files import write_confined
-from tradewind.runs.jobs import ExportJob, SampleJob, SampleWorkerJob
+from tradewind.runs.jobs import ExportJob, SampleJob, SampleWorkerJob, write_sample
 from tradewind.runs.sample_client import read_line, send_line
 
 CACHED_RUNS = 4
@@ -81,13 +80,6 @@ class RunCache:
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
         return loaded, tokenizer
-
-
-def write_sample(job: SampleJob, text: str, path: str | None = None) -> None:
-    """Write `text` to `path` (default: the job's output file) atomically, confined to the job's run folder: a
-    symlink planted there (`samples/` leading out) is refused, not followed."""
-    run_dir = Path(job.run_dir).resolve()
-    write_confined(path or job.output_file, text.encode("utf-8"), roots=(run_dir,), argument="run_id")
 
 
 def _sample(request: dict[str, Any], cache: RunCache) -> None:
