@@ -33,7 +33,7 @@ _LAZY = {
     "register_optimizer": "tradewind.trainer.optimizer",
     "build_optimizer": "tradewind.trainer.optimizer",
     "build_schedule": "tradewind.trainer.optimizer",
-    "Checkpointer": "tradewind.trainer.checkpoint",
+    "Checkpointer": "tradewind.trainer.orbax_checkpoint",
     "read_checkpoint": "tradewind.trainer.checkpoint",
     "load_run_model": "tradewind.trainer.restore",
     "sample_run": "tradewind.trainer.sample",
