@@ -38,7 +38,7 @@ _LAZY = {
     "load_run_model": "tradewind.trainer.restore",
     "sample_run": "tradewind.trainer.sample",
     "sample_tokens": "tradewind.trainer.sample",
-    "export_hf": "tradewind.trainer.hf",
+    "export_hf": "tradewind.trainer.export",
     "load_hf_params": "tradewind.trainer.hf",
     "profile_training": "tradewind.trainer.profile",
 }

@@ -94,7 +94,7 @@ def _sample(request: dict[str, Any], cache: RunCache) -> None:
 
 
 def _export(request: dict[str, Any], cache: RunCache) -> None:
-    from tradewind.trainer.hf import export_hf
+    from tradewind.trainer.export import export_hf
 
     job = parse_config(ExportJob, request.get("job"), source="export request")
     export_hf(Path(job.run_dir), Path(job.out_dir), peft=job.peft)
