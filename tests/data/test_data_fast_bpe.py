@@ -137,9 +137,9 @@ def test_a_word_level_tokenizer_falls_back(tmp_path):
 def test_a_tokenizer_that_tiktoken_would_encode_differently_falls_back(tmp_path):
     # Merges (b,c) then (a,b) then (ab,c): tokenizers never joins "a" and "bc", tiktoken joins any pair whose
     # concatenation is a token, so it reads "abc" as one token. The structure passes; the probes catch it.
-    from tradewind.data.tokenizers import _byte_symbols
+    from tradewind.data.byte_level import byte_symbols
 
-    vocab = {"<|endoftext|>": 0} | {symbol: i + 1 for i, symbol in enumerate(_byte_symbols())}
+    vocab = {"<|endoftext|>": 0} | {symbol: i + 1 for i, symbol in enumerate(byte_symbols())}
     vocab |= {"bc": 257, "ab": 258, "abc": 259}
     tokenizer = hf.Tokenizer(hf.models.BPE(vocab=vocab, merges=[("b", "c"), ("a", "b"), ("ab", "c")]))
     tokenizer.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -35,7 +35,8 @@ from tradewind.tools import (
     summarize_report,
     tokenize_dataset,
 )
-from tradewind.trainer.hf import export_hf, load_hf_params
+from tradewind.trainer.export import export_hf
+from tradewind.trainer.hf import load_hf_params
 from tradewind.trainer.lora import FROZEN
 
 pytestmark = pytest.mark.slow

@@ -14,13 +14,12 @@ from tradewind.cli import main
 from tradewind.cluster import JobSpec, JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
 from tradewind.runs import RunLayout
-from tradewind.runs.jobs import SAMPLE_CALLABLE, SampleJob, SampleOptions
+from tradewind.runs.jobs import SAMPLE_CALLABLE, SampleJob, SampleOptions, write_sample
 from tradewind.runs.sample_client import socket_path
 from tradewind.server.adapter import as_mcp_tool
 from tradewind.tools import ToolContext
 from tradewind.tools.context import Cancelled
 from tradewind.tools.sampling import SampleTextRequest, sample_text
-from tradewind.trainer.sample_worker import write_sample
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ from tradewind.tools.report_data import load_run
 from tradewind.tools.reports import SummarizeReportRequest, render_run, summarize_report
 from tradewind.tools.runs import RunRequest
 from tradewind.tools.sweeps import LaunchSweepRequest, launch_sweep
-from tradewind.trainer.hf import export_hf
+from tradewind.trainer.export import export_hf
 
 AUDIT = Path(__file__).parent / "open_audit"
 CONSTANT = {"optimizer": {"learning_rate": 1e-2, "warmup_steps": 0, "schedule": "constant"}}

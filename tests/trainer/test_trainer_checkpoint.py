@@ -15,7 +15,8 @@ from polling import wait_until
 from tradewind.core import NotFoundError, read_json
 from tradewind.runs import RunLayout, read_metrics
 from tradewind.runs.config import CheckpointConfig
-from tradewind.trainer.checkpoint import Checkpointer, read_checkpoint
+from tradewind.trainer.checkpoint import read_checkpoint
+from tradewind.trainer.orbax_checkpoint import Checkpointer
 from tradewind.trainer.state import TrainState
 
 

@@ -15,7 +15,8 @@ from tradewind.runs import GPT2Config, model_config
 from tradewind.runs.hf import check_matches_hf, model_for_init_from, read_hf_config
 from tradewind.runs.models.configs import Llama3RopeScaling
 from tradewind.trainer import train
-from tradewind.trainer.hf import export_hf, load_hf_params, read_safetensors, write_hf_model, write_safetensors
+from tradewind.trainer.export import export_hf
+from tradewind.trainer.hf import load_hf_params, read_safetensors, write_hf_model, write_safetensors
 from tradewind.trainer.models import build_model, init_cache
 from tradewind.trainer.restore import load_run_model
 from tradewind.trainer.setup import setup_training

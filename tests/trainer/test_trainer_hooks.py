@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tradewind.runs import CheckpointConfig, MetricRow, RunLayout, TrainConfig, read_metrics
-from tradewind.trainer.checkpoint import Checkpointer
 from tradewind.trainer.hooks import CheckpointHook, ProfileHook, RunWriters
+from tradewind.trainer.orbax_checkpoint import Checkpointer
 from tradewind.trainer.plan import StepPlan
 
 

@@ -33,20 +33,35 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from tradewind.core import InvalidInputError
 from tradewind.data.bad_records import RecordError
 
-if TYPE_CHECKING:
-    from tradewind.data.tokenizers import HFTokenizer, Tokenizer
-
 ROLES = ("system", "user", "assistant")
 # transformers fills `thinking` and `reasoning_content` from whichever of these a message has.
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 Messages = Sequence[Mapping[str, Any]]
+
+
+class ChatTokenizer(Protocol):
+    """What this module asks of a tokenizer. `tokenizers.HFTokenizer` is one (that module imports this one, so the
+    protocol is declared here); a shard's wrapper of a tokenizer that reports progress has the two encodes, and a
+    prompt_completion record needs only `encode_batch`, which every `Tokenizer` has."""
+
+    def render_chat(self, messages: Messages, add_generation_prompt: bool = False) -> str:
+        """`messages` rendered with the tokenizer's chat template."""
+        ...
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens."""
+        ...
+
+    def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Each text's ids and each id's character span in the text."""
+        ...
 
 
 class ChatTemplateError(InvalidInputError):
@@ -199,7 +214,7 @@ def message_problem(messages: Any) -> str | None:
     return None
 
 
-def reply_end_id(tokenizer: HFTokenizer) -> int | None:
+def reply_end_id(tokenizer: ChatTokenizer) -> int | None:
     """The token that ends a reply in `tokenizer`'s chat template: the first of what it writes after a reply's
     text (ChatML's `<|im_end|>`, Llama 3's `<|eot_id|>`, or EOS itself), which a chat fine-tune learns to emit;
     None when the template writes nothing there. A base model's EOS (`<|endoftext|>`) is often another token.
@@ -309,7 +324,7 @@ class ChatExamples:
 
     eos_target = False  # the template's end-of-turn text ends each reply; an EOS after the record is no reply
 
-    def __init__(self, tokenizer: HFTokenizer):
+    def __init__(self, tokenizer: ChatTokenizer):
         self.tokenizer = tokenizer
 
     def prepare(self, record: dict[str, Any]) -> Example:
@@ -333,7 +348,7 @@ class ChatExamples:
         key = json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
         return Example(texts=(text,), spans=tuple(spans), key=key)
 
-    def encode(self, examples: Sequence[Example], tokenizer: Tokenizer) -> list[tuple[list[int], np.ndarray]]:
+    def encode(self, examples: Sequence[Example], tokenizer: ChatTokenizer) -> list[tuple[list[int], np.ndarray]]:
         """The ids and loss mask of each example, from one pass of `tokenizer` (an `HFTokenizer`, or the build's
         wrapper of it that reports progress) that gives each id's character span too."""
         encoded = tokenizer.encode_with_offsets([example.texts[0] for example in examples])
@@ -367,7 +382,7 @@ class PromptCompletionExamples:
         key = json.dumps([prompt, completion], ensure_ascii=False).encode("utf-8")
         return Example(texts=(prompt, completion), spans=(), key=key)
 
-    def encode(self, examples: Sequence[Example], tokenizer: Tokenizer) -> list[tuple[list[int], np.ndarray]]:
+    def encode(self, examples: Sequence[Example], tokenizer: ChatTokenizer) -> list[tuple[list[int], np.ndarray]]:
         """The ids and loss mask of each example: 0 over the prompt, 1 over the completion."""
         ids = tokenizer.encode_batch([text for example in examples for text in example.texts])
         out = []

@@ -22,7 +22,7 @@ from typing import Any
 
 import tokenizers as hf
 
-from tradewind.data.tokenizers import _byte_symbols
+from tradewind.data.byte_level import byte_symbols
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def _ranks(spec: dict) -> tuple[dict[bytes, int], dict[str, int]]:
     _require(not any(a != b and a in b for a in contents for b in contents), "one added token contains another")
 
     vocab: dict[str, int] = model["vocab"]
-    symbols = _byte_symbols()
+    symbols = byte_symbols()
     _require(all(symbol in vocab for symbol in symbols), "a byte symbol is missing from the vocabulary")
     ranks = {bytes([byte]): vocab[symbol] for byte, symbol in enumerate(symbols)}
     # Byte-level text to bytes: each symbol becomes its byte as a Latin-1 character; any other character

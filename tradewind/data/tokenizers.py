@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import tokenizers as hf
@@ -31,10 +31,9 @@ import tokenizers as hf
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_json, atomic_write_text
 from tradewind.core.buckets import is_remote, remote_fs, scheme_of
 from tradewind.core.files import open_regular
+from tradewind.data.byte_level import byte_symbols
 from tradewind.data.chat import ChatTemplate, Messages, message_problem
-
-if TYPE_CHECKING:
-    from tradewind.data.fast_bpe import FastBPE
+from tradewind.data.fast_bpe import FastBPE, build_fast_encoder, fast_bpe_enabled, library_versions
 
 # Tried in order when a tokenizer.json does not say which token ends a document.
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "[SEP]")
@@ -122,7 +121,7 @@ class ByteTokenizer:
         the byte's value, so any text encodes to its UTF-8 bytes; EOS and BOS are special tokens 256 and
         257. Regex splitting is off, as it would only split words that no merge could join anyway.
         """
-        vocab = {symbol: byte for byte, symbol in enumerate(_byte_symbols())}
+        vocab = {symbol: byte for byte, symbol in enumerate(byte_symbols())}
         tokenizer = hf.Tokenizer(hf.models.BPE(vocab=vocab, merges=[]))
         tokenizer.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         tokenizer.decoder = hf.decoders.ByteLevel()
@@ -204,13 +203,6 @@ def _token_text(value: Any, name: str, where: str) -> str | None:
     if isinstance(value, dict) and isinstance(value.get("content"), str):
         return value["content"]
     raise InvalidInputError(f"{where}: {name} is a {type(value).__name__}, expected a token's text")
-
-
-def _byte_symbols() -> list[str]:
-    """GPT-2's printable stand-in for each byte 0-255: itself if printable Latin-1, else a character from U+0100 on."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    others = iter(range(256, 512))
-    return [chr(byte) if byte in printable else chr(next(others)) for byte in range(256)]
 
 
 class HFTokenizer:
@@ -341,8 +333,6 @@ class HFTokenizer:
         # Decided once per object; a restored copy in a worker skips the probes when the sending process
         # ran them under the same library versions (`_fast_checked`).
         if self._fast is _UNDECIDED:
-            from tradewind.data.fast_bpe import build_fast_encoder, fast_bpe_enabled, library_versions
-
             self._fast = None
             if fast_bpe_enabled():
                 checked = self._fast_checked is not None and self._fast_checked == library_versions()
@@ -408,8 +398,6 @@ class HFTokenizer:
         data, eos_token = self._definition
         checked = None
         if self._fast_encoder() is not None:
-            from tradewind.data.fast_bpe import library_versions
-
             checked = library_versions()
         return _restore_hf_tokenizer, (self.name, data, eos_token, self.fingerprint, checked, self.config)
 

@@ -13,11 +13,13 @@ Example:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tradewind.cluster.placement import Placement
+from tradewind.core.files import write_confined
 from tradewind.core.text import MULTILINE
 from tradewind.runs.config import TrainConfig
 
@@ -89,6 +91,14 @@ class SampleJob(SampleOptions):
 
     run_dir: str = Field(description="The run folder whose checkpoints to sample from.")
     output_file: str = Field(description="Where the result (a `SampleOutput`) is written as JSON.")
+
+
+def write_sample(job: SampleJob, text: str, path: str | None = None) -> None:
+    """Write `text` to `path` (default: the job's output file) atomically, confined to the job's run folder: a
+    symlink planted there (`samples/` leading out) is refused, not followed. The sampling job and the warm
+    worker both write their results through it."""
+    run_dir = Path(job.run_dir).resolve()
+    write_confined(path or job.output_file, text.encode("utf-8"), roots=(run_dir,), argument="run_id")
 
 
 class ExportJob(BaseModel):

@@ -37,7 +37,7 @@ from jax.experimental import multihost_utils
 from tradewind.cluster.jobs import local_dir
 from tradewind.core.buckets import MARKER, download_folder, join_url, remote_fs, upload_folder
 from tradewind.runs.config import CheckpointConfig
-from tradewind.trainer.checkpoint import Checkpointer
+from tradewind.trainer.orbax_checkpoint import Checkpointer
 from tradewind.trainer.state import TrainState
 
 

@@ -23,7 +23,7 @@ from tradewind.core.subcommands import add_command
 def _export(args: argparse.Namespace) -> int:
     from tradewind.core import Workspace
     from tradewind.core.buckets import is_remote
-    from tradewind.trainer.hf import export_hf
+    from tradewind.trainer.export import export_hf
 
     workspace = Workspace.from_env(args.workspace, tuple(getattr(args, "allow_path", ())))
     run_dir = workspace.run_folder(args.run)

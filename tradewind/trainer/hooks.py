@@ -26,8 +26,8 @@ from tradewind.core import TradewindError, append_jsonl
 from tradewind.runs.config import TrainConfig
 from tradewind.runs.layout import RunLayout
 from tradewind.runs.metrics import MetricRow
-from tradewind.trainer.checkpoint import Checkpointer
 from tradewind.trainer.distributed import is_main_process
+from tradewind.trainer.orbax_checkpoint import Checkpointer
 from tradewind.trainer.plan import UNPLANNED, StepPlan
 from tradewind.trainer.setup import TrainSetup, evaluate
 from tradewind.trainer.startup import StartupClock

@@ -48,7 +48,7 @@ from tradewind.runs.config import TrainConfig
 from tradewind.runs.layout import RunLayout
 from tradewind.runs.metrics import MetricRow, TrainSummary, logged_updates, read_metrics, train_seconds
 from tradewind.runs.record import read_record, record_end, record_start
-from tradewind.trainer.checkpoint import Checkpointer, open_checkpointer, read_checkpoint
+from tradewind.trainer.checkpoint import open_checkpointer, read_checkpoint
 from tradewind.trainer.distributed import (
     check_devices,
     describe_out_of_memory,
@@ -67,6 +67,7 @@ from tradewind.trainer.hooks import (
     agree,
     bits_per_byte,
 )
+from tradewind.trainer.orbax_checkpoint import Checkpointer
 from tradewind.trainer.plan import TimeBudget
 from tradewind.trainer.remote import PushHook, RemoteRun, parent_files
 from tradewind.trainer.setup import TrainSetup, evaluate, init_from_params, setup_training

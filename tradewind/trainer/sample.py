@@ -32,11 +32,10 @@ from pydantic import BaseModel
 from tradewind.core import InvalidInputError, parse_config
 from tradewind.data import ChatTemplateError, Tokenizer, load_tokenizer
 from tradewind.data.chat import reply_end_id
-from tradewind.runs.jobs import ChatMessage, SampleJob, SampleOptions
+from tradewind.runs.jobs import ChatMessage, SampleJob, SampleOptions, write_sample
 from tradewind.runs.models.configs import ModelConfig
 from tradewind.trainer.models import init_cache
 from tradewind.trainer.restore import LoadedRun, load_run_model
-from tradewind.trainer.sample_worker import write_sample
 
 # Compiled sampling programs kept per process: (id(graphdef), config, options) -> (graphdef, jitted function).
 COMPILED_PROGRAMS = 16

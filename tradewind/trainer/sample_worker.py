@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tradewind.core import TradewindError, parse_config
-from tradewind.core.files import write_confined
-from tradewind.runs.jobs import ExportJob, SampleJob, SampleWorkerJob
+from tradewind.runs.jobs import ExportJob, SampleJob, SampleWorkerJob, write_sample
 from tradewind.runs.sample_client import read_line, send_line
 
 CACHED_RUNS = 4
@@ -83,13 +82,6 @@ class RunCache:
         return loaded, tokenizer
 
 
-def write_sample(job: SampleJob, text: str, path: str | None = None) -> None:
-    """Write `text` to `path` (default: the job's output file) atomically, confined to the job's run folder: a
-    symlink planted there (`samples/` leading out) is refused, not followed."""
-    run_dir = Path(job.run_dir).resolve()
-    write_confined(path or job.output_file, text.encode("utf-8"), roots=(run_dir,), argument="run_id")
-
-
 def _sample(request: dict[str, Any], cache: RunCache) -> None:
     from tradewind.trainer.sample import sample_loaded
 
@@ -102,7 +94,7 @@ def _sample(request: dict[str, Any], cache: RunCache) -> None:
 
 
 def _export(request: dict[str, Any], cache: RunCache) -> None:
-    from tradewind.trainer.hf import export_hf
+    from tradewind.trainer.export import export_hf
 
     job = parse_config(ExportJob, request.get("job"), source="export request")
     export_hf(Path(job.run_dir), Path(job.out_dir), peft=job.peft)
