@@ -205,14 +205,14 @@ def estimate(args: argparse.Namespace) -> int:
 def compile_for_slice(args: argparse.Namespace) -> int:
     """Compile a run for a TPU slice on this machine (`estimate_run` with a TPU accelerator): HBM per chip
     against the chip's, and the estimated step time, MFU and what the budget trains."""
+    from tradewind.cluster.placement import tpu_accelerator
     from tradewind.core import load_config
     from tradewind.tools import LaunchTrainingRequest
     from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
     from tradewind.tools.tpu_fit import require_libtpu
 
     require_libtpu()  # estimate_run would fall back to the analytic estimate
-    # The option names a TPU type, with or without `tpu-`; without it, this host's chips.
-    accelerator = f"tpu-{args.accelerator.removeprefix('tpu-')}" if args.accelerator else "tpu"
+    accelerator = tpu_accelerator(args.accelerator)  # a TPU type, with or without `tpu-`; none: this host's chips
     placement = [f"accelerator={accelerator}", f"slices={args.slices}"]
     config = load_config(LaunchTrainingRequest, args.config, overrides=[*args.set, *placement])
     request = EstimateRunRequest(config=config.model_dump(mode="json", exclude_unset=True), timeout_s=args.timeout_s)

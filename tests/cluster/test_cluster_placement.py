@@ -4,7 +4,9 @@ Issue 24 measured the accelerator string parsed 7 times per launch in 11 files, 
 ledger fields mixed into the trainer's config; these tests hold the typed split in place.
 """
 
+import ast
 import re
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -12,6 +14,7 @@ from pydantic import ValidationError
 from tradewind.cluster import Placement, parse_accelerator, tpu_topology
 from tradewind.cluster import placement as placement_module
 from tradewind.cluster.backends import BACKENDS
+from tradewind.cluster.placement import tpu_accelerator
 from tradewind.runs import LedgerEntry, TrainConfig
 from tradewind.tools.launching import LaunchTrainingRequest
 
@@ -90,3 +93,52 @@ def test_an_accelerator_is_read_only_from_its_string_and_within_bounds(value, me
     """A client may send an object where the schema says string: it must not skip the parsing's checks."""
     with pytest.raises(ValidationError, match=message):
         Placement(accelerator=value)
+
+
+PACKAGE = Path(placement_module.__file__).parents[1]
+# Methods that read a string by its start or pieces; an accelerator name given to one of them is being parsed.
+STRING_READERS = {"startswith", "removeprefix", "partition", "split", "lstrip", "fullmatch", "match"}
+ACCELERATOR_PREFIX = re.compile(r"^\^?(tpu|gpu)(-|:|$)")
+# `TRADEWIND_HOST_TPU` names a TPU type (a slice-table key) and forgives a `tpu-` before it; it is read below
+# `placement.py`, which imports it, so it cannot ask `parse_accelerator`.
+HOST_TPU_OVERRIDE = "cluster/tpu_host.py"
+
+
+def accelerator_parses(path: Path) -> list[str]:
+    """Where `path` parses an accelerator string: a call of `parse_accelerator`, or a string method handed an
+    accelerator prefix (`"tpu-"`, `"tpu"`, `"gpu:"`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+        prefixes = [
+            arg.value
+            for arg in node.args
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and ACCELERATOR_PREFIX.match(arg.value)
+        ]
+        if name == "parse_accelerator" or (name in STRING_READERS and prefixes):
+            found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_code_but_the_placement_parses_an_accelerator_string():
+    """The `Accelerator` travels typed from the request to the process (issue 39): nothing below the launch
+    reads its string again, so a new accelerator form is taught to `placement.py` alone."""
+    parses = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).as_posix() != "cluster/placement.py"
+        for hit in accelerator_parses(path)
+        if not hit.startswith(HOST_TPU_OVERRIDE)
+    ]
+    assert parses == []
+    # and the check sees what it looks for
+    seen = {hit.split(": ", 1)[1] for hit in accelerator_parses(Path(placement_module.__file__))}
+    assert {"name.startswith('tpu-')", "name.removeprefix('tpu-')", "parse_accelerator(value)"} <= seen
+
+
+def test_the_compile_commands_tpu_type_is_read_with_or_without_its_prefix():
+    assert str(tpu_accelerator("v5e-16")) == str(tpu_accelerator(" TPU-v5litepod-16")) == "tpu-v5litepod-16"
+    with pytest.raises(ValueError, match="unknown TPU type 'gpu'"):
+        tpu_accelerator("gpu")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from runs_helpers import metric_rows
 
-from tradewind.cluster import JobStatus
+from tradewind.cluster import JobStatus, parse_accelerator
 from tradewind.cluster.process import process_start_time
 from tradewind.core import NotFoundError, atomic_write_json
 from tradewind.runs import MetricRow, ProfileSummary, RunLayout, RunRecord, TrainConfig, TrainSummary, write_record
@@ -291,5 +291,7 @@ def test_a_finished_runs_report_lists_its_checkpoints_and_a_sample_from_the_last
 
 
 def test_a_tpu_runs_report_names_its_chips_and_what_jax_trained_on():
-    assert accelerator_text("tpu-v4-8", "tpu") == "tpu-v4-8 (4 chips of TPU v4), on tpu"  # v4 types count cores
-    assert accelerator_text("tpu-v5e-1", "tpu") == "tpu-v5litepod-1 (1 chip of TPU v5 lite), on tpu"
+    assert (
+        accelerator_text(parse_accelerator("tpu-v4-8"), "tpu") == "tpu-v4-8 (4 chips of TPU v4), on tpu"
+    )  # v4 types count cores
+    assert accelerator_text(parse_accelerator("tpu-v5e-1"), "tpu") == "tpu-v5litepod-1 (1 chip of TPU v5 lite), on tpu"

@@ -116,6 +116,18 @@ def parse_accelerator(text: str) -> Accelerator:
     )
 
 
+def tpu_accelerator(text: str | None) -> Accelerator:
+    """A TPU accelerator named by its type, with or without `tpu-` (`v5litepod-16`, `tpu-v5e-8`), as the CLI's
+    `--accelerator` takes it; None or empty: this host's chips (`tpu`).
+
+    Raises:
+        ValueError: an unknown TPU type, or no TPU on this host.
+    """
+    if not text or not text.strip():
+        return this_host_tpu()
+    return parse_accelerator(f"tpu-{text.strip().lower().removeprefix('tpu-')}")
+
+
 def this_host_tpu(text: str = "tpu") -> Accelerator:
     """The accelerator `tpu` names: every TPU chip of this host, as their slice type.
 

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tradewind.cluster import JobStatus, parse_accelerator
+from tradewind.cluster import Accelerator, JobStatus
 from tradewind.core.buckets import join_url, upload_files
 from tradewind.runs import ModelConfig, ProfileSummary, TrainConfig, TrainSummary
 from tradewind.runs.config import LoraConfig
@@ -80,9 +80,8 @@ class ReportInfo(BaseModel):
     runs: list[RunFigures] = Field(description="Each run's figures, anomalies, cause of failure and sample.")
 
 
-def accelerator_text(name: str, platform: str | None) -> str:
+def accelerator_text(accelerator: Accelerator, platform: str | None) -> str:
     """Where a run trained: `tpu-v5litepod-1 (1 chip of TPU v5 lite), on tpu`."""
-    accelerator = parse_accelerator(name)
     chips = ""
     if accelerator.tpu is not None:
         count = accelerator.chips

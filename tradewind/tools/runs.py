@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.cluster import JobRecord, JobStatus, Placement
+from tradewind.cluster import AcceleratorName, JobRecord, JobStatus, Placement
 from tradewind.cluster.process import process_alive
 from tradewind.core import (
     InvalidInputError,
@@ -63,7 +63,7 @@ class RunInfo(BaseModel):
     eval_loss: float | None = Field(default=None, description="Latest held-out loss.")
     backend: str = Field(description="'local' or 'ray' (a job runs it), or 'process' (a Python call trains it).")
     job_id: str | None = Field(default=None, description="The backend job that runs it.")
-    accelerator: str
+    accelerator: AcceleratorName
     accelerator_note: str | None = Field(
         default=None, description=RunRecord.model_fields["accelerator_note"].description
     )
@@ -106,7 +106,7 @@ class RunEntry(BaseModel):
     loss: float | None = Field(description="Latest training loss.")
     eval_loss: float | None = Field(description="Latest held-out loss.")
     backend: str
-    accelerator: str
+    accelerator: AcceleratorName
     submitted_at: str
     reason: str | None = Field(description=f"Why it failed or waits, cut to {LINE_CHARS} characters.")
 
@@ -163,7 +163,7 @@ def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
         eval_loss=eval_losses[-1] if eval_losses else None,
         backend=record.backend,
         job_id=record.job_id,
-        accelerator=str(record.placement.accelerator),
+        accelerator=record.placement.accelerator,
         accelerator_note=record.accelerator_note,
         storage=record.placement.storage,
         processes=record.processes,
