@@ -39,7 +39,7 @@ def test_a_run_compiles_for_a_megacore_chip_a_multi_host_slice_and_two_slices(tp
     # Every generation is compiled for by the shipped-experiments test below.
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
-    report = compile_for_tpu(small_run(), vocab_size=512, tpu_type=tpu_type, slices=slices)
+    report = compile_for_tpu(small_run(), vocab_size=512, target=tpu_slice(tpu_type), slices=slices)
     chip = tpu_slice(tpu_type).chip
     assert (report.chips, report.hosts, report.slices) == (chips, hosts, slices)
     assert report.device_kind == chip.device_kind and report.compute_dtype == "bfloat16"
@@ -58,8 +58,8 @@ def test_a_run_compiles_for_a_megacore_chip_a_multi_host_slice_and_two_slices(tp
 def test_fsdp_over_four_chips_holds_a_quarter_of_the_state_per_chip():
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
-    replicated = compile_for_tpu(small_run(fsdp=1), vocab_size=512, tpu_type="v5litepod-4")
-    sharded = compile_for_tpu(small_run(fsdp=4), vocab_size=512, tpu_type="v5litepod-4")
+    replicated = compile_for_tpu(small_run(fsdp=1), vocab_size=512, target=tpu_slice("v5litepod-4"))
+    sharded = compile_for_tpu(small_run(fsdp=4), vocab_size=512, target=tpu_slice("v5litepod-4"))
     # Parameters and Adam's two moments in float32, less the batch's rows; norms' scales stay whole.
     assert 0.25 <= sharded.arguments_bytes / replicated.arguments_bytes < 0.3
     assert "all-gather" not in {collective.kind for collective in replicated.collectives}
@@ -71,7 +71,9 @@ def test_bf16_moments_hold_the_optimizer_state_in_half_the_bytes_on_the_chip():
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
     float32, bfloat16 = (
-        compile_for_tpu(small_run(fsdp=1, optimizer={"bf16_moments": bf16}), vocab_size=512, tpu_type="v5litepod-1")
+        compile_for_tpu(
+            small_run(fsdp=1, optimizer={"bf16_moments": bf16}), vocab_size=512, target=tpu_slice("v5litepod-1")
+        )
         for bf16 in (False, True)
     )
     parameters = small_run().model.model_copy(update={"vocab_size": 512}).count_params()
@@ -93,7 +95,7 @@ def test_a_model_too_big_for_a_chips_hbm_is_reported_with_the_compilers_numbers(
         seq_len=256,
         mesh={"fsdp": 1},
     )
-    report = compile_for_tpu(big, vocab_size=32000, tpu_type="v5litepod-8")
+    report = compile_for_tpu(big, vocab_size=32000, target=tpu_slice("v5litepod-8"))
     assert not report.fits and report.step is None and report.eval_hbm_bytes is None
     assert report.hbm_bytes > report.hbm_available_bytes
     assert report.arguments_bytes >= 3 * 4 * big.model.count_params()  # weights and two moments, on every chip
@@ -156,7 +158,9 @@ ENTRY %main.5 (p: f32[128]) -> f32[128] {
 def test_another_process_compiles_while_this_one_holds_libtpu(tmp_path):
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
-    here = compile_for_tpu(small_run(), vocab_size=512, tpu_type="v5litepod-4")  # libtpu loaded in this process
+    here = compile_for_tpu(
+        small_run(), vocab_size=512, target=tpu_slice("v5litepod-4")
+    )  # libtpu loaded in this process
     config = tmp_path / "small.yaml"
     config.write_text(
         "dataset: builtin:tinyshakespeare\nmodel: {d_model: 128, n_layers: 2, n_heads: 4, vocab_size: 512, "
@@ -183,7 +187,7 @@ def test_rematerialising_blocks_cuts_the_temporaries_a_chip_holds():
         remat: compile_for_tpu(
             TrainConfig(**shape, remat=remat, attention="reference"),
             vocab_size=512,
-            tpu_type="v5litepod-4",
+            target=tpu_slice("v5litepod-4"),
         ).temporaries_bytes
         for remat in ("none", "full")
     }
@@ -199,7 +203,9 @@ def test_auto_attention_compiles_splash_for_a_tpu_split_over_chips_by_tensor_in_
     model = {**SMALL, "n_heads": 8, "n_kv_heads": 4, "max_seq_len": 512}
     shape = {"dataset": "unused", "model": model, "batch_size": 2, "seq_len": 512, "mesh": {"fsdp": 2, "tensor": 2}}
     reports = {
-        attention: compile_for_tpu(TrainConfig(**shape, attention=attention), vocab_size=512, tpu_type="v5litepod-4")
+        attention: compile_for_tpu(
+            TrainConfig(**shape, attention=attention), vocab_size=512, target=tpu_slice("v5litepod-4")
+        )
         for attention in ("reference", "auto")
     }
     splash, reference = reports["auto"], reports["reference"]
@@ -213,7 +219,7 @@ def test_auto_attention_compiles_splash_for_a_tpu_split_over_chips_by_tensor_in_
     # Four chips of tensor and 4 key/value heads for 8 query heads split; 2 would not, and each chip takes all.
     for kv_heads in (4, 2):
         grouped = {**shape, "model": {**model, "n_kv_heads": kv_heads}, "mesh": {"fsdp": 1, "tensor": 4}}
-        report = compile_for_tpu(TrainConfig(**grouped), vocab_size=512, tpu_type="v5litepod-4")
+        report = compile_for_tpu(TrainConfig(**grouped), vocab_size=512, target=tpu_slice("v5litepod-4"))
         assert report.attention == "splash" and report.fits, kv_heads
 
 
@@ -224,7 +230,7 @@ def test_a_1b_model_without_fsdp_on_a_v5litepod_8_is_refused_with_the_compilers_
     # Every chip would hold all 1.1B float32 weights and their AdamW moments (11.6 GiB) and the gradients.
     model = {"preset": "llama-1b", "vocab_size": 32768, "max_seq_len": 512}
     config = TrainConfig(dataset="unused", model=model, seq_len=512, batch_size=8, scan_layers=True)
-    report = compile_for_tpu(config, vocab_size=32768, tpu_type="v5litepod-8")
+    report = compile_for_tpu(config, vocab_size=32768, target=tpu_slice("v5litepod-8"))
     assert not report.fits and report.mesh == {"data": 8, "fsdp": 1, "tensor": 1}
     params = config.model.count_params()
     assert report.arguments_bytes >= 12 * params  # weights and two moments, float32, whole on each chip
@@ -258,9 +264,9 @@ def test_every_shipped_experiment_compiles_for_each_target_or_is_refused_for_its
         chips = tpu_slice(tpu_type).chips * slices
         if chips % (config.mesh.fsdp * config.mesh.tensor):
             with pytest.raises(ConfigError, match=r"mesh: fsdp \* tensor = \d+ does not divide"):
-                compile_for_tpu(config, vocab_size=512, tpu_type=tpu_type, slices=slices)
+                compile_for_tpu(config, vocab_size=512, target=tpu_slice(tpu_type), slices=slices)
             continue
-        report = compile_for_tpu(config, vocab_size=512, tpu_type=tpu_type, slices=slices)
+        report = compile_for_tpu(config, vocab_size=512, target=tpu_slice(tpu_type), slices=slices)
         assert report.chips == chips and report.fits and report.step is not None, (tpu_type, slices)
 
 

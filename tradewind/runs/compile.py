@@ -6,7 +6,7 @@ stays JAX-free. `estimate_run` and `launch_training`
 submit a compile as a job on the local backend:
 
     JobSpec(name="compile", callable="tradewind.trainer.compile:compile_job",
-            kwargs={"configs": [{...}], "vocab_size": 32768, "tpu_type": "v5litepod-16", "output_file": "..."},
+            kwargs={"configs": [{...}], "vocab_size": 32768, "accelerator": "tpu-v5litepod-16", "output_file": "..."},
             env=TPU_COMPILE_ENV)
 
 which writes a list of `TpuCompileReport`s, one per config compiled, as JSON to `output_file`. One job compiles
@@ -16,8 +16,9 @@ start once.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tradewind.cluster import Accelerator, AcceleratorName
 from tradewind.runs.config import TrainConfig
 
 COMPILE_CALLABLE = "tradewind.trainer.compile:compile_job"
@@ -83,9 +84,16 @@ class CompileJob(BaseModel):
 
     configs: list[TrainConfig] = Field(min_length=1, description="Compiled in this order.")
     vocab_size: int = Field(gt=0)
-    tpu_type: str
+    accelerator: AcceleratorName = Field(description="The TPU slice compiled for (written as its name).")
     slices: int = Field(default=1, ge=1, le=64)
     until_fits: bool = Field(
         False, description="Stop after the first config that fits the chip; only train steps are compiled."
     )
     output_file: str = Field(description="Where the list of `TpuCompileReport`s is written as JSON.")
+
+    @field_validator("accelerator")
+    @classmethod
+    def _a_tpu(cls, accelerator: Accelerator) -> Accelerator:
+        if accelerator.tpu is None:
+            raise ValueError(f"a compile targets a TPU slice, not {str(accelerator)!r}")
+        return accelerator

@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tradewind.cluster import JobSpec, Placement, Resources
-from tradewind.cluster.tpus import TPU_COMPILE_ENV, tpu_slice
+from tradewind.cluster import Accelerator, JobSpec, Placement, Resources
+from tradewind.cluster.tpus import TPU_COMPILE_ENV
 from tradewind.core import InvalidInputError, get_logger, make_id, read_json
 from tradewind.runs import TrainConfig
 from tradewind.runs.compile import COMPILE_CALLABLE, CompileJob, TpuCompileReport
@@ -96,11 +96,11 @@ def compile_in_order(
         As `compile_for_slice`.
     """
     require_libtpu()
-    tpu_type, slices = placement.accelerator.tpu_type, placement.slices
+    accelerator, slices = placement.accelerator, placement.slices
     for config in configs:
         check_splits(config, placement.chips)
     folder = ctx.workspace.root / "cache" / "tpu"
-    cached = [folder / f"{_program_key(config, vocab_size, tpu_type, slices)}.json" for config in configs]
+    cached = [folder / f"{_program_key(config, vocab_size, accelerator, slices)}.json" for config in configs]
     reader = ctx.workspace.reader("accelerator")
     reports = [TpuCompileReport.model_validate(read_json(path, reader)) if path.is_file() else None for path in cached]
     wanted = _up_to_first_fit(reports) if until_fits else len(configs)
@@ -111,7 +111,7 @@ def compile_in_order(
         job = CompileJob(
             configs=[configs[index] for index in missing],
             vocab_size=vocab_size,
-            tpu_type=tpu_type,
+            accelerator=accelerator,
             slices=slices,
             until_fits=until_fits,
             output_file=str(out_path),
@@ -124,7 +124,7 @@ def compile_in_order(
             resources=Resources(cpus=1),  # compiled here, on this machine's CPU
             env=TPU_COMPILE_ENV,
         )
-        activity = f"compiling for {slices} x {tpu_type}"
+        activity = f"compiling for {slices} x {accelerator}"
         run_job(ctx, spec, job_id=job_id, timeout_s=timeout_s, activity=activity, progress=progress)
         compiled = read_json(out_path, ctx.workspace.reader("config"))
         ctx.workspace.make_dir(folder, argument="accelerator")
@@ -180,7 +180,7 @@ def fit_slice(
         log.warning("libtpu is not installed: %s is launched without checking that it fits", placement.accelerator)
         return SliceFit(config)
     check_splits(config, placement.chips)  # named first, even where the run is too big to be compiled
-    chip = tpu_slice(placement.accelerator.tpu_type).chip
+    chip = placement.accelerator.tpu.chip
     changes = [MemoryChange("", "", {}), *memory_changes(config, placement)]
     changed = {change.name: change.applied_to(config) for change in changes}
     hopeful = [change for change in changes if state_floor(changed[change.name], vocab_size) <= chip.hbm_bytes]
@@ -328,14 +328,14 @@ def trainer_source_hash() -> str:
     return digest.hexdigest()
 
 
-def _program_key(config: TrainConfig, vocab_size: int, tpu_type: str, slices: int) -> str:
+def _program_key(config: TrainConfig, vocab_size: int, accelerator: Accelerator, slices: int) -> str:
     """A hash of what the compiled program depends on: the step's fields, the target, the compiler, and the
     trainer's own code."""
     versions = {name: importlib.metadata.version(name) for name in ("jax", "jaxlib", "libtpu")}
     what = {
         "config": config.model_dump(mode="json", include=STEP_FIELDS),
         "vocab_size": vocab_size,
-        "target": [tpu_type, slices],
+        "target": [str(accelerator), slices],
         "versions": versions,
         "trainer": trainer_source_hash(),
     }

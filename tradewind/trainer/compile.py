@@ -26,9 +26,9 @@ def compile_job(**job: Any) -> None:
     request = parse_config(CompileJob, job, source="compile job")
     reports = []
     for number, config in enumerate(request.configs, start=1):
-        print(f"compiling {number} of {len(request.configs)} for {request.slices} x {request.tpu_type}", flush=True)
+        print(f"compiling {number} of {len(request.configs)} for {request.slices} x {request.accelerator}", flush=True)
         report = compile_for_tpu(
-            config, request.vocab_size, request.tpu_type, request.slices, with_eval=not request.until_fits
+            config, request.vocab_size, request.accelerator.tpu, request.slices, with_eval=not request.until_fits
         )
         reports.append(report.model_dump())
         print(

@@ -18,7 +18,7 @@ must be in the environment before JAX starts, as in the compile job `estimate_ru
 (`tradewind.trainer.compile.compile_job`). The report's types are in `tradewind.trainer.compile`.
 
 Example:
-    report = compile_for_tpu(config, vocab_size=32768, tpu_type="v5litepod-16")
+    report = compile_for_tpu(config, vocab_size=32768, target=tpu_slice("v5litepod-16"))
     report.fits, report.hbm_bytes, report.step.seconds
 """
 
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.experimental import topologies
 
-from tradewind.cluster.tpus import TpuSlice, tpu_slice
+from tradewind.cluster.tpus import TpuSlice
 from tradewind.runs.compile import Collective, StepEstimate, TpuCompileReport
 from tradewind.runs.config import TrainConfig
 from tradewind.runs.models.configs import ModelConfig
@@ -67,22 +67,20 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def compile_for_tpu(
-    config: TrainConfig, vocab_size: int, tpu_type: str, slices: int = 1, *, with_eval: bool = True
+    config: TrainConfig, vocab_size: int, target: TpuSlice, slices: int = 1, *, with_eval: bool = True
 ) -> TpuCompileReport:
-    """Compile `config`'s train and eval steps for `slices` slices of `tpu_type` and report what they need.
+    """Compile `config`'s train and eval steps for `slices` slices of `target` and report what they need.
 
     Args:
         config: the run (its model, optimizer, precision, mesh rule, batch and grad accumulation).
         vocab_size: the tokenizer's, used where `config.model.vocab_size` is null.
-        tpu_type: a TPU type (`v5litepod-16`, `v5e-8`, `v4-8`, `v5p-64`, `v6e-8`).
+        target: the TPU slice (a placement's `accelerator.tpu`, or `tpu_slice("v5litepod-16")`).
         slices: slices training together; the mesh's `data` axis spans them.
         with_eval: also compile the eval step (False: only whether training fits is wanted).
 
     Raises:
-        ValueError: an unknown TPU type.
         ConfigError: the mesh does not fit the slice's chips, or the batch does not split over it.
     """
-    target = tpu_slice(tpu_type)
     devices = topologies.get_topology_desc(
         platform="tpu",
         topology_name=target.jax_topology,
