@@ -190,9 +190,7 @@ def estimate(args: argparse.Namespace) -> int:
 
     # Loaded as `train` loads it, so both name a bad file, line or field the same way.
     config = load_config(LaunchTrainingRequest, args.config, overrides=args.set)
-    request = EstimateRunRequest(
-        config=config.model_dump(mode="json", exclude_unset=True), time_budget_s=args.budget_s, probe=not args.no_probe
-    )
+    request = EstimateRunRequest(config=config, time_budget_s=args.budget_s, probe=not args.no_probe)
     ctx = context(args)
     result = with_progress("estimating", lambda progress: estimate_run(ctx, request, progress))
     if args.json:
@@ -215,7 +213,7 @@ def compile_for_slice(args: argparse.Namespace) -> int:
     accelerator = tpu_accelerator(args.accelerator)  # a TPU type, with or without `tpu-`; none: this host's chips
     placement = [f"accelerator={accelerator}", f"slices={args.slices}"]
     config = load_config(LaunchTrainingRequest, args.config, overrides=[*args.set, *placement])
-    request = EstimateRunRequest(config=config.model_dump(mode="json", exclude_unset=True), timeout_s=args.timeout_s)
+    request = EstimateRunRequest(config=config, timeout_s=args.timeout_s)
     ctx = context(args)
     activity = f"compiling for {args.slices} x {accelerator}"
     result = with_progress(activity, lambda progress: estimate_run(ctx, request, progress))

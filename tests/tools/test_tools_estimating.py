@@ -1,6 +1,7 @@
 """estimate_run: a run sized before it queues, its step time from a finished run of the same shape or a probe job."""
 
 import math
+import re
 from pathlib import Path
 
 import anyio
@@ -11,7 +12,7 @@ from runs_helpers import CancelAtFirstReport
 from tpu_helpers import needs_libtpu
 
 from tradewind.cluster import JobStatus
-from tradewind.core import InvalidInputError, NotFoundError
+from tradewind.core import NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer
 from tradewind.runs import RunLayout, TrainConfig, read_summary
 from tradewind.runs.compile import COMPILE_CALLABLE
@@ -144,10 +145,19 @@ def test_a_lora_estimate_through_mcp_reports_the_counts_without_building_the_mod
     assert result["step_time_source"] is None and estimate_jobs(cache_ctx) == []
 
 
-def test_a_lora_estimate_of_a_gpt2_model_is_refused_naming_its_projections(cache_ctx):
+async def refusal(ctx, arguments):
+    """The error text an agent reads when estimate_run refuses `arguments`."""
+    async with Client(build_server(ctx)) as client:
+        result = await client.call_tool("estimate_run", arguments)
+    assert result.is_error
+    return result.content[0].text
+
+
+@pytest.mark.anyio
+async def test_a_lora_estimate_of_a_gpt2_model_is_refused_naming_its_projections(cache_ctx):
     config = {"dataset": "tiny", **TINY, "model": {"type": "gpt2", "max_seq_len": 64}, "lora": LORA}
-    with pytest.raises(InvalidInputError, match=r"argument 'config\.lora': .*a gpt2 model has no q_proj, k_proj"):
-        estimate_run(cache_ctx, EstimateRunRequest(config=config, probe=False))
+    message = await refusal(cache_ctx, {"config": config, "probe": False})
+    assert re.search(r"argument 'config\.lora': .*a gpt2 model has no q_proj, k_proj", message), message
 
 
 def test_a_model_too_big_for_memory_does_not_fit_and_the_advice_says_memory(cache_ctx):
@@ -180,11 +190,11 @@ def test_estimate_run_wants_exactly_one_of_config_and_run_id(arguments, named):
         EstimateRunRequest.model_validate(arguments)
 
 
-def test_an_unknown_config_field_is_named_with_its_place_in_the_request(cache_ctx):
-    with pytest.raises(InvalidInputError, match=r"argument 'config\.model\.d_modle'.*did you mean 'd_model'"):
-        estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "tiny", "model": {"d_modle": 32}}, probe=False))
-    with pytest.raises(InvalidInputError, match=r"argument 'config\.steps'"):
-        estimate_run(cache_ctx, EstimateRunRequest(config={"dataset": "tiny", "steps": 0}, probe=False))
+@pytest.mark.anyio
+async def test_an_unknown_config_field_is_named_with_its_place_in_the_request(cache_ctx):
+    unknown = await refusal(cache_ctx, {"config": {"dataset": "tiny", "model": {"d_modle": 32}}, "probe": False})
+    assert re.search(r"argument 'config\.model\.d_modle'.*did you mean 'd_model'", unknown), unknown
+    assert "argument 'config.steps'" in await refusal(cache_ctx, {"config": {"dataset": "tiny", "steps": 0}})
 
 
 def test_an_unknown_run_or_dataset_is_named(cache_ctx):

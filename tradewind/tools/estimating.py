@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from tradewind.cluster import JobSpec, Placement
-from tradewind.core import InvalidInputError, TradewindError, describe_validation_error, make_id, read_json
+from tradewind.core import InvalidInputError, TradewindError, make_id, read_json
 from tradewind.data import open_token_cache
 from tradewind.runs import RunLayout, TrainConfig, read_summary, read_train_config
 from tradewind.runs.compile import TpuCompileReport
@@ -51,7 +50,11 @@ GIB = 2**30
 class EstimateRunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    config: dict[str, Any] | None = Field(None, description="launch_training's arguments.")
+    # Validated as launch_training's request; listed as a bare object, since launch_training's own listing names
+    # its arguments and a second copy would not fit tools/list's budget.
+    config: Annotated[LaunchTrainingRequest | None, WithJsonSchema({"type": ["object", "null"]})] = Field(
+        None, description="launch_training's arguments."
+    )
     run_id: str | None = Field(None, description="Or an earlier run's config.")
     time_budget_s: float | None = Field(None, gt=0, le=10**8, description="Seconds to plan for; null: the config's.")
     probe: bool = Field(True, description="Time steps (TPU: compile) unless a same-shape run did.")
@@ -139,12 +142,7 @@ def _launch(ctx: ToolContext, request: EstimateRunRequest, progress: Progress) -
         folder = ctx.workspace.run_folder(request.run_id, argument="run_id")
         config = read_train_config(RunLayout(folder).config, ctx.workspace.reader("run_id"))
         return config, run_placement(ctx, folder, "run_id")
-    try:
-        launch = LaunchTrainingRequest.model_validate(request.config)
-    except pydantic.ValidationError as error:
-        message = describe_validation_error(error, "config", arguments_of=LaunchTrainingRequest)
-        raise InvalidInputError(message.replace("argument '", "argument 'config.")) from None
-    resolved = resolve_launch(ctx, launch, progress)
+    resolved = resolve_launch(ctx, request.config, progress)
     return resolved.config, resolved.placement
 
 
