@@ -256,7 +256,7 @@ def test_on_a_tpu_host_a_run_defaults_to_its_chips_and_an_outside_holder_of_them
             os.remove(LIBTPU_LOCKFILE)
     assert list(fresh.workspace.runs_dir.iterdir()) == []
     run = launch_training(fresh, request)
-    assert run.accelerator == "tpu-v5litepod-1"
+    assert str(run.accelerator) == "tpu-v5litepod-1"
     note = "accelerator tpu-v5litepod-1: this host's TPU, the default on a TPU host"
     assert note in RunLayout(Path(run.run_dir)).log.read_text().splitlines()[0]
     assert fresh.backend.cluster_status().capacity["tpus"] == 1

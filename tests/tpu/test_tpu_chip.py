@@ -79,7 +79,7 @@ def test_the_default_accelerator_is_the_hosts_tpu_and_it_trains_to_the_cpus_loss
     ctx, _ = chip_ws
     on_chip, on_cpu = chip_and_cpu_runs
     info = get_run(ctx, RunRequest(run_id=on_chip))
-    assert (info.accelerator, info.platform) == (f"tpu-{host_tpu().tpu_type}", "tpu")
+    assert (str(info.accelerator), info.platform) == (f"tpu-{host_tpu().tpu_type}", "tpu")
     assert "this host's TPU, the default on a TPU host" in RunLayout(Path(info.run_dir)).log.read_text()
     # MFU against the chip's own peak, from the chip table
     assert info.summary.peak_flops == host_tpu().chip.peak_bf16_flops * host_tpu().chips

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tradewind.cluster.tpus import tpu_topology
+from tradewind.cluster.tpus import TpuSlice, tpu_slice
 
 # Gang jobs: every replica finds its peers through these variables (see `distributed_env`).
 COORDINATOR_ENV = "TRADEWIND_COORDINATOR_ADDRESS"
@@ -71,8 +71,13 @@ class Resources(BaseModel):
     @model_validator(mode="after")
     def _check_tpu(self) -> Resources:
         if self.tpu_type is not None:
-            tpu_topology(self.tpu_type)  # raises ValueError, which pydantic reports against the field
+            tpu_slice(self.tpu_type)  # raises ValueError, which pydantic reports against the field
         return self
+
+    @property
+    def tpu(self) -> TpuSlice | None:
+        """The slice of `tpu_type` (its hosts, chips and chip), which every backend reads; None without a TPU."""
+        return tpu_slice(self.tpu_type) if self.tpu_type is not None else None
 
 
 class Callback(BaseModel):

@@ -29,7 +29,6 @@ from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, Resources, utc
 from tradewind.cluster.process import process_alive
 from tradewind.cluster.store import ACTIVE, JobRow, JobStore
 from tradewind.cluster.tpu_host import host_tpu
-from tradewind.cluster.tpus import tpu_slice
 from tradewind.core import InvalidInputError
 
 CAPACITY_KEY = "capacity"
@@ -96,7 +95,7 @@ def detect_capacity() -> Capacity:
 def demand(spec: JobSpec) -> Capacity:
     """What a job holds while it runs: each replica's resources times the replica count."""
     r, n = spec.resources, spec.replicas
-    chips = tpu_slice(r.tpu_type).chips * r.tpu_slices if r.tpu_type else 0
+    chips = r.tpu.chips * r.tpu_slices if r.tpu is not None else 0
     return Capacity(cpus=r.cpus * n, memory_gb=r.memory_gb * n, gpus=r.gpus * n, tpus=chips * n)
 
 
@@ -125,7 +124,7 @@ def check_host_tpu(resources: Resources, capacity: Capacity, what: str) -> None:
     Raises:
         InvalidInputError: naming the type asked for, the host's, and what to use instead.
     """
-    asked, slices = tpu_slice(resources.tpu_type), resources.tpu_slices
+    asked, slices = resources.tpu, resources.tpu_slices
     where = f"{what} asks for {f'{slices} x ' if slices > 1 else ''}TPU {asked.tpu_type!r}"
     ray = "set backend 'ray' (with RAY_ADDRESS pointing at a Ray cluster with TPU hosts)"
     if asked.hosts > 1 or slices > 1:

@@ -41,7 +41,7 @@ from tradewind.cluster.jobs import (
     JobSpec,
     JobStatus,
 )
-from tradewind.cluster.tpus import megascale_env, tpu_topology
+from tradewind.cluster.tpus import megascale_env
 
 RESULT_PREFIX = "[tradewind] result "
 STARTED_LINE = "[tradewind] replicas started"
@@ -58,13 +58,13 @@ SCHEDULING_STATES = {
 
 def replica_count(spec: JobSpec) -> int:
     """Replicas of the job: one per TPU host for a TPU job, else `spec.replicas`."""
-    if spec.resources.tpu_type is None:
+    tpu = spec.resources.tpu
+    if tpu is None:
         return spec.replicas
-    hosts, _ = tpu_topology(spec.resources.tpu_type)
-    needed = hosts * spec.resources.tpu_slices
+    needed = tpu.hosts * spec.resources.tpu_slices
     if spec.replicas not in (1, needed):
         raise ValueError(
-            f"a {spec.resources.tpu_type} x{spec.resources.tpu_slices} job runs {needed} replicas, not {spec.replicas}"
+            f"a {tpu.tpu_type} x{spec.resources.tpu_slices} job runs {needed} replicas, not {spec.replicas}"
         )
     return needed
 
@@ -95,15 +95,15 @@ def ray_bundles(spec: JobSpec) -> tuple[list[dict[str, float]], str]:
         base["GPU"] = r.gpus
     if r.memory_gb:
         base["memory"] = r.memory_gb * 2**30
-    if r.tpu_type is None:
+    tpu = r.tpu
+    if tpu is None:
         return [dict(base) for _ in range(spec.replicas)], "PACK"
-    hosts, chips = tpu_topology(r.tpu_type)
     bundles = []
     for _slice in range(r.tpu_slices):
-        for host in range(hosts):
-            bundle = {**base, "TPU": chips}
+        for host in range(tpu.hosts):
+            bundle = {**base, "TPU": tpu.chips_per_host}
             if host == 0:
-                bundle[f"TPU-{r.tpu_type}-head"] = 1
+                bundle[f"TPU-{tpu.tpu_type}-head"] = 1
             bundles.append(bundle)
     return bundles, "STRICT_SPREAD" if len(bundles) > 1 else "PACK"
 
