@@ -140,10 +140,10 @@ def _input_sources(ctx: ToolContext, value: str) -> tuple[list[SourceFile], list
     of and what is read; and the files of a folder or glob left out, each with why (a FIFO, a device, a hard
     link: `list_input_files`). Refuses a folder or glob that reaches a file through an escaping symlink, or that
     would read workspace internals (the job database and logs in `jobs/`, token-cache files in `datasets/`)."""
+    resolved, not_read = _resolve_input(ctx, value), []
     try:
-        not_read: list[str] = []
-        sources = source_files([_resolve_input(ctx, value)], not_read)
-    except InvalidInputError as error:
+        sources = source_files([resolved], not_read)
+    except InvalidInputError as error:  # a file that may not be read (a FIFO, a device, a hard link), named alone
         raise InvalidInputError(f"argument 'input': {error}") from None
     if not value.startswith(BUILTIN_PREFIX) and not is_remote(value):
         for source in sources:
