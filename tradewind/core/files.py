@@ -105,16 +105,15 @@ def _kind(mode: int) -> str:
     return next((name for is_kind, name in kinds.items() if is_kind(mode)), "a special file")
 
 
-def open_regular(path: str | os.PathLike[str], argument: str | None = None) -> IO[bytes]:
+def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
     """Open `path` (symlinks followed) to read, in binary mode, if it is a regular file with one link (`refusal`).
 
     Raises:
         FileNotFoundError: nothing is there (as `open` raises it).
         InvalidInputError: anything else, or a file swapped for another while being opened; the message names
-            `argument` (when given) and the path.
+            the path.
     """
-    where = f"argument {argument!r}: {path}" if argument else str(path)
-    return os.fdopen(_open_checked(os.path.realpath(path), os.O_RDONLY, where), "rb")
+    return os.fdopen(_open_checked(os.path.realpath(path), os.O_RDONLY, str(path)), "rb")
 
 
 def open_append(path: str | os.PathLike[str]) -> IO[bytes]:
