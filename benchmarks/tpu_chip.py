@@ -8,16 +8,19 @@ Llama shapes at sequence 2048 (`SHAPES`: the 125M, the 350M, and a 1B with vocab
 trainer (`train`, the loop's own metrics), on random-free real tokens (Tiny Shakespeare, byte-level: the ids are
 small, the compute is the model's). For each shape, processes of their own (one process at a time holds the chip):
 
-1. the default choice in a new process with an empty compile cache: the time to the first update, cold;
-2. the default again in a new process with that cache, then every other choice in the same process
-   (`CHOICES`: scanned layers, each remat policy, the reference attention, half and twice the per-chip batch,
-   the memory options).
+1. the first choice (the default, unless `--choices` says otherwise) in a new process with an empty compile
+   cache: the time to the first update, cold (`--no-cold` leaves this out);
+2. every choice in a new process with that cache, one after the other (`CHOICES`: scanned layers, each remat
+   policy, the reference attention, half and twice the per-chip batch, the memory options, the knobs).
 
 And first, the chip's ceiling: a bf16 8192^3 matmul. Each measured choice gives tokens/s and MFU in steady state
 (the median step after the first two), the step time, the compile time, the time to the first update, the HBM
 the compiled train step needs (`memory_analysis()`: the chip's own `memory_stats()` peak is not trustworthy on
 a v5e), the compile-only estimate of the same step (`tpu_compile.estimate_step`, the roofline `tradewind compile`
-prints) and its ratio to the measured step. A choice that does not fit says so, with XLA's message.
+prints) and its ratio to the measured step, and a profile of three more steps (`profile_figures`: time by part of
+the model, by kind of op, and the op groups that took longest, with their HLO). A choice that does not fit says
+so, with XLA's message. Besides config changes, a choice may set a module constant of the trainer (`constants`):
+how a default such as the splash kernel's fused backward was measured before it was made the default.
 
 Output: one JSON object per line (`--out`, and stdout) as each is measured, so a session cut short keeps what it
 measured; `kind` is `ceiling`, `choice` or `error`.
@@ -26,6 +29,8 @@ measured; `kind` is `ceiling`, `choice` or `error`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import os
 import statistics
@@ -33,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +49,7 @@ SHAPES: dict[str, dict[str, Any]] = {  # the issue's shapes, each with its defau
     "350m": {"model": {"preset": "llama-350m", "vocab_size": 32768, "max_seq_len": SEQ_LEN}, "batch_size": 8},
     "1b": {
         "model": {"preset": "llama-1b", "vocab_size": 128256, "max_seq_len": SEQ_LEN},
-        "batch_size": 4,
+        "batch_size": 8,  # 8 x 2048 tokens an update; fits with these three (XLA's peak: 14.05 GiB of 15.75)
         "optimizer": {"type": "adafactor"},  # the change the launch offers: AdamW's state alone exceeds the chip
         "remat": "full",
         "scan_layers": True,
@@ -59,6 +66,12 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     "double_batch": {"batch_size": 2},
     "bf16_moments": {"optimizer": {"bf16_moments": True}},
     "adafactor": {"optimizer": {"type": "adafactor"}},
+    "adamw_host_bf16_moments": {"optimizer": {"type": "adamw", "host_state": True, "bf16_moments": True}},
+    "accumulate_2": {"batch_size": 2, "grad_accum": 2},  # twice the tokens per update in two microbatches
+    # Knobs: the trainer's module constants, each against its default, to find what a change of it gains
+    "ce_block_8m": {"constants": {"tradewind.trainer.setup:block_logits": lambda platform: 8 * 2**20}},
+    "splash_1024": {"constants": {"tradewind.trainer.models.layers:SPLASH_BLOCKS": (1024, 512, 256, 128)}},
+    "splash_separate_backward": {"constants": {"tradewind.trainer.models.layers:SPLASH_FUSED_BACKWARD": False}},
 }
 SMOKE_SHAPE = {"model": {"d_model": 64, "n_layers": 2, "n_heads": 2, "vocab_size": 512, "max_seq_len": 128}}
 TRAINING = {"eval_every": 10_000, "eval_batches": 1, "log_every": 1, "checkpoint": False}
@@ -70,6 +83,8 @@ def config_for(shape: dict[str, Any], choice: dict[str, Any], dataset: str, step
 
     fields = {**TRAINING, **shape, "dataset": dataset, "steps": steps, "seq_len": seq_len}
     for key, value in choice.items():
+        if key == "constants":
+            continue  # not the config's: `constants_set` sets them
         if key == "batch_size":
             fields[key] = max(1, int(fields.get("batch_size", 16) * value))
         elif isinstance(value, dict):
@@ -77,6 +92,21 @@ def config_for(shape: dict[str, Any], choice: dict[str, Any], dataset: str, step
         else:
             fields[key] = value
     return TrainConfig.model_validate(fields)
+
+
+@contextlib.contextmanager
+def constants_set(constants: dict[str, Any]) -> Iterator[None]:
+    """The module constants `constants` ("module:NAME" -> value) set for the block, then put back."""
+    saved = []
+    for target, value in constants.items():
+        module, name = target.split(":")
+        saved.append((importlib.import_module(module), name, getattr(importlib.import_module(module), name)))
+        setattr(saved[-1][0], name, value)
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
 
 
 def matmul_ceiling(n: int, repeats: int = 10) -> dict[str, Any]:
@@ -107,7 +137,7 @@ def measure(shape_name: str, choice_name: str, config: Any, workdir: Path, clock
     from tradewind.runs.metrics import read_metrics
     from tradewind.trainer.loop import train
     from tradewind.trainer.setup import setup_training
-    from tradewind.trainer.tpu_compile import collectives_of, estimate_step, hbm_needed
+    from tradewind.trainer.tpu_compile import collectives_of, compiler_cost, estimate_step, hbm_needed
 
     figures: dict[str, Any] = {"kind": "choice", "shape": shape_name, "choice": choice_name}
     figures |= {"batch_size": config.batch_size, "seq_len": config.seq_len}
@@ -135,9 +165,52 @@ def measure(shape_name: str, choice_name: str, config: Any, workdir: Path, clock
     target = host_tpu()
     if target is not None and jax.default_backend() == "tpu":
         collectives = collectives_of(setup.train_step.as_text())
-        estimate = estimate_step(config, setup.model_config, target, 1, setup.train_step, collectives)
+        estimate = estimate_step(config, setup.model_config, target, 1, collectives)
         figures |= {"estimate_step_s": estimate.seconds, "estimate_over_measured": estimate.seconds / step_s}
+        figures |= {"estimate": estimate.model_dump()}
+    memory = setup.train_step.memory_analysis()
+    figures["memory_analysis"] = {name: getattr(memory, name) for name in dir(memory) if name.endswith("_in_bytes")}
+    figures["compiler_cost"] = {k: v for k, v in compiler_cost(setup.train_step).items() if "{" not in k}  # totals
+    figures["profile"] = profile_figures(setup, run_dir / "profile")
     return figures
+
+
+def profile_figures(setup: Any, folder: Path, ops: int = 30) -> dict[str, Any]:
+    """Three traced steps of `setup`: seconds per step by part, by kind, by part and kind, and the `ops` groups of
+    ops that took longest (an op's name less its number, as `splash_mha_dkv` of every layer), each with its part,
+    kind and one HLO instruction (what to change is read there)."""
+    from tradewind.trainer.profile import profile_setup
+    from tradewind.trainer.trace_summary import op_category, time_by_op, trace_events
+
+    summary = profile_setup(setup, folder, steps=3, start_step=2)
+    hlo = setup.train_step.as_text()
+    by_op = time_by_op(trace_events(folder / "trace"), hlo, steps=3)
+    by_part_kind: dict[str, float] = defaultdict(float)
+    for (_, part, kind), seconds in by_op.items():
+        by_part_kind[f"{part}/{kind}"] += seconds
+    groups: dict[tuple[str, str, str], list[Any]] = {}  # (the op's name less its number, part, kind)
+    for (op, part, kind), seconds in by_op.items():
+        group = groups.setdefault((op_category(op), part, kind), [0.0, 0, op])
+        group[0] += seconds
+        group[1] += 1
+    instructions = {}
+    for line in hlo.splitlines():
+        name, _, rest = line.strip().removeprefix("ROOT ").partition(" = ")
+        instructions[name.lstrip("%")] = rest[:300]
+    longest = sorted(groups.items(), key=lambda item: item[1][0], reverse=True)[:ops]
+    return {
+        "mean_step_s": summary.mean_step_s,
+        "mfu": summary.mfu,
+        "verdict": summary.diagnosis.verdict,
+        "split": summary.split.model_dump(),
+        "parts": [part.model_dump() for part in summary.parts],
+        "kinds": summary.kinds,
+        "by_part_kind": dict(sorted(by_part_kind.items(), key=lambda item: -item[1])),
+        "ops": [
+            {"ops": category, "part": part, "kind": kind, "ms": seconds * 1e3, "count": count, "hlo": instructions[op]}
+            for (category, part, kind), (seconds, count, op) in longest
+        ],
+    }
 
 
 def run_choices(shape_name: str, choice_names: list[str], dataset: str, steps: int, smoke: bool, cache: str) -> None:
@@ -151,7 +224,8 @@ def run_choices(shape_name: str, choice_names: list[str], dataset: str, steps: i
     seq_len = 128 if smoke else SEQ_LEN
     for name in choice_names:
         config = config_for(shape, CHOICES[name], dataset, steps, seq_len)
-        figures = measure(shape_name, name, config, workdir, clock)
+        with constants_set(CHOICES[name].get("constants", {})):
+            figures = measure(shape_name, name, config, workdir, clock)
         if clock is not None:
             figures["first_in_process"] = {"compile_cache": cache}
         print(json.dumps(figures, default=str), flush=True)
@@ -194,6 +268,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--timeout-s", type=float, default=3600, help="per process")
     parser.add_argument("--smoke", action="store_true", help="a tiny model on the CPU: checks that the script runs")
+    parser.add_argument("--no-cold", action="store_true", help="leave out each shape's run with an empty cache")
     parser.add_argument("--measure", metavar="SHAPE", help=argparse.SUPPRESS)  # a child: one shape's choices here
     parser.add_argument("--dataset", help=argparse.SUPPRESS)
     parser.add_argument("--cache", choices=("empty", "filled"), help=argparse.SUPPRESS)
@@ -208,7 +283,6 @@ def main() -> None:
         return
     if args.out is None:
         parser.error("--out is required")
-    choices = [name for name in args.choices.split(",") if name != "default"]
     dataset = tokens(Path(tempfile.mkdtemp(prefix="tpu-chip-data-")) / "tinyshakespeare")
     with open(args.out, "a", encoding="utf-8") as out:
         child(["--ceiling", *smoke], dict(os.environ), out, args.timeout_s)
@@ -216,9 +290,10 @@ def main() -> None:
             cache = tempfile.mkdtemp(prefix="tpu-chip-xla-")
             env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
             measure_args = ["--measure", shape, "--dataset", str(dataset), "--steps", str(args.steps), *smoke]
-            child([*measure_args, "--cache", "empty", "--choices", "default"], env, out, args.timeout_s)
-            every = ",".join(["default", *choices])
-            child([*measure_args, "--cache", "filled", "--choices", every], env, out, args.timeout_s)
+            if not args.no_cold:
+                first = args.choices.split(",")[0]
+                child([*measure_args, "--cache", "empty", "--choices", first], env, out, args.timeout_s)
+            child([*measure_args, "--cache", "filled", "--choices", args.choices], env, out, args.timeout_s)
 
 
 if __name__ == "__main__":

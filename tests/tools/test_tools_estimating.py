@@ -279,7 +279,7 @@ def test_a_tpu_run_is_compiled_for_its_slice_in_a_job_and_gets_fits_hbm_and_an_e
     shards = 4  # mesh.fsdp: weights, gradients and Adam's two moments, each float32, a quarter on each chip
     assert memory.params == 8 * result.parameters // shards and memory.optimizer >= 8 * result.parameters // shards
     assert result.device_memory_source == "HBM of one TPU v5 lite chip (1 x v5litepod-16, compiled)"
-    assert result.step_time_source == "TPU compile, roofline estimate" and result.step_time_s > 0
+    assert result.step_time_source == "TPU compile, calibrated estimate" and result.step_time_s > 0
     assert 0 < result.estimated_mfu <= 1 and result.compile_s > 0
     assert result.steps_in_budget == math.floor(60 / result.step_time_s)
     [job] = cache_ctx.backend.list()

@@ -278,3 +278,18 @@ def test_the_cli_trains_estimates_compiles_profiles_samples_and_exports_on_the_c
     assert sample["device"].startswith("cpu") and sample["text"]
     exported = tradewind("export", run_id, "--out", str(tmp_path / "hf"))
     assert (tmp_path / "hf" / "model.safetensors").is_file(), exported
+
+
+def test_the_125m_step_estimate_is_within_20_percent_of_its_step_on_the_chip_and_the_profile_names_its_parts(
+    tmp_path,
+):
+    # The chip benchmark's own measurement (benchmarks/tpu_chip.py, in a child process that holds the chip)
+    out = tmp_path / "chip.jsonl"
+    command = [sys.executable, str(ROOT / "benchmarks" / "tpu_chip.py"), "--out", str(out), "--shapes", "125m"]
+    subprocess.run([*command, "--choices", "default", "--steps", "8", "--no-cold"], check=True, timeout=900)
+    (row,) = [json.loads(line) for line in out.read_text().splitlines() if '"choice"' in line]
+    assert row["fits"], row.get("error")
+    assert 0.8 <= row["estimate_over_measured"] <= 1.2, (row["estimate_step_s"], row["step_s"])
+    parts = {part["part"]: part for part in row["profile"]["parts"]}
+    assert parts["attention"]["seconds"] > 0 and parts["mlp"]["seconds"] > 0  # the splash kernel counts as attention
+    assert row["profile"]["kinds"]["attention kernel"] > 0

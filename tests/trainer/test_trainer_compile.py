@@ -19,6 +19,7 @@ from tradewind.core import ConfigError, load_config
 from tradewind.runs import TrainConfig
 from tradewind.runs.compile import Collective
 from tradewind.tools.launching import LaunchTrainingRequest
+from tradewind.trainer.tpu_compile import STEP_CALIBRATION, estimate_step
 
 SMALL = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "max_seq_len": 128}
 
@@ -49,8 +50,12 @@ def test_a_run_compiles_for_a_megacore_chip_a_multi_host_slice_and_two_slices(tp
     kinds = {collective.kind: collective for collective in report.collectives}
     assert kinds["all-gather"].count > 0 and kinds["all-gather"].bytes > 0  # fsdp gathers the weights it uses
     step = report.step
-    assert step.seconds == max(step.compute_s, step.hbm_s, step.network_s) > 0
+    work_s = step.matmul_s + step.attention_s + step.elementwise_s
+    assert step.seconds == pytest.approx(max(work_s * (1 + STEP_CALIBRATION["v5e"].overhead), step.network_s))
+    assert 0 < step.compute_s < work_s and step.network_s > 0
     assert 0 < step.mfu <= 1 and step.tokens_per_s_per_chip > 0 and "estimate" in step.method
+    if chip.generation != "v5e":
+        assert f"{chip.generation} not measured" in step.calibration
 
 
 @pytest.mark.slow
@@ -319,3 +324,23 @@ def test_a_block_split_over_four_chips_by_tensor_needs_megatrons_two_all_reduces
     kinds = {c.kind: c.count for c in collectives_of(forward.lower(params, x).compile().as_text())}
     # After the attention's output projection and after the MLP's down projection; no weight is gathered.
     assert kinds.get("all-reduce") == 2 and "all-gather" not in kinds and "reduce-scatter" not in kinds, kinds
+
+
+CHIP_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "tpu_chip-2026-12-06.jsonl"
+
+
+def test_the_step_estimate_lands_within_20_percent_of_every_step_measured_on_a_v5e_chip():
+    # The chip's measurements (benchmarks/tpu_chip.py on a v5e) are the calibration's source; the estimate of each
+    # config measured there, knobs of the trainer's code aside, must stay within 20% of its measured step.
+    sys.path.insert(0, str(CHIP_RESULTS.parents[1]))
+    import tpu_chip
+
+    rows = [json.loads(line) for line in CHIP_RESULTS.read_text().splitlines()]
+    measured = [row for row in rows if row["kind"] == "choice" and row["fits"]]
+    assert {row["shape"] for row in measured} == {"125m", "350m", "1b"}
+    for row in measured:
+        change = {k: v for k, v in tpu_chip.CHOICES.get(row["choice"], {}).items() if k != "constants"}
+        config = tpu_chip.config_for(tpu_chip.SHAPES[row["shape"]], change, "unused", 10, tpu_chip.SEQ_LEN)
+        config = config.model_copy(update={"batch_size": row["batch_size"]})
+        step = estimate_step(config, config.model, tpu_slice("v5litepod-1"), 1, [])
+        assert 0.8 <= step.seconds / row["step_s"] <= 1.2, (row["shape"], row["choice"], step.seconds, row["step_s"])

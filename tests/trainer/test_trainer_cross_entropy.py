@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 
+from tradewind.runs.flops import block_logits
 from tradewind.trainer.cross_entropy import block_rows, fused_cross_entropy
 
 
@@ -24,23 +25,26 @@ def inputs(tokens, d_model=16, vocab=50, dtype=jnp.float32, seed=0):
     return x, weight, jax.random.randint(kt, (tokens,), 0, vocab)
 
 
-def test_block_rows_hold_about_32_mib_of_logits_and_never_exceed_the_tokens():
-    assert block_rows(4096, 8192) == 1024
-    assert block_rows(100_000, 50_257) == 128
-    assert block_rows(100, 8192) == 128  # 100 tokens: one padded block
-    assert block_rows(3, 10) == 4
+def test_block_rows_hold_about_the_platforms_logits_and_never_exceed_the_tokens():
+    cpu, tpu = block_logits("cpu"), block_logits("tpu")
+    assert block_rows(4096, 8192, cpu) == 1024  # 32 MiB of float32 logits on a CPU
+    assert block_rows(100_000, 50_257, cpu) == 128
+    assert block_rows(100, 8192, cpu) == 128  # 100 tokens: one padded block
+    assert block_rows(3, 10, cpu) == 4
+    assert block_rows(32768, 32768, tpu) == 2048  # 256 MiB on an accelerator: a 125M's batch of 16 x 2048 in 16
 
 
 # 37 tokens with a forced block of 8 rows: five blocks, the last padded with three rows that must count for nothing.
 @pytest.mark.parametrize("z_loss", [0.0, 1e-2])
 @pytest.mark.parametrize("tokens", [32, 37])
-def test_values_and_gradients_of_both_outputs_match_the_plain_computation(monkeypatch, tokens, z_loss):
-    monkeypatch.setattr("tradewind.trainer.cross_entropy.BLOCK_LOGITS", 8 * 50)  # 8 rows per block
+def test_values_and_gradients_of_both_outputs_match_the_plain_computation(tokens, z_loss):
     x, weight, targets = inputs(tokens)
-    fused = jax.jit(lambda x, w: fused_cross_entropy(x, w, targets, z_loss))
+    fused = jax.jit(lambda x, w: fused_cross_entropy(x, w, targets, z_loss, 8 * 50))  # 8 rows per block
     np.testing.assert_allclose(fused(x, weight), plain(x, weight, targets, z_loss), rtol=1e-6)
     for output in (0, 1):  # the objective, then the cross-entropy: each has its own gradient under z-loss
-        got = jax.grad(lambda x, w, o=output: fused_cross_entropy(x, w, targets, z_loss)[o], argnums=(0, 1))(x, weight)
+        got = jax.grad(lambda x, w, o=output: fused_cross_entropy(x, w, targets, z_loss, 8 * 50)[o], argnums=(0, 1))(
+            x, weight
+        )
         want = jax.grad(lambda x, w, o=output: plain(x, w, targets, z_loss)[o], argnums=(0, 1))(x, weight)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)

@@ -235,3 +235,8 @@ def compiled_dots(n_layers, scan_layers):
 def test_a_scanned_model_compiles_one_block_however_deep_it_is():
     assert compiled_dots(2, scan_layers=True) == compiled_dots(6, scan_layers=True)
     assert compiled_dots(6, scan_layers=False) > compiled_dots(2, scan_layers=False)
+
+
+def test_splash_with_separate_backward_kernels_gives_the_reference_loss_and_gradients(monkeypatch):
+    monkeypatch.setattr("tradewind.trainer.models.layers.SPLASH_FUSED_BACKWARD", False)
+    test_each_attention_kernel_gives_the_reference_loss_and_gradients(SPLASH_CONFIG, 256, "splash_interpret")

@@ -135,3 +135,18 @@ ENTRY %main (a: f32[8]) -> f32[8] {
     by_part, by_kind = time_by_part(trace_events(tmp_path), hlo, steps=2)
     assert by_part == pytest.approx({"mlp": 60e-6, "optimizer": 15e-6, "attention": 5e-6})
     assert by_kind == pytest.approx({"matmul": 60e-6, "collective": 15e-6, "copy or layout": 5e-6})
+
+
+def test_a_splash_kernel_without_an_op_name_counts_as_attention():
+    # How a TPU program names a splash kernel: its custom call carries no op_name (read off a v5e compile)
+    hlo = """HloModule m
+
+ENTRY %main (a: bf16[16,12,2048,64]) -> bf16[16,12,2048,64] {
+  %a = bf16[16,12,2048,64] parameter(0)
+  %splash_mha_dkv_segmented_no_residuals.24 = bf16[16,12,2048,64] custom-call(%a), custom_call_target="tpu_custom_call"
+  ROOT %fusion.2 = bf16[16,12,2048,64] add(%splash_mha_dkv_segmented_no_residuals.24, %a)
+}
+"""
+    ops = program_ops(hlo)
+    assert ops["splash_mha_dkv_segmented_no_residuals.24"] == ("attention", "attention kernel")
+    assert ops["fusion.2"] == ("other", "other")

@@ -35,17 +35,22 @@ class Collective(BaseModel):
 
 
 class StepEstimate(BaseModel):
-    """A train step's time on the slice by a roofline per chip: an estimate, not a measurement."""
+    """A train step's time on the slice, per chip, from its kinds of work at the rates measured on a chip: an
+    estimate, not a measurement."""
 
     model_config = ConfigDict(extra="forbid")
 
-    seconds: float = Field(description="The largest of compute_s, hbm_s and network_s: the roofline's step time.")
+    seconds: float = Field(
+        description="(matmul_s + attention_s + elementwise_s) x (1 + the loop's overhead), or network_s if longer."
+    )
     method: str = Field(description="How the figure was reached.")
-    compute_s: float = Field(description="The model's FLOPs per chip over the chip's peak bfloat16 FLOP/s.")
-    hbm_s: float = Field(description="Bytes the compiled step reads and writes over the chip's HBM bandwidth.")
+    calibration: str = Field(description="Where and when the rates it uses were measured on a chip.")
+    compute_s: float = Field(description="The model's FLOPs per chip over the chip's peak bfloat16 FLOP/s: MFU 1.")
+    matmul_s: float = Field(description="The model's matrix multiplies (the forward again with full remat).")
+    attention_s: float = Field(description="The attention kernel: its score and value products.")
+    elementwise_s: float = Field(description="Everything else (norms, rotary, copies, loss, optimizer), HBM-bound.")
     network_s: float = Field(description="Collective bytes over the chip's ICI ring bandwidth, plus DCN.")
-    compiler_s: float | None = Field(description="XLA's own optimal_seconds, where positive; else null.")
-    mfu: float = Field(description="compute_s / seconds: the model FLOP utilisation the roofline allows.")
+    mfu: float = Field(description="compute_s / seconds: the model FLOP utilisation expected.")
     tokens_per_s_per_chip: float
 
 

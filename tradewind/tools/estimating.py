@@ -8,8 +8,8 @@ steps, and the step time gives their seconds; a time budget fixes the seconds, a
 that fit (beside a work budget, it only caps it). The step time comes from a finished run of the same shape in the
 workspace, else from a probe (`tradewind.trainer.estimate`: about 2 s of steps in the training loop) run as a job
 on the local backend. For a TPU run the probe is a compile instead (`tradewind.trainer.compile`): the steps
-compiled for the slice, on this machine, give the HBM per chip it needs and a roofline step time. Nothing is
-queued as a run.
+compiled for the slice, on this machine, give the HBM per chip it needs and a step time at rates measured on a
+chip. Nothing is queued as a run.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class RunEstimate(TrainEstimate):
     compute_optimal_tokens: int = Field(description="20 per model parameter, frozen included.")
     compute_optimal_budget_s: float | None = Field(description="Seconds to train those.")
     hbm_per_chip_bytes: int | None = Field(description="TPU, compiled: HBM per chip the train step needs.")
-    estimated_mfu: float | None = Field(description="TPU, compiled: model FLOP utilisation by the roofline.")
+    estimated_mfu: float | None = Field(description="TPU, compiled: model FLOP utilisation by the estimate.")
     advice: str
 
 
@@ -112,7 +112,7 @@ def estimate_run(ctx: ToolContext, request: EstimateRunRequest, progress: Progre
         fit = _fit(ctx, config, placement, vocab_size, request.timeout_s, progress)
         config, compiled, fitted = fit.config, fit.report, fit.note(placement)
         estimate = _compiled_estimate(estimate_training(config, placement), config, compiled)
-        source = "TPU compile, roofline estimate"
+        source = "TPU compile, calibrated estimate"
     # A config that does not fit is never probed: the analytic estimate already says what to change.
     elif request.probe and estimate.fits is not False:
         what, instead = "estimate_run's probe", " use probe=false,"

@@ -9,7 +9,7 @@ same three matmuls as the unfused pass, nothing recomputed, and no array larger 
 the issue-12 model (vocab 8192) trains 1.17-1.23x as fast on CPU (docs/reports/benchmarks.md).
 
 Example:
-    objective, cross_entropy = fused_cross_entropy(x, model.head_weight(), targets, 0.0)
+    objective, cross_entropy = fused_cross_entropy(x, model.head_weight(), targets, 0.0, block_logits("tpu"))
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tradewind.runs.flops import BLOCK_LOGITS
+from tradewind.runs.flops import block_logits
 
 
-def block_rows(tokens: int, vocab: int) -> int:
-    """Rows per block: the power of two whose [rows, vocab] logits hold about `BLOCK_LOGITS` values (at
+def block_rows(tokens: int, vocab: int, logits_per_block: int) -> int:
+    """Rows per block: the power of two whose [rows, vocab] logits hold about `logits_per_block` values (at
     least 8), but no more than `tokens` rounded up to a power of two."""
-    rows = max(8, 1 << max(0, (BLOCK_LOGITS // vocab).bit_length() - 1))
+    rows = max(8, 1 << max(0, (logits_per_block // vocab).bit_length() - 1))
     return min(rows, 1 << max(0, (tokens - 1).bit_length()))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
 def fused_cross_entropy(
-    x: jax.Array, weight: jax.Array, targets: jax.Array, z_loss: float
+    x: jax.Array, weight: jax.Array, targets: jax.Array, z_loss: float, logits_per_block: int = block_logits("cpu")
 ) -> tuple[jax.Array, jax.Array]:
     """Mean cross-entropy of predicting `targets` from the logits `x @ weight`: `(objective, cross_entropy)`.
 
@@ -44,18 +44,19 @@ def fused_cross_entropy(
         weight: the output projection [d_model, vocab], in the compute dtype.
         targets: the next token of each row [tokens] (int32), or -1.
         z_loss: weight of the z-loss term (static; 0 leaves it out).
+        logits_per_block: the logits a block holds (static; `block_logits` of the platform).
     """
-    objective, cross_entropy, _ = _over_blocks(x, weight, targets, z_loss, with_grads=False)
+    objective, cross_entropy, _ = _over_blocks(x, weight, targets, z_loss, logits_per_block, with_grads=False)
     return objective, cross_entropy
 
 
-def _forward(x, weight, targets, z_loss):
-    objective, cross_entropy, grads = _over_blocks(x, weight, targets, z_loss, with_grads=True)
+def _forward(x, weight, targets, z_loss, logits_per_block):
+    objective, cross_entropy, grads = _over_blocks(x, weight, targets, z_loss, logits_per_block, with_grads=True)
     grads = [(dx.astype(x.dtype), dw.astype(weight.dtype)) for dx, dw in grads]
     return (objective, cross_entropy), (grads, targets)
 
 
-def _backward(z_loss, residuals, cotangents):
+def _backward(z_loss, logits_per_block, residuals, cotangents):
     grads, targets = residuals
     g_objective, g_cross_entropy = cotangents
     if z_loss:  # the objective's gradients, then the cross-entropy's
@@ -72,13 +73,15 @@ def _backward(z_loss, residuals, cotangents):
 fused_cross_entropy.defvjp(_forward, _backward)
 
 
-def _over_blocks(x: jax.Array, weight: jax.Array, targets: jax.Array, z_loss: float, *, with_grads: bool):
+def _over_blocks(
+    x: jax.Array, weight: jax.Array, targets: jax.Array, z_loss: float, logits_per_block: int, *, with_grads: bool
+):
     """Objective, cross-entropy and (`with_grads`) per differentiable output the float32 gradients
     `(dx [tokens, d_model], dw [d_model, vocab])` of its mean: the objective's first when `z_loss`."""
     tokens, d_model = x.shape
     vocab = weight.shape[1]
     scored = jnp.maximum(jnp.sum(targets >= 0), 1).astype(jnp.float32)  # the means' denominator
-    rows = block_rows(tokens, vocab)
+    rows = block_rows(tokens, vocab, logits_per_block)
     n_blocks = -(-tokens // rows)
     padding = n_blocks * rows - tokens
     x = jnp.pad(x, ((0, padding), (0, 0)))

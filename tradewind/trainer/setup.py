@@ -31,7 +31,7 @@ from tradewind.core import ConfigError
 from tradewind.data import CacheManifest
 from tradewind.runs.batches import Loader, open_run_data
 from tradewind.runs.config import TrainConfig
-from tradewind.runs.flops import peak_flops
+from tradewind.runs.flops import block_logits, peak_flops
 from tradewind.runs.hf import check_matches_hf
 from tradewind.runs.models.base import Attention, AttentionChoice
 from tradewind.runs.models.configs import ModelConfig
@@ -258,7 +258,9 @@ def setup_training(
     clock.mark("data")
 
     model = build_run_model(config, model_config, initial_params=initial_params)
+    parameters = count_params(model)
     graphdef, eval_graphdef, params, frozen = split_run_model(model, config)
+    del model  # its arrays leave the devices as soon as they are placed (a copy on a mesh of several devices)
     params = place(params, param_shardings(mesh, params))
     frozen = place(frozen, param_shardings(mesh, frozen))
     optimizer = build_optimizer(config.optimizer)
@@ -296,7 +298,7 @@ def setup_training(
     return TrainSetup(
         config=config,
         model_config=model_config,
-        parameters=count_params(model),
+        parameters=parameters,
         trainable_parameters=sum(leaf.size for leaf in jax.tree.leaves(weights)),
         state=TrainState.start(params, opt_state, config.seed),
         frozen=frozen,
@@ -342,6 +344,7 @@ def lower_steps(
     opt_sharding = optimizer_shardings(mesh, opt_state, config.optimizer.host_state)
     frozen_sharding = param_shardings(mesh, frozen)
     scalar = NamedSharding(mesh, PartitionSpec())
+    logits_per_block = block_logits(mesh.devices.flat[0].platform)  # a TPU's also when compiling for one elsewhere
     step_fn = make_train_step(
         graphdef,
         optimizer,
@@ -349,6 +352,7 @@ def lower_steps(
         z_loss=config.z_loss,
         skip_nonfinite=config.on_nonfinite == "skip",
         remat=config.remat,
+        logits_per_block=logits_per_block,
     )
     if config.optimizer.host_state:
         step_fn = _state_brought_to_devices(step_fn, on_device(opt_sharding))
@@ -359,7 +363,7 @@ def lower_steps(
         donate_argnums=(0, 1),
     )
     learning_rate = jax.ShapeDtypeStruct((), jnp.float32, sharding=scalar)
-    eval_step = jax.jit(make_eval_step(eval_graphdef))
+    eval_step = jax.jit(make_eval_step(eval_graphdef, logits_per_block))
     with jax.set_mesh(mesh):  # the model pins its activations' batch split on this mesh (`layers.batch_sharded`)
         train_lowered = train_step.lower(params, opt_state, batch, learning_rate, frozen)
         eval_lowered = eval_step.lower(params, batch, frozen)

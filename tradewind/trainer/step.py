@@ -22,6 +22,7 @@ import optax
 from flax import nnx
 
 from tradewind.data import DocumentBatch
+from tradewind.runs.flops import block_logits
 from tradewind.runs.models.base import Remat
 from tradewind.trainer.cross_entropy import fused_cross_entropy
 from tradewind.trainer.lora import advance_dropout
@@ -39,6 +40,7 @@ def next_token_loss(
     z_loss: float = 0.0,
     remat: Remat = "none",
     *frozen: nnx.State,
+    logits_per_block: int = block_logits("cpu"),
 ) -> tuple[jax.Array, jax.Array]:
     """Mean loss of predicting `batch[:, 1:]` from `batch[:, :-1]`: `(objective, cross-entropy)`, float32.
 
@@ -56,6 +58,7 @@ def next_token_loss(
         z_loss: weight of the z-loss term (0 leaves it out of the graph).
         remat: what each block keeps for the backward pass (the same values, less memory, more compute).
         frozen: the rest of the model's state (a LoRA run's base model and dropout streams).
+        logits_per_block: the fused cross-entropy's block (`block_logits` of the platform the step runs on).
     """
     model = nnx.merge(graphdef, params, *frozen)
     if isinstance(batch, DocumentBatch):
@@ -67,7 +70,7 @@ def next_token_loss(
     hidden, _ = model.features(inputs, remat=remat, segments=segments, positions=positions)  # [batch, seq, d_model]
     rows = hidden.reshape(-1, hidden.shape[-1]).astype(model.dtype)  # [batch * seq, d_model]
     with jax.named_scope("loss"):
-        return fused_cross_entropy(rows, model.head_weight(), targets.reshape(-1), z_loss)
+        return fused_cross_entropy(rows, model.head_weight(), targets.reshape(-1), z_loss, logits_per_block)
 
 
 def loss_and_grads(
@@ -78,6 +81,7 @@ def loss_and_grads(
     z_loss: float,
     remat: Remat = "none",
     *frozen: nnx.State,
+    logits_per_block: int = block_logits("cpu"),
 ) -> tuple[jax.Array, Params]:
     """Cross-entropy and gradient of the objective with respect to `params` (the rest of the model's state is
     `frozen`), over `grad_accum` equal microbatches: each microbatch's mean weighed by the targets it scores, so
@@ -85,7 +89,10 @@ def loss_and_grads(
 
     def one(microbatch: jax.Array) -> tuple[jax.Array, Params]:
         (_, cross_entropy), grads = jax.value_and_grad(
-            lambda p: next_token_loss(graphdef, p, microbatch, z_loss, remat, *frozen), has_aux=True
+            lambda p: next_token_loss(
+                graphdef, p, microbatch, z_loss, remat, *frozen, logits_per_block=logits_per_block
+            ),
+            has_aux=True,
         )(params)
         return cross_entropy, grads
 
@@ -134,6 +141,7 @@ def make_train_step(
     z_loss: float = 0.0,
     skip_nonfinite: bool = False,
     remat: Remat = "none",
+    logits_per_block: int = block_logits("cpu"),
 ) -> TrainStep:
     """The pure update `(params, opt_state, batch, learning_rate[, frozen]) -> (params, opt_state, metrics)`.
 
@@ -152,7 +160,9 @@ def make_train_step(
     ):
         weights, streams = weights_and_streams(params)
         rest = (streams,) if frozen is None else (streams, frozen)
-        loss, grads = loss_and_grads(graphdef, weights, batch, grad_accum, z_loss, remat, *rest)
+        loss, grads = loss_and_grads(
+            graphdef, weights, batch, grad_accum, z_loss, remat, *rest, logits_per_block=logits_per_block
+        )
         grad_norm = optax.tree.norm(grads)
         with jax.named_scope("optimizer"):
             updates, new_opt_state = optimizer.update(grads, opt_state, weights)
@@ -173,11 +183,12 @@ def make_train_step(
     return train_step
 
 
-def make_eval_step(graphdef: nnx.GraphDef) -> EvalStep:
+def make_eval_step(graphdef: nnx.GraphDef, logits_per_block: int = block_logits("cpu")) -> EvalStep:
     """The pure evaluation `(params, batch[, frozen]) -> cross-entropy`; `graphdef` is the model's in its
     deterministic mode (no dropout)."""
 
     def eval_step(params: Params, batch: Batch, frozen: Params = None) -> jax.Array:
-        return next_token_loss(graphdef, params, batch, 0.0, "none", *(() if frozen is None else (frozen,)))[1]
+        rest = () if frozen is None else (frozen,)
+        return next_token_loss(graphdef, params, batch, 0.0, "none", *rest, logits_per_block=logits_per_block)[1]
 
     return eval_step

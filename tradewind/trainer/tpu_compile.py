@@ -28,6 +28,7 @@ import math
 import re
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -150,53 +151,104 @@ def compile_for_tpu(
         temporaries_bytes=memory.temp_size_in_bytes,
         eval_hbm_bytes=hbm_needed(eval_step.memory_analysis()) if eval_step is not None else None,
         collectives=collectives,
-        step=estimate_step(config, model_config, target, slices, train_step, collectives),
+        step=estimate_step(config, model_config, target, slices, collectives),
         compiler_message=None,
     )
 
 
-def estimate_step(
-    config: TrainConfig,
-    model: ModelConfig,
-    target: TpuSlice,
-    slices: int,
-    compiled: Any,
-    collectives: list[Collective],
-) -> StepEstimate:
-    """The roofline step time of a compiled train step on `slices` slices of `target`.
+@dataclass(frozen=True)
+class StepCalibration:
+    """How fast one chip ran each kind of the trainer's work, measured by profiling its steps there.
 
-    Compute: the model's FLOPs per token (forward and backward; what MFU counts) times the step's tokens, shared
-    by the chips, over the chip's peak. HBM: the compiler's bytes accessed, times `grad_accum` and, with
-    scanned layers, `n_layers` (its analysis counts a loop's body once; what lies outside the loops is then
-    over-counted, so the HBM term bounds the truth from above). Network: each chip's collective
-    bytes over a ring on one torus axis (two of the chip's `2 x dims` links), plus, with several slices, the
-    float32 gradients of one host's chips crossing the data-centre network twice (an all-reduce over slices).
+    Attributes:
+        matmul: the model's matrix multiplies (6 FLOPs a weight a token, 8 with full remat) over the chip's peak.
+        attention: the splash kernel's rate on the attention FLOPs MFU counts, over the peak.
+        attention_forward: the forward pass's share of the kernel's time (remat runs it again).
+        elementwise_bytes: HBM bytes per token, layer and unit of `d_model` of all the rest (norms, rotary
+            embedding, residual adds, layout copies, the loss's softmax, the optimizer), at the HBM bandwidth.
+        overhead: host, loop and idle time, over the step.
+        source: where and when it was measured.
+    """
+
+    matmul: float
+    attention: float
+    attention_forward: float
+    elementwise_bytes: float
+    overhead: float
+    source: str
+
+
+# The one table of measured rates. A generation not in it is estimated with the v5e's, scaled by its own peak and
+# bandwidth (`TpuChip`), and its estimate says so.
+STEP_CALIBRATION = {
+    "v5e": StepCalibration(
+        matmul=0.81,
+        attention=0.40,
+        attention_forward=0.40,
+        elementwise_bytes=278.0,
+        overhead=0.012,
+        source=(
+            "one TPU v5e chip, 2026-12-06: the profiles of a 125M, a 350M and a 1B Llama at sequence 2048 "
+            "(benchmarks/tpu_chip.py; benchmarks/results/tpu_chip-2026-12-06.jsonl)"
+        ),
+    ),
+}
+REFERENCE_SCORE_BYTES = 24  # HBM bytes a score of the reference attention moves (written, read back, its gradient)
+
+
+def estimate_step(
+    config: TrainConfig, model: ModelConfig, target: TpuSlice, slices: int, collectives: list[Collective]
+) -> StepEstimate:
+    """The step time of `config`'s train step on `slices` slices of `target`, by kind of work at the rates the
+    chip was measured to run it (`STEP_CALIBRATION`), per chip.
+
+    Matmuls: the model's matmul FLOPs (8 a weight a token with full remat, which runs the forward again) at the
+    calibrated share of the peak. Attention: the score and value products MFU counts, at the splash kernel's
+    measured rate (its forward again under remat), or for the reference kernel at the matmul rate with its scores'
+    traffic. Element-wise: the calibrated bytes per token, layer and unit of `d_model` (half again under remat) at
+    the HBM bandwidth. The three add up, plus the loop's overhead. Network: each chip's collective bytes over a
+    ring on one torus axis (two of the chip's `2 x dims` links), plus, with several slices, the float32 gradients
+    of one host's chips crossing the data-centre network twice (an all-reduce over slices); taken to overlap the
+    compute, so the step is the longer of the two.
     """
     chips = target.chips * slices
     chip = target.chip
-    compute_s = config.flops_per_token(model.vocab_size) * config.tokens_per_step / chips / chip.peak_bf16_flops
-    cost = compiler_cost(compiled)
-    loops = config.grad_accum * (model.n_layers if config.scan_layers else 1)  # the analysis counts a body once
-    hbm_s = cost.get("bytes accessed", 0.0) * loops / chip.hbm_bytes_per_s
+    rates = STEP_CALIBRATION.get(chip.generation, STEP_CALIBRATION["v5e"])
+    tokens = config.tokens_per_step / chips
+    remat = config.remat != "none"
+    compute_s = config.flops_per_token(model.vocab_size) * tokens / chip.peak_bf16_flops
+    matmul_flops = (8.0 if config.remat == "full" else 6.0) * model.matmul_params() * tokens
+    matmul_s = matmul_flops / (chip.peak_bf16_flops * rates.matmul)
+    attention_flops = 12.0 * model.n_layers * model.n_heads * model.head_dim * config.seq_len * tokens
+    kernel = attention_kernel(config.attention, compute_dtype(config.compute_dtype, "tpu"), config.seq_len, "tpu")
+    if kernel == "splash":
+        attention_s = attention_flops / (chip.peak_bf16_flops * rates.attention) * (1 + remat * rates.attention_forward)
+    else:  # every score made and stored: the products at the matmul rate, the scores at the HBM bandwidth
+        scores = model.n_layers * model.n_heads * config.seq_len * tokens * REFERENCE_SCORE_BYTES
+        attention_s = attention_flops / (chip.peak_bf16_flops * rates.matmul) + scores / chip.hbm_bytes_per_s
+    elementwise = rates.elementwise_bytes * tokens * model.n_layers * model.d_model * (1.5 if remat else 1.0)
+    elementwise_s = elementwise / chip.hbm_bytes_per_s
     ring_bytes_per_s = chip.ici_bytes_per_s / chip.torus_dims / 2
     network_s = sum(c.bytes for c in collectives) / ring_bytes_per_s
     if slices > 1:  # each host's share of the float32 gradients, reduced across slices over DCN
         network_s += 2 * 4 * model.count_params() / chips * target.chips_per_host / chip.dcn_bytes_per_s
-    seconds = max(compute_s, hbm_s, network_s)
-    optimal = cost.get("optimal_seconds", -1.0)
+    seconds = max((matmul_s + attention_s + elementwise_s) * (1 + rates.overhead), network_s)
+    measured_on = "" if chip.generation in STEP_CALIBRATION else f" ({chip.generation} not measured: the v5e's rates)"
     return StepEstimate(
         seconds=seconds,
         method=(
-            "roofline per chip, the largest of: model FLOPs / peak bf16 FLOP/s; compiler's bytes accessed x "
-            "grad_accum (x n_layers if scanned, an upper bound) / HBM bandwidth; collective bytes / ICI ring "
-            "bandwidth (+ DCN between slices). Assumes they overlap fully; an estimate, not a measurement"
+            "per chip, by kind of work at the rates measured on a chip: matmuls + attention kernel + element-wise "
+            "at HBM bandwidth, plus the loop's overhead; or the collectives over the ICI ring (+ DCN between "
+            "slices) where longer. An estimate, not a measurement"
         ),
+        calibration=rates.source + measured_on,
         compute_s=compute_s,
-        hbm_s=hbm_s,
+        matmul_s=matmul_s,
+        attention_s=attention_s,
+        elementwise_s=elementwise_s,
         network_s=network_s,
-        compiler_s=optimal if optimal > 0 else None,
         mfu=compute_s / seconds if seconds else 0.0,
-        tokens_per_s_per_chip=config.tokens_per_step / seconds / chips if seconds else 0.0,
+        tokens_per_s_per_chip=tokens / seconds if seconds else 0.0,
     )
 
 
@@ -270,7 +322,11 @@ def _bytes_per_chip(tree: Any) -> int:
 
 
 def hbm_needed(memory: Any) -> int:
-    """HBM a compiled program needs per device: arguments, outputs and temporaries, less the aliased buffers."""
+    """HBM a compiled program needs per device: XLA's peak of the buffers live at once, where it reports one, else
+    arguments, outputs and temporaries less the aliased buffers. The sum counts buffers that are never live together:
+    a 1B train step it put at 18.0 GiB peaked at 14.05 GiB, and trained on a 15.75 GiB TPU v5e (2026-12-06)."""
+    if getattr(memory, "peak_memory_in_bytes", 0) > 0:
+        return memory.peak_memory_in_bytes
     return (
         memory.argument_size_in_bytes
         + memory.output_size_in_bytes

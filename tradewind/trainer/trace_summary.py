@@ -63,6 +63,7 @@ _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _COMPUTATION = re.compile(r"^(ENTRY )?%(\S+) ")
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+_ATTENTION_KERNEL = re.compile(r"(splash|flash)_")  # Pallas's splash kernels (splash_mha_fwd...), flash kernels
 _LAYOUT = ("copy", "copy-start", "copy-done", "transpose", "bitcast", "reshape", "bitcast-convert")
 
 
@@ -94,7 +95,8 @@ def program_ops(hlo: str) -> dict[str, tuple[str, str]]:
                 name, rest = found.groups()
                 op_name = _OP_NAME.search(rest)
                 parts = _PART.findall(op_name.group(1)) if op_name else []
-                part = parts[-1] if parts else "other"
+                # An attention kernel's custom call carries no op_name on a TPU; its name says what it is
+                part = parts[-1] if parts else "attention" if _ATTENTION_KERNEL.match(name) else "other"
                 ops[name] = (part, _kind(rest, part, multiplying))
     return ops
 
@@ -131,15 +133,24 @@ def time_by_part(events: list[dict[str, Any]], hlo: str, steps: int) -> tuple[di
     """Device seconds per step of a trace's `events` (`trace_events`), by part of the model and by kind of op,
     for the ops of the program whose HLO text is `hlo` (others count as part and kind "other"); `steps`: the
     steps the trace holds."""
-    ops = program_ops(hlo)
     by_part: dict[str, float] = defaultdict(float)
     by_kind: dict[str, float] = defaultdict(float)
-    for event in _innermost(_op_events(events)):
-        part, kind = ops.get(_arg(event, "hlo_op") or event["name"], ("other", "other"))
-        seconds = float(event["dur"]) / 1e6 / steps
+    for (_, part, kind), seconds in time_by_op(events, hlo, steps).items():
         by_part[part] += seconds
         by_kind[kind] += seconds
     return dict(by_part), dict(by_kind)
+
+
+def time_by_op(events: list[dict[str, Any]], hlo: str, steps: int) -> dict[tuple[str, str, str], float]:
+    """Device seconds per step of each innermost op of a trace's `events`, by `(op, part, kind)` (as
+    `time_by_part`): the finest split of a step, what a benchmark lists to find the op that loses the most."""
+    ops = program_ops(hlo)
+    seconds: dict[tuple[str, str, str], float] = defaultdict(float)
+    for event in _innermost(_op_events(events)):
+        name = _arg(event, "hlo_op") or event["name"]
+        part, kind = ops.get(name, ("other", "other"))
+        seconds[(name, part, kind)] += float(event["dur"]) / 1e6 / steps
+    return dict(seconds)
 
 
 def _innermost(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ import numpy as np
 from tradewind.core import InvalidInputError, TradewindError
 from tradewind.data import DocumentBatch, TokenCache, load_tokenizer
 from tradewind.runs.batches import split_loader
+from tradewind.runs.flops import block_logits
 from tradewind.trainer.setup import TrainSetup
 from tradewind.trainer.step import Batch, Params, make_eval_step
 
@@ -87,7 +88,7 @@ def score_val_tokens(setup: TrainSetup, params: Params, val: ValTokens) -> ValSc
     """
     start = time.perf_counter()
     rows = setup.config.batch_size
-    rest_step = jax.jit(make_eval_step(setup.eval_graphdef))
+    rest_step = jax.jit(make_eval_step(setup.eval_graphdef, block_logits(setup.mesh.devices.flat[0].platform)))
     total = 0.0
     count = len(jax.tree.leaves(val.windows)[0])
     for first in range(0, count, rows):
