@@ -260,7 +260,7 @@ def setup_training(
     model = build_run_model(config, model_config, initial_params=initial_params)
     parameters = count_params(model)
     graphdef, eval_graphdef, params, frozen = split_run_model(model, config)
-    del model  # its arrays leave the devices as soon as they are placed (a copy on a mesh of several devices)
+    del model  # placing copies its arrays on a mesh of several devices: the originals go once nothing holds them
     params = place(params, param_shardings(mesh, params))
     frozen = place(frozen, param_shardings(mesh, frozen))
     optimizer = build_optimizer(config.optimizer)

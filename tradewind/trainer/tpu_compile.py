@@ -7,11 +7,11 @@ compiles on a laptop), lays them on the slice's mesh with the run's sharding rul
 `setup_training` compiles (same model, optimizer, precision, grad accumulation and donation). From the compiled
 programs it reads, per chip:
 
-- the HBM the train step needs (arguments + outputs + temporaries - aliased buffers) against the chip's;
-  a program that does not fit fails to compile, and the compiler's message gives its temporaries;
+- the HBM the train step needs (XLA's peak of the buffers live at once) against the chip's; a program that does
+  not fit fails to compile, and the compiler's message gives its temporaries;
 - the collectives by kind, with the bytes each chip sends;
-- an estimated step time, and the MFU and tokens/s that follow, by a roofline named in the result (see
-  `StepEstimate`): an estimate, not a measurement.
+- an estimated step time, and the MFU and tokens/s that follow, from the step's kinds of work at the rates a
+  real chip was measured to run them (`estimate_step`, `STEP_CALIBRATION`): an estimate, not a measurement.
 
 No network is used: `TPU_COMPILE_ENV` (`tradewind.cluster.tpus`) tells libtpu not to ask a metadata server; it
 must be in the environment before JAX starts, as in the compile job `estimate_run` submits
@@ -219,10 +219,11 @@ def estimate_step(
     compute_s = config.flops_per_token(model.vocab_size) * tokens / chip.peak_bf16_flops
     matmul_flops = (8.0 if config.remat == "full" else 6.0) * model.matmul_params() * tokens
     matmul_s = matmul_flops / (chip.peak_bf16_flops * rates.matmul)
-    attention_flops = 12.0 * model.n_layers * model.n_heads * model.head_dim * config.seq_len * tokens
+    attention_flops = model.attention_product_flops(config.seq_len) * tokens
     kernel = attention_kernel(config.attention, compute_dtype(config.compute_dtype, "tpu"), config.seq_len, "tpu")
     if kernel == "splash":
-        attention_s = attention_flops / (chip.peak_bf16_flops * rates.attention) * (1 + remat * rates.attention_forward)
+        forward_again = rates.attention_forward if remat else 0.0
+        attention_s = attention_flops / (chip.peak_bf16_flops * rates.attention) * (1 + forward_again)
     else:  # every score made and stored: the products at the matmul rate, the scores at the HBM bandwidth
         scores = model.n_layers * model.n_heads * config.seq_len * tokens * REFERENCE_SCORE_BYTES
         attention_s = attention_flops / (chip.peak_bf16_flops * rates.matmul) + scores / chip.hbm_bytes_per_s

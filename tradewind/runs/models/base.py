@@ -195,12 +195,16 @@ class BaseModelConfig(BaseModel):
         """`flops_per_token` by the part of the model that computes it, named as the steps' scopes are
         (`MODEL_PARTS`): attention (its projections, and the score and value products), mlp, and loss (the
         output head)."""
-        attention_products = 12.0 * self.n_layers * self.n_heads * self.head_dim * seq_len
         return {
-            "attention": 6.0 * self.n_layers * self.attention_matmul_params() + attention_products,
+            "attention": 6.0 * self.n_layers * self.attention_matmul_params() + self.attention_product_flops(seq_len),
             "mlp": 6.0 * self.n_layers * self.mlp_matmul_params(),
             "loss": 6.0 * self.d_model * (self.vocab_size or 0),
         }
+
+    def attention_product_flops(self, seq_len: int) -> float:
+        """The attention score and value products' FLOPs per token, forward and backward, not halved for the
+        causal mask (as MFU counts them)."""
+        return 12.0 * self.n_layers * self.n_heads * self.head_dim * seq_len
 
     def hf_config(self) -> dict[str, Any]:
         """This model's `config.json` for `transformers`."""
