@@ -57,7 +57,12 @@ class MetricRow(BaseModel):
     param_norm: float | None = Field(None, description="Global L2 norm of the parameters after the latest update.")
     step_time_s: float | None = Field(None, description="Mean seconds per update since the previous log row.")
     mfu: float | None = Field(
-        None, description="Model FLOPs utilisation: model FLOP/s over the devices' peak FLOP/s (0 to 1)."
+        None,
+        description=(
+            "Model FLOPs utilisation (0 to 1): training tokens/s x model FLOPs per token over the devices' peak "
+            "FLOP/s. Per token: 6 a matmul weight (4 a LoRA run's frozen weight, whose gradient is not computed) "
+            "+ 12 x layers x heads x head_dim x seq_len for attention; packed documents' padding is not a token."
+        ),
     )
     skipped_steps: int | None = Field(None, description="Updates dropped for a non-finite loss since the last row.")
     eval_perplexity: float | None = Field(None, description="exp(eval_loss).")
@@ -89,7 +94,7 @@ class TrainSummary(BaseModel):
     model_flops_per_token: float | None = Field(
         None, description="Forward + backward, attention included: 6 a matmul weight, 4 a LoRA run's frozen one."
     )
-    mfu: float | None = Field(None, description="Mean model FLOPs utilisation over the run's step time.")
+    mfu: float | None = Field(None, description="Mean model FLOPs utilisation over the run's step time (as a row's).")
     peak_flops: float | None = Field(None, description="Peak FLOP/s of all devices together, used for `mfu`.")
     peak_flops_source: str | None = Field(None, description="Where the peak FLOP/s figure came from.")
     final_eval_perplexity: float | None = Field(None, description="exp(final_eval_loss).")
