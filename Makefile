@@ -4,7 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The lock: every install pins the versions CI passed with (`make lock` rebuilds it; `CONSTRAINTS=` installs without).
 CONSTRAINTS ?= constraints.txt
-PIP_INSTALL = $(BIN)/pip install --quiet $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
+# --no-compile: Python compiles a module when it is first imported, not all of the ~210 packages at install (CI's
+# set-up: 125-134 s in one pip run with compiling, 59 s without; the first import of the trainer, torch and
+# transformers then takes 9 s instead of 4, once).
+PIP_INSTALL = $(BIN)/pip install --quiet --no-compile $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 # What CI installs beside the dev extra (.ci/run), and what `make lock` freezes.
 CI_EXTRAS := dev,ray,wandb,tpu
 CI_PACKAGES := torch==2.13.0 transformers safetensors peft
@@ -24,7 +27,7 @@ $(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
-# One pip run for all of CI's packages: pip resolves once and installs once (three runs took 178 s, issue 39).
+# One pip run for all of CI's packages: pip resolves once and installs once (three runs: 147 s; one: 125-134 s).
 $(VENV)/.installed-ci: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[$(CI_EXTRAS)]' $(CI_PACKAGES)
 	touch $@ $(VENV)/.installed-dev $(VENV)/.installed
