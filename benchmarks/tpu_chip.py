@@ -16,7 +16,7 @@ small, the compute is the model's). For each shape, processes of their own (one 
 And first, the chip's ceiling: a bf16 8192^3 matmul. Each measured choice gives tokens/s and MFU in steady state
 (the median step after the first two), the step time, the compile time, the time to the first update, the HBM
 the compiled train step needs (`memory_analysis()`: the chip's own `memory_stats()` peak is not trustworthy on
-a v5e), the compile-only estimate of the same step (`tpu_compile.estimate_step`, the roofline `tradewind compile`
+a v5e), the compile-only estimate of the same step (`tpu_compile.estimate_step`, what `tradewind compile`
 prints) and its ratio to the measured step, and a profile of three more steps (`profile_figures`: time by part of
 the model, by kind of op, and the op groups that took longest, with their HLO). A choice that does not fit says
 so, with XLA's message. Besides config changes, a choice may set a module constant of the trainer (`constants`):
@@ -99,9 +99,10 @@ def constants_set(constants: dict[str, Any]) -> Iterator[None]:
     """The module constants `constants` ("module:NAME" -> value) set for the block, then put back."""
     saved = []
     for target, value in constants.items():
-        module, name = target.split(":")
-        saved.append((importlib.import_module(module), name, getattr(importlib.import_module(module), name)))
-        setattr(saved[-1][0], name, value)
+        module_name, name = target.split(":")
+        module = importlib.import_module(module_name)
+        saved.append((module, name, getattr(module, name)))
+        setattr(module, name, value)
     try:
         yield
     finally:

@@ -95,8 +95,9 @@ def program_ops(hlo: str) -> dict[str, tuple[str, str]]:
                 name, rest = found.groups()
                 op_name = _OP_NAME.search(rest)
                 parts = _PART.findall(op_name.group(1)) if op_name else []
-                # An attention kernel's custom call carries no op_name on a TPU; its name says what it is
-                part = parts[-1] if parts else "attention" if _ATTENTION_KERNEL.match(name) else "other"
+                if not parts and _ATTENTION_KERNEL.match(name):  # a kernel's custom call has no op_name on a TPU
+                    parts = ["attention"]
+                part = parts[-1] if parts else "other"
                 ops[name] = (part, _kind(rest, part, multiplying))
     return ops
 
