@@ -70,8 +70,14 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     "accumulate_2": {"batch_size": 2, "grad_accum": 2},  # twice the tokens per update in two microbatches
     # Knobs: the trainer's module constants, each against its default, to find what a change of it gains
     "ce_block_8m": {"constants": {"tradewind.trainer.setup:block_logits": lambda platform: 8 * 2**20}},
-    "splash_1024": {"constants": {"tradewind.trainer.models.layers:SPLASH_BLOCKS": (1024, 512, 256, 128)}},
+    "splash_512": {"constants": {"tradewind.trainer.models.layers:SPLASH_BLOCKS": (512, 256, 128)}},
     "splash_separate_backward": {"constants": {"tradewind.trainer.models.layers:SPLASH_FUSED_BACKWARD": False}},
+    "rotate_by_slices": {
+        "constants": {
+            "tradewind.trainer.models.layers:ROTATE_BY_MATMUL": False,
+            "tradewind.trainer.models.layers:ROTARY_IN_COMPUTE_DTYPE": False,
+        }
+    },
 }
 SMOKE_SHAPE = {"model": {"d_model": 64, "n_layers": 2, "n_heads": 2, "vocab_size": 512, "max_seq_len": 128}}
 TRAINING = {"eval_every": 10_000, "eval_batches": 1, "log_every": 1, "checkpoint": False}
@@ -217,8 +223,15 @@ def profile_figures(setup: Any, folder: Path, ops: int = 30) -> dict[str, Any]:
 def run_choices(shape_name: str, choice_names: list[str], dataset: str, steps: int, smoke: bool, cache: str) -> None:
     """Measure `choice_names` of one shape in this process, printing a JSON line each; the first one's start-up
     counts from this process's start, with the compile cache `cache` ("empty" or "filled")."""
+    import jax
+
     from tradewind.trainer.startup import StartupClock
 
+    if not smoke and jax.default_backend() != "tpu":  # a 125M at 16 x 2048 tokens would fill a CPU host's memory
+        sys.exit(
+            f"the chip's shapes run on a TPU; JAX found {jax.default_backend()} (JAX_PLATFORMS is "
+            f"{os.environ.get('JAX_PLATFORMS')!r}); --smoke runs a tiny model anywhere"
+        )
     clock = StartupClock.since_process_start()
     workdir = Path(tempfile.mkdtemp(prefix="tpu-chip-"))
     shape = SMOKE_SHAPE if smoke else SHAPES[shape_name]

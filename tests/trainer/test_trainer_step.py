@@ -240,3 +240,25 @@ def test_a_scanned_model_compiles_one_block_however_deep_it_is():
 def test_splash_with_separate_backward_kernels_gives_the_reference_loss_and_gradients(monkeypatch):
     monkeypatch.setattr("tradewind.trainer.models.layers.SPLASH_FUSED_BACKWARD", False)
     test_each_attention_kernel_gives_the_reference_loss_and_gradients(SPLASH_CONFIG, 256, "splash_interpret")
+
+
+def test_splash_over_several_blocks_a_row_gives_the_reference_loss_and_gradients(monkeypatch):
+    # Blocks of 128 at sequence 256: two query and two key blocks, the one above the diagonal skipped, the fused
+    # backward summing dq over key blocks (the chip runs blocks of 1024 at sequence 2048 the same way).
+    monkeypatch.setattr("tradewind.trainer.models.layers.SPLASH_BLOCKS", (128,))
+    test_each_attention_kernel_gives_the_reference_loss_and_gradients(SPLASH_CONFIG, 256, "splash_interpret")
+
+
+@pytest.mark.parametrize(("scan_layers", "remat"), [(False, "none"), (True, "full")])
+def test_rotating_by_a_matmul_gives_the_losses_and_gradients_of_rotating_by_slices(monkeypatch, scan_layers, remat):
+    config = model_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32)
+    tokens = batch()
+    results = []
+    for by_matmul in (False, True):
+        monkeypatch.setattr("tradewind.trainer.models.layers.ROTATE_BY_MATMUL", by_matmul)
+        graphdef, params = nnx.split(build_model(config, rngs=nnx.Rngs(0), scan_layers=scan_layers))
+        results.append(jax.jit(lambda p, b, g=graphdef: loss_and_grads(g, p, b, 1, 1e-3, remat))(params, tokens))
+    (sliced_loss, sliced_grads), (loss, grads) = results
+    assert abs(float(loss) - float(sliced_loss)) <= 1e-6
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(sliced_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
