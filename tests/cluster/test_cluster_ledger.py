@@ -62,7 +62,7 @@ def test_within_compares_every_resource_and_tolerates_float_rounding():
 
 
 def test_a_job_holds_its_per_replica_resources_times_its_replicas():
-    assert demand(spec(replicas=3, cpus=2, memory_gb=1.5, gpus=1)) == Capacity(cpus=6, memory_gb=4.5, gpus=3)
+    assert demand(spec(replicas=3, cpus=2, memory_gb=1.5, accelerator="gpu")) == Capacity(cpus=6, memory_gb=4.5, gpus=3)
 
 
 def test_the_detected_capacity_is_this_machines_cpu_count_and_memory():
@@ -84,16 +84,16 @@ def test_a_job_that_fits_the_capacity_passes_the_submission_check():
             r"\(capacity: 4 CPUs, 8 GiB memory, 0 GPUs\); ask for less per replica or fewer replicas",
         ),
         (
-            spec("gpu", gpus=1),
+            spec("gpu", accelerator="gpu"),
             r"job 'gpu' needs 1 GPU per replica but this backend has 0 GPUs .*use accelerator 'cpu'",
         ),
         (
-            spec("tpu", tpu_type="v5litepod-8"),
+            spec("tpu", accelerator="tpu-v5litepod-8"),
             r"job 'tpu' asks for TPU 'v5litepod-8', but this host has no TPU chip; run it on a TPU VM, or set "
             r"backend 'ray'",
         ),
         (
-            spec("pod", tpu_type="v5litepod-16"),
+            spec("pod", accelerator="tpu-v5litepod-16"),
             r"job 'pod' asks for TPU 'v5litepod-16', which spans 4 hosts; the local backend runs on this host alone, "
             r"and TPUs of several hosts run on the Ray backend: set backend 'ray'",
         ),
@@ -195,17 +195,20 @@ HOST_V5E_4 = Capacity(cpus=8, memory_gb=16, tpus=4, tpu_type="v5litepod-4")
 
 
 def test_a_tpu_job_holds_its_slices_chips_and_its_amount_is_described_with_them():
-    assert demand(spec(tpu_type="v4-8")) == Capacity(cpus=1, memory_gb=0, tpus=4)  # v4 counts TensorCores
+    assert demand(spec(accelerator="tpu-v4-8")) == Capacity(cpus=1, memory_gb=0, tpus=4)  # v4 counts TensorCores
     assert HOST_V5E_4.describe() == "8 CPUs, 16 GiB memory, 0 GPUs, 4 TPU chips"
 
 
 @pytest.mark.parametrize(
     ("job", "expected"),
     [
-        (spec("bigger", tpu_type="v5litepod-8"), r"this host's TPU is 'v5litepod-4' \(4 TPU chips\); use accelerator"),
-        (spec("smaller", tpu_type="v5litepod-1"), r"this host's TPU is 'v5litepod-4'.*or 'tpu-v5litepod-4'"),
-        (spec("other family", tpu_type="v6e-4"), r"this host's TPU is 'v5litepod-4'.*or 'tpu-v5litepod-4'"),
-        (spec("slices", tpu_type="v5litepod-4", tpu_slices=2), r"which spans 2 hosts.*set backend 'ray'"),
+        (
+            spec("bigger", accelerator="tpu-v5litepod-8"),
+            r"this host's TPU is 'v5litepod-4' \(4 TPU chips\); use accelerator",
+        ),
+        (spec("smaller", accelerator="tpu-v5litepod-1"), r"this host's TPU is 'v5litepod-4'.*or 'tpu-v5litepod-4'"),
+        (spec("other family", accelerator="tpu-v6e-4"), r"this host's TPU is 'v5litepod-4'.*or 'tpu-v5litepod-4'"),
+        (spec("slices", accelerator="tpu-v5litepod-4", slices=2), r"which spans 2 hosts.*set backend 'ray'"),
     ],
     ids=["more-chips", "fewer-chips", "another-family", "two-slices"],
 )
@@ -217,7 +220,9 @@ def test_on_a_tpu_host_a_job_for_other_chips_is_refused_naming_the_hosts(job, ex
 def test_a_second_tpu_job_queues_behind_the_first_and_starts_when_it_ends(tmp_path):
     """One process at a time can use a TPU chip: the ledger hands the host's chips to one job, then the next."""
     store = JobStore(tmp_path / "jobs.sqlite")
-    first, second, cpu_job = queue(store, spec("a", tpu_type="v5litepod-4"), spec("b", tpu_type="v5litepod-4"), spec())
+    first, second, cpu_job = queue(
+        store, spec("a", accelerator="tpu-v5litepod-4"), spec("b", accelerator="tpu-v5litepod-4"), spec()
+    )
     check_fits_at_all(store.get(second).record.spec, HOST_V5E_4)
     assert admit_queued(store, HOST_V5E_4) == [first, cpu_job]  # a CPU job passes the waiting TPU one
     assert usage(store).tpus == 4

@@ -96,7 +96,7 @@ def test_a_spec_needs_exactly_one_entrypoint():
     with pytest.raises(ValueError, match="exactly one entrypoint"):
         JobSpec(name="both", command=["true"], callable="os:getcwd")
     with pytest.raises(ValueError, match="unknown TPU type"):
-        Resources(tpu_type="v9-weird")
+        Resources(accelerator="tpu-v9-weird")
 
 
 def test_logs_are_read_by_offset_in_pages(backend, tmp_path):
@@ -203,12 +203,12 @@ def test_twenty_concurrent_submissions_never_oversubscribe_the_ledger(backend, t
             "4 GiB memory, 0 GPUs); ask for less per replica or fewer replicas, or use backend 'ray'",
         ),
         (
-            {"resources": Resources(gpus=1)},
+            {"resources": Resources(accelerator="gpu")},
             "needs 1 GPU per replica but this backend has 0 GPUs (capacity: 2 CPUs, 4 GiB memory, 0 GPUs); "
             "use accelerator 'cpu', run where a GPU is, or use backend 'ray'",
         ),
         (
-            {"resources": Resources(tpu_type="v5litepod-8")},
+            {"resources": Resources(accelerator="tpu-v5litepod-8")},
             "asks for TPU 'v5litepod-8', but this host has no TPU chip; run it on a TPU VM, or set backend 'ray'",
         ),
     ],

@@ -34,11 +34,12 @@ def test_a_tpu_accelerator_knows_its_generation_chips_hosts_topology_hbm_and_pea
 def test_a_placement_gives_each_process_its_resources_and_counts_the_gang():
     two_slices = Placement(accelerator="tpu-v4-32", slices=2)
     resources = two_slices.resources()
-    assert (resources.tpu_type, resources.tpu_slices, two_slices.processes, two_slices.chips) == ("v4-32", 2, 8, 32)
+    assert resources.accelerator is two_slices.accelerator  # the typed accelerator itself, not its name
+    assert (resources.tpu.tpu_type, resources.slices, two_slices.processes, two_slices.chips) == ("v4-32", 2, 8, 32)
     assert Placement(accelerator="tpu-v5litepod-8").processes == 1
     assert Placement(accelerator="gpu:2", replicas=3).resources().gpus == 2
     assert Placement(accelerator="gpu:2", replicas=3).processes == 3
-    assert Placement().resources().tpu_type is None and Placement().processes == 1
+    assert Placement().resources().tpu is None and Placement().processes == 1
     assert tpu_topology("v5litepod-16") == (4, 4) and tpu_topology("v5p-128") == (16, 4)
 
 

@@ -83,16 +83,24 @@ def test_two_replicas_on_ray_are_a_gang_with_coordinator_and_process_ids(backend
 
 
 def test_a_tpu_job_is_scheduled_on_the_tpu_resources_ray_names(backend, tmp_path):
-    done = backend.wait(backend.submit(shell("echo on tpu", resources=Resources(tpu_type="v5litepod-8"))).id, 120)
+    done = backend.wait(
+        backend.submit(shell("echo on tpu", resources=Resources(accelerator="tpu-v5litepod-8"))).id, 120
+    )
     assert done.status is JobStatus.SUCCEEDED, backend.logs(done.id).text
 
 
 @pytest.mark.parametrize(
     ("resources", "change"),
     [
-        (Resources(tpu_type="v4-2048"), "use a TPU type the cluster has: v5litepod-8, or add the hosts of a v4-2048"),
-        (Resources(tpu_type="v5litepod-16"), "use a TPU type the cluster has: v5litepod-8, or add the hosts of a v5"),
-        (Resources(gpus=1), "no node has a GPU: use accelerator 'cpu', or add nodes with GPUs"),
+        (
+            Resources(accelerator="tpu-v4-2048"),
+            "use a TPU type the cluster has: v5litepod-8, or add the hosts of a v4-2048",
+        ),
+        (
+            Resources(accelerator="tpu-v5litepod-16"),
+            "use a TPU type the cluster has: v5litepod-8, or add the hosts of a v5",
+        ),
+        (Resources(accelerator="gpu"), "no node has a GPU: use accelerator 'cpu', or add nodes with GPUs"),
     ],
     ids=["v4-2048", "v5litepod-16", "gpu"],
 )
@@ -114,7 +122,7 @@ def test_a_gang_ray_cannot_place_waits_as_pending_with_its_bundles_until_cancell
     from ray.util.state import list_placement_groups
 
     # Each host bundle fits the one node, but STRICT_SPREAD needs two nodes: only Ray can tell.
-    record = backend.submit(shell("echo never", resources=Resources(tpu_type="v5litepod-8", tpu_slices=2)))
+    record = backend.submit(shell("echo never", resources=Resources(accelerator="tpu-v5litepod-8", slices=2)))
     name = f"tradewind-{record.id}"
 
     def group_waiting():
@@ -134,7 +142,7 @@ def test_a_gang_ray_cannot_place_waits_as_pending_with_its_bundles_until_cancell
 
 
 def test_a_gang_not_placed_within_its_pending_timeout_fails_with_rays_reason(backend):
-    spec = shell("echo never", resources=Resources(tpu_type="v5litepod-8", tpu_slices=2), pending_timeout_s=15)
+    spec = shell("echo never", resources=Resources(accelerator="tpu-v5litepod-8", slices=2), pending_timeout_s=15)
     done = backend.wait(backend.submit(spec).id, timeout=120)
     assert (done.status, done.attempts) == (JobStatus.FAILED, 0)
     assert done.reason.startswith(
@@ -147,7 +155,7 @@ def test_a_driver_whose_group_no_node_can_hold_fails_with_the_autoscalers_words(
     # The preflight refuses such a job; a node that leaves between submission and scheduling does this.
     # Ray's autoscaler repeats an event for one shape at most every 30 s: a CPU amount of this run's own.
     cpus = round(0.1 + os.getpid() % 997 / 10_000, 4)
-    spec = shell("echo never", resources=Resources(cpus=cpus, gpus=1), pending_timeout_s=10)
+    spec = shell("echo never", resources=Resources(cpus=cpus, accelerator="gpu"), pending_timeout_s=10)
     driver = subprocess.run(
         [sys.executable, "-m", "tradewind.cluster.ray_entry", "job-driver-test", spec.model_dump_json()],
         capture_output=True,

@@ -62,12 +62,12 @@ def test_each_host_of_a_two_slice_gang_gets_its_slice_and_slice_zeros_first_host
     from tradewind.cluster import JobSpec, Resources
     from tradewind.cluster.ray_entry import replica_env
 
-    spec = JobSpec(name="two slices", command=["true"], resources=Resources(tpu_type="v4-16", tpu_slices=2))
+    spec = JobSpec(name="two slices", command=["true"], resources=Resources(accelerator="tpu-v4-16", slices=2))
     envs = [replica_env(spec, i, 4, "10.0.0.5:40123") for i in range(4)]
     assert [env["MEGASCALE_SLICE_ID"] for env in envs] == ["0", "0", "1", "1"]
     assert [env["TRADEWIND_PROCESS_ID"] for env in envs] == ["0", "1", "2", "3"]
     assert {env["MEGASCALE_COORDINATOR_ADDRESS"] for env in envs} == {"10.0.0.5:8081"}
     assert {env["MEGASCALE_NUM_SLICES"] for env in envs} == {"2"}
     assert {env["TRADEWIND_COORDINATOR_ADDRESS"] for env in envs} == {"10.0.0.5:40123"}
-    one_slice = JobSpec(name="one slice", command=["true"], resources=Resources(tpu_type="v4-16"))
+    one_slice = JobSpec(name="one slice", command=["true"], resources=Resources(accelerator="tpu-v4-16"))
     assert not any(key.startswith("MEGASCALE") for key in replica_env(one_slice, 1, 2, "10.0.0.5:40123"))

@@ -144,7 +144,7 @@ def test_with_warm_processes_off_a_warm_job_runs_in_its_own_process(jobs, tmp_pa
 def test_the_local_backend_runs_its_tpu_jobs_warm_and_only_those(tmp_path):
     """A declared TPU (this machine has none): the job on it only asks for the working folder."""
     backend = LocalBackend(tmp_path / "jobs", cpus=2, memory_gb=4, tpus=1, tpu_type="v5litepod-1")
-    on_the_chip = Resources(tpu_type="v5litepod-1")
+    on_the_chip = Resources(accelerator="tpu-v5litepod-1")
     chip = JobSpec(name="chip", callable="os:getcwd", resources=on_the_chip)
     command = JobSpec(name="command", command=["true"], resources=on_the_chip)
     cpu = JobSpec(name="cpu", callable="os:getcwd")

@@ -284,7 +284,7 @@ def test_a_tpu_run_is_compiled_for_its_slice_in_a_job_and_gets_fits_hbm_and_an_e
     assert result.steps_in_budget == math.floor(60 / result.step_time_s)
     [job] = cache_ctx.backend.list()
     assert job.spec.callable == COMPILE_CALLABLE and job.status is JobStatus.SUCCEEDED
-    assert job.spec.resources.tpu_type is None  # compiled here, on the CPU
+    assert job.spec.resources.tpu is None  # compiled here, on the CPU
     assert estimate_jobs(cache_ctx) == [] and list(cache_ctx.workspace.runs_dir.iterdir()) == []
 
 

@@ -207,7 +207,7 @@ def test_a_1b_config_too_big_for_the_chip_as_given_trains_there_with_the_memory_
     assert re.search(r"so it trains with [^:]+: [\d.]+ GiB per chip \(compiled\)", run.accelerator_note)
     compiles = [job for job in ctx.backend.list()[before:] if job.spec.callable == COMPILE_CALLABLE]
     assert compiles and all(job.spec.env.get("JAX_PLATFORMS") == "cpu" for job in compiles)  # compiled on the CPU
-    assert all(job.spec.resources.tpu_type is None for job in compiles)
+    assert all(job.spec.resources.tpu is None for job in compiles)
     done = finish(ctx, run.run_id)
     assert done.status is JobStatus.SUCCEEDED, done.log_tail
     assert done.platform == "tpu" and done.summary.steps == 3

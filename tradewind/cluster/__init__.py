@@ -35,13 +35,19 @@ if TYPE_CHECKING:
         JobSpec,
         JobStatus,
         LogChunk,
-        Resources,
         distributed_env,
     )
     from tradewind.cluster.ledger import Capacity
     from tradewind.cluster.local import LocalBackend
     from tradewind.cluster.pipeline import PIPELINE_CALLABLE, PipelineJob, execute_pipeline
-    from tradewind.cluster.placement import Accelerator, AcceleratorName, BackendName, Placement, parse_accelerator
+    from tradewind.cluster.placement import (
+        Accelerator,
+        AcceleratorName,
+        BackendName,
+        Placement,
+        Resources,
+        parse_accelerator,
+    )
     from tradewind.cluster.ray_backend import RayBackend
     from tradewind.cluster.tasks import LocalTaskRunner, RayTaskRunner, TaskRunner, get_task_runner
     from tradewind.cluster.tpus import TPU_COMPILE_ENV, TPU_TYPES, TpuChip, TpuSlice, tpu_slice, tpu_topology
@@ -78,7 +84,7 @@ __getattr__ = lazy_getattr(
         "PlannedStep": "tradewind.cluster.executor",
         "RayBackend": "tradewind.cluster.ray_backend",
         "RayTaskRunner": "tradewind.cluster.tasks",
-        "Resources": "tradewind.cluster.jobs",
+        "Resources": "tradewind.cluster.placement",
         "Step": "tradewind.cluster.executor",
         "StepBusyError": "tradewind.cluster.executor",
         "StepFailedError": "tradewind.cluster.executor",

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tradewind.cluster.tpus import TpuSlice, tpu_slice
+from tradewind.cluster.placement import Resources
 
 # Gang jobs: every replica finds its peers through these variables (see `distributed_env`).
 COORDINATOR_ENV = "TRADEWIND_COORDINATOR_ADDRESS"
@@ -55,29 +55,6 @@ class JobStatus(StrEnum):
     @property
     def finished(self) -> bool:
         return self not in (JobStatus.PENDING, JobStatus.RUNNING)
-
-
-class Resources(BaseModel):
-    """What one replica of a job needs. The local ledger admits a job only when all of it is free."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    cpus: float = Field(default=1.0, ge=0, description="CPU cores per replica.")
-    memory_gb: float = Field(default=0.0, ge=0, description="Memory per replica in GiB (0: not accounted).")
-    gpus: int = Field(default=0, ge=0, description="GPUs per replica.")
-    tpu_type: str | None = Field(default=None, description="TPU slice type, e.g. 'v5litepod-8' (Ray backend only).")
-    tpu_slices: int = Field(default=1, ge=1, description="How many slices of `tpu_type`.")
-
-    @model_validator(mode="after")
-    def _check_tpu(self) -> Resources:
-        if self.tpu_type is not None:
-            tpu_slice(self.tpu_type)  # raises ValueError, which pydantic reports against the field
-        return self
-
-    @property
-    def tpu(self) -> TpuSlice | None:
-        """The slice of `tpu_type` (its hosts, chips and chip), which every backend reads; None without a TPU."""
-        return tpu_slice(self.tpu_type) if self.tpu_type is not None else None
 
 
 class Callback(BaseModel):

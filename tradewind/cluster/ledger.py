@@ -25,7 +25,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, Resources, utc_now
+from tradewind.cluster.jobs import JobRecord, JobSpec, JobStatus, utc_now
+from tradewind.cluster.placement import Resources
 from tradewind.cluster.process import process_alive
 from tradewind.cluster.store import ACTIVE, JobRow, JobStore
 from tradewind.cluster.tpu_host import host_tpu
@@ -95,7 +96,7 @@ def detect_capacity() -> Capacity:
 def demand(spec: JobSpec) -> Capacity:
     """What a job holds while it runs: each replica's resources times the replica count."""
     r, n = spec.resources, spec.replicas
-    chips = r.tpu.chips * r.tpu_slices if r.tpu is not None else 0
+    chips = r.tpu.chips * r.slices if r.tpu is not None else 0
     return Capacity(cpus=r.cpus * n, memory_gb=r.memory_gb * n, gpus=r.gpus * n, tpus=chips * n)
 
 
@@ -104,7 +105,7 @@ def check_fits_at_all(spec: JobSpec, capacity: Capacity) -> None:
 
     The message says what the job asks for, what this backend has, and what to change.
     """
-    if spec.resources.tpu_type is not None:
+    if spec.resources.tpu is not None:
         check_host_tpu(spec.resources, capacity, f"job {spec.name!r}")
     short = _shortfalls(spec, capacity)
     if not short:
@@ -124,7 +125,7 @@ def check_host_tpu(resources: Resources, capacity: Capacity, what: str) -> None:
     Raises:
         InvalidInputError: naming the type asked for, the host's, and what to use instead.
     """
-    asked, slices = resources.tpu, resources.tpu_slices
+    asked, slices = resources.tpu, resources.slices
     where = f"{what} asks for {f'{slices} x ' if slices > 1 else ''}TPU {asked.tpu_type!r}"
     ray = "set backend 'ray' (with RAY_ADDRESS pointing at a Ray cluster with TPU hosts)"
     if asked.hosts > 1 or slices > 1:

@@ -202,10 +202,10 @@ class LocalBackend:
         self._check_writable("submit a job")
         job_id = check_id(job_id or make_id("job"), "job_id")
         check_fits_at_all(spec, self.capacity)
-        if self.capacity.tpus and spec.resources.tpu_type is None:
+        if self.capacity.tpus and spec.resources.tpu is None:
             # One process at a time can open the host's TPU: a job that did not ask for its chips must not take them.
             spec = spec.model_copy(update={"env": {"JAX_PLATFORMS": "cpu", **spec.env}})
-        if spec.resources.tpu_type is not None and spec.callable is not None and spec.replicas == 1:
+        if spec.resources.tpu is not None and spec.callable is not None and spec.replicas == 1:
             spec = spec.model_copy(update={"warm": True})  # the chip stays open, its programs loaded, for the next
         (self.jobs_dir / job_id).mkdir(parents=True, exist_ok=True)
         log_path = spec.log_path or str(self.jobs_dir / job_id / "job.log")

@@ -28,7 +28,6 @@ from pydantic import (
     model_validator,
 )
 
-from tradewind.cluster.jobs import Resources
 from tradewind.cluster.tpu_host import host_tpu
 from tradewind.cluster.tpus import TpuSlice, canonical_tpu_type, tpu_slice
 from tradewind.core.buckets import bucket_url
@@ -165,6 +164,30 @@ AcceleratorName = Annotated[
 BucketURL = Annotated[str, AfterValidator(bucket_url)]
 
 
+class Resources(BaseModel):
+    """What one process of a job needs: CPU cores, memory, and its accelerator, typed as the placement read it
+    (a TPU process holds one host of each of `slices` slices). The local ledger admits a job only when all of it
+    is free."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: float = Field(default=1.0, ge=0, description="CPU cores per process.")
+    memory_gb: float = Field(default=0.0, ge=0, description="Memory per process in GiB (0: not accounted).")
+    accelerator: AcceleratorName = Field(
+        "cpu", validate_default=True, description="cpu, gpu[:N] (GPUs per process) or a TPU slice type."
+    )
+    slices: int = Field(default=1, ge=1, description="TPU slices of `accelerator` the job's processes span.")
+
+    @property
+    def gpus(self) -> int:
+        return self.accelerator.gpus
+
+    @property
+    def tpu(self) -> TpuSlice | None:
+        """The TPU slice (its hosts, chips and chip), which every backend reads; None without a TPU."""
+        return self.accelerator.tpu
+
+
 class Placement(BaseModel):
     """Where a run's processes go and how many: the backend, each host's accelerator, slices or replicas,
     and how long and how often the backend may wait for and restart them."""
@@ -210,10 +233,4 @@ class Placement(BaseModel):
 
     def resources(self, cpus: float = 1.0, memory_gb: float = 0.0) -> Resources:
         """What one process of the gang asks its backend for."""
-        return Resources(
-            cpus=cpus,
-            memory_gb=memory_gb,
-            gpus=self.accelerator.gpus,
-            tpu_type=self.accelerator.tpu_type,
-            tpu_slices=self.slices,
-        )
+        return Resources(cpus=cpus, memory_gb=memory_gb, accelerator=self.accelerator, slices=self.slices)

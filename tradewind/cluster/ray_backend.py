@@ -20,7 +20,7 @@ imported only when a `RayBackend` is made.
 
 Example:
     backend = RayBackend("127.0.0.1:6379")
-    job = backend.submit(JobSpec(name="hi", command=["echo", "hi"], resources=Resources(tpu_type="v5litepod-8")))
+    job = backend.submit(JobSpec(name="hi", command=["echo", "hi"], resources=Resources(accelerator="tpu-v5litepod-8")))
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def check_placeable(spec: JobSpec, nodes: list[tuple[str, dict[str, float]]], cl
         if any(all(resources.get(k, 0.0) >= v for k, v in bundle.items()) for _, resources in nodes):
             continue
         r = spec.resources
-        asked = f"TPU {r.tpu_type} x {r.tpu_slices} slice(s), " if r.tpu_type else ""
+        asked = f"{r.accelerator} x {r.slices} slice(s), " if r.tpu else ""
         raise InvalidInputError(
             f"job {spec.name!r} cannot run on the Ray cluster at {cluster}: it asks for {asked}"
             f"{describe_bundles(bundles, strategy)}, and no alive node can hold bundle {index} "

@@ -61,10 +61,10 @@ def replica_count(spec: JobSpec) -> int:
     tpu = spec.resources.tpu
     if tpu is None:
         return spec.replicas
-    needed = tpu.hosts * spec.resources.tpu_slices
+    needed = tpu.hosts * spec.resources.slices
     if spec.replicas not in (1, needed):
         raise ValueError(
-            f"a {tpu.tpu_type} x{spec.resources.tpu_slices} job runs {needed} replicas, not {spec.replicas}"
+            f"a {spec.resources.accelerator} x{spec.resources.slices} job runs {needed} replicas, not {spec.replicas}"
         )
     return needed
 
@@ -76,8 +76,8 @@ def replica_env(spec: JobSpec, index: int, count: int, coordinator: str | None) 
     env = {PROCESS_ID_ENV: str(index)}
     if coordinator is not None:
         env |= {COORDINATOR_ENV: coordinator, PROCESS_COUNT_ENV: str(count)}
-    slices = spec.resources.tpu_slices
-    if spec.resources.tpu_type is not None and slices > 1 and coordinator is not None:
+    slices = spec.resources.slices
+    if spec.resources.tpu is not None and slices > 1 and coordinator is not None:
         env |= megascale_env(coordinator.rsplit(":", 1)[0], slices, index // (count // slices))
     return env
 
@@ -99,7 +99,7 @@ def ray_bundles(spec: JobSpec) -> tuple[list[dict[str, float]], str]:
     if tpu is None:
         return [dict(base) for _ in range(spec.replicas)], "PACK"
     bundles = []
-    for _slice in range(r.tpu_slices):
+    for _slice in range(r.slices):
         for host in range(tpu.hosts):
             bundle = {**base, "TPU": tpu.chips_per_host}
             if host == 0:

@@ -226,7 +226,7 @@ def check_this_host_tpu(placement: Placement, backend: Backend) -> None:
     """
     check_host_tpu(placement.resources(), backend.capacity, "the run")
     running = backend.cluster_status().running
-    ours = {pid for record in running if record.spec.resources.tpu_type for pid in record.pids}
+    ours = {pid for record in running if record.spec.resources.tpu for pid in record.pids}
     jobs_dir = getattr(backend, "jobs_dir", None)
     outside = [
         (pid, command)
