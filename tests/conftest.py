@@ -10,11 +10,15 @@ from pathlib import Path
 import pytest
 
 from tradewind.cluster.tpus import TPU_COMPILE_ENV
+from tradewind.core.workspace import COMPILE_CACHE_ENV
 
 # The suite compiles the same tiny models in many tests: they share one persistent XLA cache (set before JAX is
 # first imported; training jobs use their workspace's own, see `launching.training_env`).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="tradewind-test-xla-"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# And the training jobs of the suite's many workspaces share one cache of their own, so that the tiny model
+# compiles once, not once a workspace (a test of one workspace's cache unsets it).
+os.environ.setdefault(COMPILE_CACHE_ENV, tempfile.mkdtemp(prefix="tradewind-test-jobs-xla-"))
 # With libtpu installed (the `tpu` extra) JAX would look for a TPU: the suite runs on the CPU, and compiles TPU
 # programs with libtpu's compile-only client, which must never ask a metadata server (test_trainer_compile.py).
 os.environ.update({**TPU_COMPILE_ENV, **os.environ})
@@ -31,6 +35,10 @@ from tradewind.tools import (
 )
 
 pytest_plugins = ["bucket_servers"]  # the gs:// and s3:// servers the storage tests start
+
+# CI's Ray head (`.ci/run` sets RAY_ADDRESS): only a test that asks for it (`ray_address`) sees it, so that every
+# other test's runs take the local backend, as on a machine without Ray.
+RAY_HEAD = os.environ.pop("RAY_ADDRESS", None)
 
 # Sampling workers a test starts (one per workspace) end a minute after their last request, not ten: the
 # suite makes many workspaces, and each warm worker holds a JAX process.
@@ -148,11 +156,17 @@ def trained_ctx(tmp_path_factory, small_corpus):
 
 
 @pytest.fixture(scope="session")
-def ray_address():
-    """The Ray head `.ci/run` starts (with fake TPU resources: `TPU: 8`, `TPU-v5litepod-8-head: 1`)."""
-    address = os.environ.get("RAY_ADDRESS")
-    if not address:
+def ray_head() -> str:
+    """The address of the Ray head `.ci/run` starts (with fake TPU resources: `TPU: 8`, `TPU-v5litepod-8-head: 1`)."""
+    if not RAY_HEAD:
         if os.environ.get("TRADEWIND_REQUIRE_RAY"):
             pytest.fail("RAY_ADDRESS is unset but TRADEWIND_REQUIRE_RAY is set: .ci/run should have started a Ray head")
         pytest.skip("RAY_ADDRESS is unset: start a head as .ci/run does to run the Ray tests")
-    return address
+    return RAY_HEAD
+
+
+@pytest.fixture
+def ray_address(ray_head, monkeypatch) -> str:
+    """The Ray head's address, set as RAY_ADDRESS for this test (and the processes it starts) alone."""
+    monkeypatch.setenv("RAY_ADDRESS", ray_head)
+    return ray_head

@@ -61,7 +61,6 @@ def test_a_runnable_tutorial_block_exits_zero(where, language, code, tmp_path):
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONUNBUFFERED": "1",
     }
-    env.pop("RAY_ADDRESS", None)  # the tutorials' blocks use the local backend, as on a fresh machine
     command = [sys.executable, "-"] if language == "python" else ["bash", "-euo", "pipefail", "-s"]
     result = subprocess.run(
         command, input=code, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S

@@ -8,6 +8,7 @@ from polling import wait_until
 from tradewind.cli import main
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend
 from tradewind.cluster.cli import add_cluster_commands
+from tradewind.core.workspace import COMPILE_CACHE_ENV
 
 
 def run_cli(argv, capsys):
@@ -35,6 +36,7 @@ def test_registering_the_cluster_commands_loads_neither_pydantic_nor_ray():
 
 def test_status_logs_and_cancel_from_the_command_line(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(COMPILE_CACHE_ENV)  # the workspace's own cache/xla, not the suite's shared one
     workspace = tmp_path / "ws"
     backend = LocalBackend(workspace / "jobs", cpus=2, memory_gb=4)
     done = backend.wait(backend.submit(JobSpec(name="hello", command=["echo", "hello there"])).id, timeout=30)
@@ -45,6 +47,12 @@ def test_status_logs_and_cancel_from_the_command_line(tmp_path, capsys, monkeypa
     status = json.loads(out)
     assert code == 0 and status["capacity"]["cpus"] == 2 and [j["id"] for j in status["running"]] == [running.id]
     assert status["compile_cache"] == {"bytes": 0, "files": 0}  # JAX's compiled programs: none in this workspace
+    shared = tmp_path / "shared-xla"  # a cache several workspaces share is the one shown
+    shared.mkdir()
+    (shared / "program-cache").write_bytes(b"x" * 10)
+    monkeypatch.setenv(COMPILE_CACHE_ENV, str(shared))
+    code, out, _ = run_cli(["cluster", "status", "--workspace", str(workspace), "--json"], capsys)
+    assert code == 0 and json.loads(out)["compile_cache"] == {"bytes": 10, "files": 1}
 
     code, out, err = run_cli(["cluster", "logs", done.id, "--workspace", str(workspace), "--offset", "6"], capsys)
     assert (code, out) == (0, "there\n") and "next offset 12 of 12" in err

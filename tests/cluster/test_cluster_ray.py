@@ -21,10 +21,10 @@ pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def backend(ray_address):
+def backend(ray_head):
     from tradewind.cluster.ray_backend import RayBackend
 
-    return RayBackend(ray_address)
+    return RayBackend(ray_head)
 
 
 def shell(script: str, **settings) -> JobSpec:

@@ -535,8 +535,8 @@ def test_the_token_file_settings_cache_and_every_dot_file_are_never_an_input_by_
     (root / "notes" / ".hidden").mkdir(parents=True)
     (root / "notes" / ".hidden" / "secret.txt").write_text(SECRET)
     (root / "notes" / "visible.txt").write_text("a note\n")
-    ctx.workspace.compile_cache_dir.mkdir(parents=True)
-    (ctx.workspace.compile_cache_dir / "program.bin").write_text(SECRET)
+    (root / "cache" / "xla").mkdir(parents=True)
+    (root / "cache" / "xla" / "program.bin").write_text(SECRET)
     for call in (
         lambda: tokenize_dataset(ctx, TokenizeDatasetRequest(input=value)),
         lambda: train_tokenizer(ctx, TrainTokenizerRequest(input=value, vocab_size=300)),

@@ -32,6 +32,7 @@ from tradewind.core.errors import InvalidInputError, NotFoundError, PathEscapeEr
 from tradewind.core.files import Opener, check_tree, make_confined_dir, open_confined, write_confined
 
 ENV_VAR = "TRADEWIND_WORKSPACE"
+COMPILE_CACHE_ENV = "TRADEWIND_COMPILE_CACHE_DIR"  # one compile cache for every workspace on the machine
 DEFAULT_ROOT = Path("~/.tradewind")
 _ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # the whole id: `$` would let a final newline by
 MAX_PATH_CHARS = 4096  # Linux's PATH_MAX
@@ -161,8 +162,11 @@ class Workspace:
 
     @property
     def compile_cache_dir(self) -> Path:
-        """`cache/xla/`: compiled XLA programs that local training jobs reuse (JAX's persistent cache)."""
-        return self.root / "cache" / "xla"
+        """`cache/xla/`: compiled XLA programs that local training jobs reuse (JAX's persistent cache), or the
+        folder `TRADEWIND_COMPILE_CACHE_DIR` names: workspaces on one machine may share one, since JAX keys each
+        program on its HLO, the compiler, its flags and the devices."""
+        shared = os.environ.get(COMPILE_CACHE_ENV)
+        return Path(shared).expanduser() if shared else self.root / "cache" / "xla"
 
     def compile_cache_use(self) -> tuple[int, int]:
         """Bytes and files in `cache/xla/` now (JAX evicts the least recently used past its bound)."""
@@ -266,7 +270,7 @@ class Workspace:
             return f"{path} is in the workspace's jobs/ folder (the job database and job logs)"
         if path.is_relative_to(self.datasets_dir):
             return f"{path} is inside the workspace's token caches (datasets/)"
-        if path.is_relative_to(self.compile_cache_dir.parent):
+        if path.is_relative_to(self.root / "cache"):
             return f"{path} is in the workspace's cache/ folder (compiled programs)"
         if parts == (SETTINGS_FILE,):
             return f"{path} is the workspace's {SETTINGS_FILE} (its settings and limits)"
