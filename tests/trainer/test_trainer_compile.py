@@ -63,8 +63,10 @@ def test_a_run_compiles_for_a_megacore_chip_a_multi_host_slice_and_two_slices(tp
 def test_fsdp_over_four_chips_holds_a_quarter_of_the_state_per_chip():
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
-    replicated = compile_for_tpu(small_run(fsdp=1), vocab_size=512, target=tpu_slice("v5litepod-4"))
-    sharded = compile_for_tpu(small_run(fsdp=4), vocab_size=512, target=tpu_slice("v5litepod-4"))
+    # The train step's state alone (with_eval=False throughout: the eval step is the subject of no test here but
+    # the first, and compiling it costs a third of the time).
+    replicated = compile_for_tpu(small_run(fsdp=1), vocab_size=512, target=tpu_slice("v5litepod-4"), with_eval=False)
+    sharded = compile_for_tpu(small_run(fsdp=4), vocab_size=512, target=tpu_slice("v5litepod-4"), with_eval=False)
     # Parameters and Adam's two moments in float32, less the batch's rows; norms' scales stay whole.
     assert 0.25 <= sharded.arguments_bytes / replicated.arguments_bytes < 0.3
     assert "all-gather" not in {collective.kind for collective in replicated.collectives}
@@ -77,7 +79,10 @@ def test_bf16_moments_hold_the_optimizer_state_in_half_the_bytes_on_the_chip():
 
     float32, bfloat16 = (
         compile_for_tpu(
-            small_run(fsdp=1, optimizer={"bf16_moments": bf16}), vocab_size=512, target=tpu_slice("v5litepod-1")
+            small_run(fsdp=1, optimizer={"bf16_moments": bf16}),
+            vocab_size=512,
+            target=tpu_slice("v5litepod-1"),
+            with_eval=False,
         )
         for bf16 in (False, True)
     )
@@ -163,9 +168,9 @@ ENTRY %main.5 (p: f32[128]) -> f32[128] {
 def test_another_process_compiles_while_this_one_holds_libtpu(tmp_path):
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
-    here = compile_for_tpu(
-        small_run(), vocab_size=512, target=tpu_slice("v5litepod-4")
-    )  # libtpu loaded in this process
+    here = compile_for_tpu(  # libtpu loaded in this process
+        small_run(), vocab_size=512, target=tpu_slice("v5litepod-4"), with_eval=False
+    )
     config = tmp_path / "small.yaml"
     config.write_text(
         "dataset: builtin:tinyshakespeare\nmodel: {d_model: 128, n_layers: 2, n_heads: 4, vocab_size: 512, "
@@ -193,6 +198,7 @@ def test_rematerialising_blocks_cuts_the_temporaries_a_chip_holds():
             TrainConfig(**shape, remat=remat, attention="reference"),
             vocab_size=512,
             target=tpu_slice("v5litepod-4"),
+            with_eval=False,
         ).temporaries_bytes
         for remat in ("none", "full")
     }
@@ -209,7 +215,7 @@ def test_auto_attention_compiles_splash_for_a_tpu_split_over_chips_by_tensor_in_
     shape = {"dataset": "unused", "model": model, "batch_size": 2, "seq_len": 512, "mesh": {"fsdp": 2, "tensor": 2}}
     reports = {
         attention: compile_for_tpu(
-            TrainConfig(**shape, attention=attention), vocab_size=512, target=tpu_slice("v5litepod-4")
+            TrainConfig(**shape, attention=attention), vocab_size=512, target=tpu_slice("v5litepod-4"), with_eval=False
         )
         for attention in ("reference", "auto")
     }
@@ -224,7 +230,9 @@ def test_auto_attention_compiles_splash_for_a_tpu_split_over_chips_by_tensor_in_
     # Four chips of tensor and 4 key/value heads for 8 query heads split; 2 would not, and each chip takes all.
     for kv_heads in (4, 2):
         grouped = {**shape, "model": {**model, "n_kv_heads": kv_heads}, "mesh": {"fsdp": 1, "tensor": 4}}
-        report = compile_for_tpu(TrainConfig(**grouped), vocab_size=512, target=tpu_slice("v5litepod-4"))
+        report = compile_for_tpu(
+            TrainConfig(**grouped), vocab_size=512, target=tpu_slice("v5litepod-4"), with_eval=False
+        )
         assert report.attention == "splash" and report.fits, kv_heads
 
 
