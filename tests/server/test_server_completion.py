@@ -8,6 +8,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, PromptReference, ResourceTemplateReference
 
 from tradewind.prompts import skill_names
+from tradewind.runs import RunLayout, RunRecord, write_record
 from tradewind.server import build_server
 from tradewind.server.completion import COMPLETION_CHARS, MAX_ENTRIES, VALUE_CHARS
 from tradewind.tools import TOOLS, ToolContext
@@ -190,3 +191,18 @@ async def test_a_folder_of_more_ids_than_max_entries_is_read_no_further(fresh):
         (runs / f"run-{n:05}").mkdir()
     completion = await complete(build_server(fresh), template("tradewind://runs/{run_id}/logs"), "run_id", "")
     assert len(completion.values) == 100 and completion.total == MAX_ENTRIES and completion.has_more is True
+
+
+async def test_run_ids_complete_by_when_each_run_was_made_not_when_its_folder_last_changed(fresh):
+    # Made in this order, a sweep's three runs inside one second; then the oldest and the middle one are written
+    # to (a report, a resumed attempt), which moves their folders' times past the newest's.
+    made = [("run-20261206-101500-ffffffff", "10:15:00.100"), ("other", "10:15:00.200")]
+    made += [("run-20261206-101500-00000000", "10:15:00.300")]
+    for age, (run_id, time) in enumerate(made):
+        layout = RunLayout(fresh.workspace.run_dir(run_id, must_exist=False))
+        layout.root.mkdir(parents=True)
+        write_record(layout.record, RunRecord(run_id=run_id, backend="process", created_at=f"2026-12-06T{time}+00:00"))
+        os.utime(layout.root, ns=(0, (1_000_000 + [9, 8, 0][age]) * 10**9))
+    make_ids(fresh.workspace.runs_dir, ["run-unfinished"])  # no record yet (or a damaged one): after the others
+    completion = await complete(build_server(fresh), template("tradewind://runs/{run_id}/metrics"), "run_id", "")
+    assert completion.values == [run_id for run_id, _ in reversed(made)] + ["run-unfinished"]

@@ -1,10 +1,10 @@
 """`completion/complete`: the ids a resource-template or prompt argument may take, as the client types them.
 
 One table maps an argument's name to what lists its values: runs, datasets, sweeps and reports from the
-workspace, newest first (`newest_first`); skills and tools in their listed order. The values are those that
-start with what the client typed, at most `MAX_VALUES` of them (MCP's cap) and `COMPLETION_CHARS` characters in
-all, with `total` and `hasMore` saying how many matched. An argument that takes no id (a prompt's goal, an
-accelerator) completes to nothing.
+workspace, newest first (runs by when they were made, the rest by when they changed); skills and tools in their
+listed order. The values are those that start with what the client typed, at most `MAX_VALUES` of them (MCP's
+cap) and `COMPLETION_CHARS` characters in all, with `total` and `hasMore` saying how many matched. An argument
+that takes no id (a prompt's goal, an accelerator) completes to nothing.
 
 Only the prompts and resource templates the server lists complete, and only their own arguments: any other
 reference or argument, or a value longer than `VALUE_CHARS`, is refused with INVALID_PARAMS (MCP's answer to an
@@ -41,9 +41,11 @@ from mcp.types import (
     ResourceTemplateReference,
 )
 
+from tradewind.core import TradewindError, Workspace
 from tradewind.core.config import shown_value
 from tradewind.data import BUILTIN_CORPORA
 from tradewind.prompts import skill_names
+from tradewind.runs import RunLayout, read_record
 from tradewind.server.resources import REPORT_SUFFIX
 from tradewind.tools import ToolContext
 from tradewind.tools.bounds import fitting
@@ -76,8 +78,8 @@ def id_entries(folder: Path, suffix: str = "") -> list[os.DirEntry[str]]:
 def newest_first(folder: Path, suffix: str = "") -> list[str]:
     """The ids `id_entries` finds in `folder` (less `suffix`), the most recently changed first.
 
-    One rule for every kind, by modification time: dataset and report ids do not sort by time as run and sweep ids
-    do, and a stat per entry keeps a completion cheap (no record is read).
+    For datasets, sweeps and reports, which change once made: dataset and report ids do not sort by time as run
+    and sweep ids do, and a stat per entry keeps a completion cheap (no record is read).
     """
     found = []
     for entry in id_entries(folder, suffix):
@@ -86,11 +88,26 @@ def newest_first(folder: Path, suffix: str = "") -> list[str]:
     return [name for _, name in sorted(found, reverse=True)]
 
 
+def runs_newest_first(workspace: Workspace) -> list[str]:
+    """The run ids in the workspace, the most recently made first, by their records' `created_at`: a run's folder
+    changes whenever the run writes or is reported on, and ids made within one second sort by their random tail.
+    The runs whose record cannot be read (not yet written, damaged) follow, the most recently changed first."""
+    read = workspace.reader("run_id")
+    found: list[tuple[bool, str | int, str]] = []
+    for entry in id_entries(workspace.runs_dir):
+        try:
+            found.append((True, read_record(RunLayout(Path(entry.path)).record, read).created_at, entry.name))
+        except TradewindError:
+            with contextlib.suppress(FileNotFoundError):  # removed since the listing
+                found.append((False, entry.stat().st_mtime_ns, entry.name))
+    return [name for *_, name in sorted(found, reverse=True)]
+
+
 def id_listers(ctx: ToolContext, tool_names: Sequence[str]) -> dict[str, Callable[[], list[str]]]:
     """What lists the values of each argument that takes an id, by the argument's name (templates' and prompts')."""
     workspace = ctx.workspace
     return {
-        "run_id": lambda: newest_first(workspace.runs_dir),
+        "run_id": lambda: runs_newest_first(workspace),
         "dataset_id": lambda: newest_first(workspace.datasets_dir),
         "dataset": lambda: newest_first(workspace.datasets_dir) + [f"builtin:{name}" for name in BUILTIN_CORPORA],
         "sweep_id": lambda: newest_first(workspace.sweeps_dir),
