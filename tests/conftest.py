@@ -37,8 +37,10 @@ from tradewind.tools import (
 pytest_plugins = ["bucket_servers"]  # the gs:// and s3:// servers the storage tests start
 
 # CI's Ray head (`.ci/run` sets RAY_ADDRESS): only a test that asks for it (`ray_address`) sees it, so that every
-# other test's runs take the local backend, as on a machine without Ray.
-RAY_HEAD = os.environ.pop("RAY_ADDRESS", None)
+# other test's runs take the local backend, as on a machine without Ray. Its address is kept under another name
+# for the pytest-xdist workers, which start with this process's environment.
+RAY_HEAD_ENV = "TRADEWIND_TEST_RAY_HEAD"
+os.environ.setdefault(RAY_HEAD_ENV, os.environ.pop("RAY_ADDRESS", ""))
 
 # Sampling workers a test starts (one per workspace) end a minute after their last request, not ten: the
 # suite makes many workspaces, and each warm worker holds a JAX process.
@@ -158,11 +160,11 @@ def trained_ctx(tmp_path_factory, small_corpus):
 @pytest.fixture(scope="session")
 def ray_head() -> str:
     """The address of the Ray head `.ci/run` starts (with fake TPU resources: `TPU: 8`, `TPU-v5litepod-8-head: 1`)."""
-    if not RAY_HEAD:
+    if not (address := os.environ[RAY_HEAD_ENV]):
         if os.environ.get("TRADEWIND_REQUIRE_RAY"):
             pytest.fail("RAY_ADDRESS is unset but TRADEWIND_REQUIRE_RAY is set: .ci/run should have started a Ray head")
         pytest.skip("RAY_ADDRESS is unset: start a head as .ci/run does to run the Ray tests")
-    return RAY_HEAD
+    return address
 
 
 @pytest.fixture
