@@ -13,7 +13,7 @@ from tradewind.cluster.tpus import TPU_COMPILE_ENV
 from tradewind.core.workspace import COMPILE_CACHE_ENV
 
 # The suite compiles the same tiny models in many tests: they share one persistent XLA cache (set before JAX is
-# first imported; training jobs use their workspace's own, see `launching.training_env`).
+# first imported).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="tradewind-test-xla-"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # And the training jobs of the suite's many workspaces share one cache of their own, so that the tiny model

@@ -78,8 +78,8 @@ def id_entries(folder: Path, suffix: str = "") -> list[os.DirEntry[str]]:
 def newest_first(folder: Path, suffix: str = "") -> list[str]:
     """The ids `id_entries` finds in `folder` (less `suffix`), the most recently changed first.
 
-    For datasets, sweeps and reports, which change once made: dataset and report ids do not sort by time as run
-    and sweep ids do, and a stat per entry keeps a completion cheap (no record is read).
+    For datasets, sweeps and reports: dataset and report ids do not sort by time as sweep ids do, and a stat per
+    entry keeps a completion cheap (no record is read).
     """
     found = []
     for entry in id_entries(folder, suffix):
@@ -97,7 +97,7 @@ def runs_newest_first(workspace: Workspace) -> list[str]:
     for entry in id_entries(workspace.runs_dir):
         try:
             found.append((True, read_record(RunLayout(Path(entry.path)).record, read).created_at, entry.name))
-        except TradewindError:
+        except (TradewindError, OSError):  # one bad folder must not hide the others
             with contextlib.suppress(FileNotFoundError):  # removed since the listing
                 found.append((False, entry.stat().st_mtime_ns, entry.name))
     return [name for *_, name in sorted(found, reverse=True)]
