@@ -63,8 +63,8 @@ def test_a_run_compiles_for_a_megacore_chip_a_multi_host_slice_and_two_slices(tp
 def test_fsdp_over_four_chips_holds_a_quarter_of_the_state_per_chip():
     from tradewind.trainer.tpu_compile import compile_for_tpu
 
-    # The train step's state alone (with_eval=False throughout: the eval step is the subject of no test here but
-    # the first, and compiling it costs a third of the time).
+    # The train step's state alone: with_eval=False wherever a test looks at the train step only (compiling the
+    # eval step too costs about a third more time).
     replicated = compile_for_tpu(small_run(fsdp=1), vocab_size=512, target=tpu_slice("v5litepod-4"), with_eval=False)
     sharded = compile_for_tpu(small_run(fsdp=4), vocab_size=512, target=tpu_slice("v5litepod-4"), with_eval=False)
     # Parameters and Adam's two moments in float32, less the batch's rows; norms' scales stay whole.
