@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from polling import wait_until
@@ -16,6 +17,7 @@ from polling import wait_until
 from tradewind.cluster import JobSpec, JobStatus, LocalTaskRunner, RayTaskRunner, Resources
 from tradewind.cluster.process import process_alive
 from tradewind.cluster.ray_entry import RESULT_PREFIX
+from tradewind.core import InvalidInputError
 
 pytestmark = pytest.mark.ray
 
@@ -58,6 +60,28 @@ def test_a_multibyte_log_is_mirrored_byte_for_byte_and_a_listing_carries_no_log_
     assert "ligne 1 : café" in whole.text and "ligne 1500 : café, naïve" in whole.text
     # Statuses and listings ask the launcher for the job's facts, not its log.
     assert all(view["log"] == b"" for view in backend._call("views"))
+
+
+def test_a_jobs_outcome_survives_foreign_lines_ray_appends_to_its_log_after_the_result(backend):
+    # Ray copies the output of job-less workers ("(pid=) ...") into every driver's log, for as long as the
+    # driver lives: in CI a TPU compile's 100+ KiB of libtpu logging landed after a job's result line.
+    import ray
+
+    record = backend.submit(shell("echo done"))
+    assert backend.wait(record.id, timeout=120).status is JobStatus.SUCCEEDED
+    jobs = Path(ray._private.worker.global_worker.node.get_session_dir_path()) / "tradewind-jobs"
+    with open(jobs / f"{record.id}.log", "a") as log:
+        log.writelines(f"(pid=) I1206 deepsea_compiler_backend.cc:{i}] XLA::TPU program usage\n" for i in range(4000))
+    done = backend.status(record.id)
+    assert (done.status, done.exit_code, done.attempts) == (JobStatus.SUCCEEDED, 0, 1)
+
+
+def test_a_launcher_left_by_another_tradewind_version_is_refused_with_how_to_end_it(backend, monkeypatch):
+    from tradewind.cluster import ray_backend
+
+    monkeypatch.setattr(ray_backend, "PROTOCOL", ray_backend.PROTOCOL + 1)  # this process is the newer version
+    with pytest.raises(InvalidInputError, match=r"started by another version of Tradewind .*ray\.kill\(ray\.get_actor"):
+        ray_backend.RayBackend(backend.address)
 
 
 def test_a_job_outlives_the_process_that_submitted_it_and_another_one_finds_it(backend, ray_address):

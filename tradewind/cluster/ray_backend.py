@@ -45,13 +45,12 @@ from tradewind.cluster.jobs import (
     wait_for_finish,
 )
 from tradewind.cluster.ray_entry import (
-    RESULT_PREFIX,
     describe_bundles,
     format_resources,
     ray_bundles,
     replica_count,
 )
-from tradewind.cluster.ray_launcher import LAUNCHER_NAME, NAMESPACE, Launcher
+from tradewind.cluster.ray_launcher import LAUNCHER_NAME, NAMESPACE, PROTOCOL, Launcher
 from tradewind.core import InvalidInputError, NotFoundError, atomic_write_bytes, check_id, make_id
 
 PROBE_TIMEOUT_S = 3.0  # Ray's own client retries an unreachable GCS for about 40 s
@@ -177,9 +176,15 @@ class RayBackend:
                 )
                 .remote()
             )
-            ray.get(self.launcher.ping.remote())
+            protocol = ray.get(self.launcher.ping.remote())
         except Exception as error:  # Ray raises ConnectionError, RpcError or ValueError, by address kind
             raise InvalidInputError(f"{source}: cannot use the Ray cluster at {address!r}: {error}") from error
+        if protocol != PROTOCOL:  # a detached launcher outlives upgrades of Tradewind
+            raise InvalidInputError(
+                f"{source}: the Tradewind launcher on the Ray cluster at {address!r} was started by another "
+                f"version of Tradewind (protocol {protocol!r}, this one {PROTOCOL}); once its jobs ended, end it "
+                f"with `ray.kill(ray.get_actor({LAUNCHER_NAME!r}, namespace={NAMESPACE!r}))` or restart the cluster"
+            )
         self.address = address or ray.get_runtime_context().gcs_address
         self.python = python or sys.executable
         self.read_only = read_only
@@ -237,7 +242,7 @@ class RayBackend:
             return record
         record.ended_at = view["ended_at"]
         if view["result"] is not None:
-            outcome = json.loads(view["result"][len(RESULT_PREFIX) :])
+            outcome = json.loads(view["result"])
             record.status, record.reason, record.exit_code = (
                 JobStatus(outcome["status"]),
                 outcome["reason"],

@@ -8,12 +8,15 @@ or lost with its worker or node is a preemption, any other non-zero exit a failu
 up to its limit; the timeout fails the job. A group not placed within the spec's `pending_timeout_s`
 (counted from when the driver starts waiting) is removed and the job fails with Ray's own account of
 why: the GCS placement group scheduler's state for it and what the autoscaler said about it meanwhile.
-Its last output line is `[tradewind] result {json}`, which the backend reads for the status.
+Its outcome (`{"status": ..., "reason": ..., "exit_code": ..., "attempts": ...}`) ends its output, after
+`[tradewind] result `, and a spare also writes it to `<folder>/<job id>.result`, which the backend reads
+for the status: Ray copies the output of job-less workers into every driver's log, so the result line
+need not be the log's last.
 
 Commands (started by the launcher, `ray_launcher.py`, not typed by hand):
-    python -m tradewind.cluster.ray_entry --spare                       # joins the cluster, then runs the
+    python -m tradewind.cluster.ray_entry --spare <folder>              # joins the cluster, then runs the
                                                                         # `<job id> <JobSpec JSON>` line on stdin
-    python -m tradewind.cluster.ray_entry <job id> '<JobSpec as JSON>'  # the same, cold
+    python -m tradewind.cluster.ray_entry <job id> '<JobSpec as JSON>'  # the same, cold, result printed only
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from tradewind.cluster.jobs import (
@@ -42,6 +46,7 @@ from tradewind.cluster.jobs import (
     JobStatus,
 )
 from tradewind.cluster.tpus import megascale_env
+from tradewind.core import atomic_write_json
 
 RESULT_PREFIX = "[tradewind] result "
 STARTED_LINE = "[tradewind] replicas started"
@@ -238,11 +243,8 @@ def _node_address() -> str:
     return f"{host}:{port}"
 
 
-def _result(status: JobStatus, reason: str | None, exit_code: int | None, **counts: Any) -> int:
-    time.sleep(LOG_FLUSH_S)  # replica output reaches the driver through Ray's log monitor a moment late
-    print(RESULT_PREFIX + json.dumps({"status": status.value, "reason": reason, "exit_code": exit_code, **counts}))
-    sys.stdout.flush()
-    return 0 if status is JobStatus.SUCCEEDED else 1
+def _result(status: JobStatus, reason: str | None, exit_code: int | None, **counts: Any) -> dict[str, Any]:
+    return {"status": status.value, "reason": reason, "exit_code": exit_code, **counts}
 
 
 def connect() -> None:
@@ -253,8 +255,19 @@ def connect() -> None:
     ray.init(log_to_driver=True)
 
 
-def drive(job_id: str, spec: JobSpec) -> int:
-    """Run the job to a terminal state on the Ray cluster this process joined (`connect`); returns the exit code."""
+def drive(job_id: str, spec: JobSpec, result_path: Path | None = None) -> int:
+    """Run the job to a terminal state on the Ray cluster this process joined (`connect`); print its outcome
+    and write it to `result_path`; returns the exit code."""
+    outcome = _run(job_id, spec)
+    time.sleep(LOG_FLUSH_S)  # replica output reaches the driver through Ray's log monitor a moment late
+    print(RESULT_PREFIX + json.dumps(outcome), flush=True)
+    if result_path is not None:
+        atomic_write_json(result_path, outcome)
+    return 0 if outcome["status"] == JobStatus.SUCCEEDED.value else 1
+
+
+def _run(job_id: str, spec: JobSpec) -> dict[str, Any]:
+    """The job's outcome: its replicas placed as a gang, run, and retried by its policy."""
     import ray
     from ray.exceptions import NodeDiedError, OwnerDiedError, TaskCancelledError, WorkerCrashedError
     from ray.util.placement_group import placement_group
@@ -346,15 +359,15 @@ def drive(job_id: str, spec: JobSpec) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """`--spare`: join the cluster first, then run the job named on stdin (none at end of input)."""
+    """`--spare <folder>`: join the cluster first, then run the job named on stdin (none at end of input)."""
     connect()
-    if argv != ["--spare"]:
+    if argv[0] != "--spare":
         return drive(argv[0], JobSpec.model_validate_json(argv[1]))
     line = sys.stdin.readline()
     if not line:
         return 0
     job_id, spec_json = line.split(" ", 1)
-    return drive(job_id, JobSpec.model_validate_json(spec_json))
+    return drive(job_id, JobSpec.model_validate_json(spec_json), Path(argv[1]) / f"{job_id}.result")
 
 
 if __name__ == "__main__":

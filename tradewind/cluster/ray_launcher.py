@@ -8,11 +8,12 @@ one spare driver per interpreter warm (`python -m tradewind.cluster.ray_entry --
 imported, joined to the cluster); a submission is one actor call that hands the job's id and spec to the
 spare on its stdin and starts the next spare.
 
-Each job is two files in the launcher's folder, under the Ray session's folder on the head (so a new
-cluster starts empty and a restarted launcher finds every job again): `<id>.json` (the spec, the
-submission time, the driver's pid and start time, and once it ended its exit code and end time) and
-`<id>.log` (the driver's output, the replicas' included through Ray's `log_to_driver`). What the job's
-status is follows from these, in `RayBackend`; the launcher only starts, stops and reports drivers.
+Each job is up to three files in the launcher's folder, under the Ray session's folder on the head (so a
+new cluster starts empty and a restarted launcher finds every job again): `<id>.json` (the spec, the
+submission time, the driver's pid and start time, and once it ended its exit code and end time),
+`<id>.log` (the driver's output, the replicas' included through Ray's `log_to_driver`) and `<id>.result`
+(the outcome the driver wrote as it ended). What the job's status is follows from these, in `RayBackend`;
+the launcher only starts, stops and reports drivers.
 
 Ray is imported only inside methods: `ray.remote(Launcher)` is made in `RayBackend`.
 """
@@ -29,11 +30,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from tradewind.cluster.process import process_alive, process_start_time
-from tradewind.cluster.ray_entry import RESULT_PREFIX, STARTED_LINE
+from tradewind.cluster.ray_entry import STARTED_LINE
 
 NAMESPACE = "tradewind"
 LAUNCHER_NAME = "tradewind-launcher"
-RESULT_TAIL_BYTES = 65536  # the driver's result line is among its last lines
+PROTOCOL = 2  # what `ping` answers; raised when the launcher's calls, arguments or files change
 
 
 def _now() -> str:
@@ -53,8 +54,8 @@ class Launcher:
         self.drivers: dict[str, subprocess.Popen] = {}  # this process's children, by job id
         self.spares: dict[str, tuple[subprocess.Popen, Path]] = {}  # by interpreter
 
-    def ping(self) -> bool:
-        return True
+    def ping(self) -> int:
+        return PROTOCOL
 
     def warm(self, python: str) -> None:
         """Start a spare driver for `python` unless one is waiting."""
@@ -66,7 +67,7 @@ class Launcher:
         log = self.root / f"spare-{os.urandom(6).hex()}.log"
         with open(log, "ab") as out:  # append mode: the file may be truncated under the driver
             process = subprocess.Popen(
-                [python, "-m", "tradewind.cluster.ray_entry", "--spare"],
+                [python, "-m", "tradewind.cluster.ray_entry", "--spare", str(self.root)],
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -116,10 +117,10 @@ class Launcher:
         return state
 
     def view(self, job_id: str, offset: int = 0, limit: int | None = 0) -> dict[str, Any] | None:
-        """The job's state, its log's size, whether its replicas started, its result line once it printed
-        one, and `limit` bytes of its log from `offset` (None: to the end); None for an unknown id.
+        """The job's state, its log's size, whether its replicas started, its outcome (JSON) once its driver
+        wrote one, and `limit` bytes of its log from `offset` (None: to the end); None for an unknown id.
 
-        Only the asked-for bytes travel: a status needs the two lines, not the log.
+        Only the asked-for bytes travel: a status needs the facts, not the log.
         """
         if not (self.root / f"{job_id}.json").exists():
             return None
@@ -131,13 +132,12 @@ class Launcher:
             size = file.seek(0, os.SEEK_END)
             file.seek(offset)
             page = file.read(-1 if limit is None else limit)
-            file.seek(max(0, size - RESULT_TAIL_BYTES))
-            tail = file.read().decode(errors="replace")
         if not state.get("started"):
             state["started"] = STARTED_LINE.encode() in log.read_bytes()  # an early line: read until it shows
             if state["started"]:
                 (self.root / f"{job_id}.json").write_text(json.dumps(state))
-        result = next((line for line in reversed(tail.splitlines()) if line.startswith(RESULT_PREFIX)), None)
+        result_path = self.root / f"{job_id}.result"
+        result = result_path.read_text() if result_path.exists() else None
         return {**state, "id": job_id, "size": size, "log": page, "result": result}
 
     def views(self) -> list[dict[str, Any]]:
