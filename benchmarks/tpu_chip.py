@@ -1,7 +1,7 @@
 """One TPU chip's speed and memory by model shape and training choice, each beside its compile-only estimate.
 
 Command (on a TPU VM; `scripts/tpu-check` runs it with TPU_CHECK_PARTS=chip):
-    python benchmarks/tpu_chip.py --out FILE.jsonl [--shapes 125m,350m,1b] [--choices default,scan,...] [--steps 12]
+    python benchmarks/tpu_chip.py --out FILE.jsonl [--shapes 125m,350m,1b] [--choices default,scan,...] [--steps 30]
     python benchmarks/tpu_chip.py --smoke --out FILE.jsonl     # a tiny model on the CPU: checks that the script runs
 
 Llama shapes at sequence 2048 (`SHAPES`: the 125M, the 350M, and a 1B with vocabulary 128256), Tradewind's own
@@ -14,7 +14,7 @@ small, the compute is the model's). For each shape, processes of their own (one 
    policy, the reference attention, half and twice the per-chip batch, the memory options, the knobs).
 
 And first, the chip's ceiling: a bf16 8192^3 matmul. Each measured choice gives tokens/s and MFU in steady state
-(the median step after the first two), the step time, the compile time, the time to the first update, the HBM
+(the median of the metrics rows after the first, each of `log_every` = 10 updates, as the loop logs by default), the step time, the compile time, the time to the first update, the HBM
 the compiled train step needs (`memory_analysis()`: the chip's own `memory_stats()` peak is not trustworthy on
 a v5e), the compile-only estimate of the same step (`tpu_compile.estimate_step`, what `tradewind compile`
 prints) and its ratio to the measured step, and a profile of three more steps (`profile_figures`: time by part of
@@ -71,6 +71,8 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     # Knobs: the trainer's module constants, each against its default, to find what a change of it gains
     "ce_block_8m": {"constants": {"tradewind.trainer.setup:block_logits": lambda platform: 8 * 2**20}},
     "splash_512": {"constants": {"tradewind.trainer.models.layers:SPLASH_BLOCKS": (512, 256, 128)}},
+    "log_every_step": {"log_every": 1},  # the host waits for every update's metrics before it sends the next
+    "splash_zero_segments": {"constants": {"tradewind.trainer.models.layers:SPLASH_ZERO_SEGMENTS": True}},
     "splash_separate_backward": {"constants": {"tradewind.trainer.models.layers:SPLASH_FUSED_BACKWARD": False}},
     "rotate_by_slices": {
         "constants": {
@@ -80,7 +82,7 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     },
 }
 SMOKE_SHAPE = {"model": {"d_model": 64, "n_layers": 2, "n_heads": 2, "vocab_size": 512, "max_seq_len": 128}}
-TRAINING = {"eval_every": 10_000, "eval_batches": 1, "log_every": 1, "checkpoint": False}
+TRAINING = {"eval_every": 10_000, "eval_batches": 1, "log_every": 10, "checkpoint": False}  # the loop's default rows
 
 
 def config_for(shape: dict[str, Any], choice: dict[str, Any], dataset: str, steps: int, seq_len: int) -> Any:
@@ -154,7 +156,7 @@ def measure(shape_name: str, choice_name: str, config: Any, workdir: Path, clock
     except Exception as error:  # out of memory, most often: what does not fit is a figure too
         return figures | {"fits": False, "error": f"{type(error).__name__}: {str(error)[:1500]}"}
     steps = [row.step_time_s for row in read_metrics(run_dir / "metrics.jsonl") if row.step_time_s]
-    step_s = statistics.median(steps[2:] or steps)
+    step_s = statistics.median(steps[1:] or steps)  # the first row's window holds the first updates' warm-up
     setup = setup_training(config)  # the steps `train` compiled, from this process's last compile
     tokens = config.batch_size * config.seq_len
     figures |= {
@@ -279,7 +281,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="JSON lines file (appended to); required but in a child")
     parser.add_argument("--shapes", default="125m,350m,1b")
     parser.add_argument("--choices", default=",".join(CHOICES), help="comma-separated names of CHOICES")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--timeout-s", type=float, default=3600, help="per process")
     parser.add_argument("--smoke", action="store_true", help="a tiny model on the CPU: checks that the script runs")
     parser.add_argument("--no-cold", action="store_true", help="leave out each shape's run with an empty cache")
