@@ -14,13 +14,14 @@ small, the compute is the model's). For each shape, processes of their own (one 
    policy, the reference attention, half and twice the per-chip batch, the memory options, the knobs).
 
 And first, the chip's ceiling: a bf16 8192^3 matmul. Each measured choice gives tokens/s and MFU in steady state
-(the median of the metrics rows after the first, each of `log_every` = 10 updates, as the loop logs by default), the step time, the compile time, the time to the first update, the HBM
-the compiled train step needs (`memory_analysis()`: the chip's own `memory_stats()` peak is not trustworthy on
-a v5e), the compile-only estimate of the same step (`tpu_compile.estimate_step`, what `tradewind compile`
-prints) and its ratio to the measured step, and a profile of three more steps (`profile_figures`: time by part of
-the model, by kind of op, and the op groups that took longest, with their HLO). A choice that does not fit says
-so, with XLA's message. Besides config changes, a choice may set a module constant of the trainer (`constants`):
-how a default such as the splash kernel's fused backward was measured before it was made the default.
+(the median of the metrics rows after the first, each of `log_every` = 10 updates as the loop logs by default),
+the step time, the compile time, the time to the first update, the HBM the compiled train step needs
+(`memory_analysis()`: the chip's own `memory_stats()` peak is not trustworthy on a v5e), the compile-only estimate
+of the same step (`tpu_compile.estimate_step`, what `tradewind compile` prints) and its ratio to the measured step,
+and a profile of three more steps (`profile_figures`: time by part of the model, by kind of op, and the op groups
+that took longest, with their HLO). A choice that does not fit says so, with XLA's message. Besides config
+changes, a choice may set a module constant of the trainer (`constants`): how a default such as the splash
+kernel's fused backward was measured before it was made the default.
 
 Output: one JSON object per line (`--out`, and stdout) as each is measured, so a session cut short keeps what it
 measured; `kind` is `ceiling`, `choice` or `error`.
