@@ -59,6 +59,7 @@ SHAPES: dict[str, dict[str, Any]] = {  # the issue's shapes, each with its defau
 CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against the shape's default
     "default": {},
     "scan": {"scan_layers": True},
+    "unrolled": {"scan_layers": False},
     "remat_full": {"remat": "full"},
     "remat_save_matmuls": {"remat": "save_matmuls"},
     "scan_remat_full": {"scan_layers": True, "remat": "full"},
@@ -69,6 +70,8 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     "adafactor": {"optimizer": {"type": "adafactor"}},
     "adamw_host_bf16_moments": {"optimizer": {"type": "adamw", "host_state": True, "bf16_moments": True}},
     "accumulate_2": {"batch_size": 2, "grad_accum": 2},  # twice the tokens per update in two microbatches
+    "batch_1.5": {"batch_size": 1.5},
+    "d_ff_2816": {"model": {"d_ff": 2816}},  # Llama's rule (8/3 d_model in multiples of 256) for d_model 1024
     # Knobs: the trainer's module constants, each against its default, to find what a change of it gains
     "ce_block_8m": {"constants": {"tradewind.trainer.setup:block_logits": lambda platform: 8 * 2**20}},
     "splash_512": {"constants": {"tradewind.trainer.models.layers:SPLASH_BLOCKS": (512, 256, 128)}},

@@ -334,7 +334,7 @@ def test_a_block_split_over_four_chips_by_tensor_needs_megatrons_two_all_reduces
     assert kinds.get("all-reduce") == 2 and "all-gather" not in kinds and "reduce-scatter" not in kinds, kinds
 
 
-CHIP_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "tpu_chip-2026-12-06b.jsonl"
+CHIP_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "tpu_chip-2026-12-06c.jsonl"
 
 
 def test_the_step_estimate_lands_within_20_percent_of_every_step_measured_on_a_v5e_chip():

@@ -232,7 +232,8 @@ SPLASH_BLOCKS = (1024, 512, 256, 128)
 # a 125M Llama 7% faster and a 350M 6% faster than separate dq and dkv kernels, with the same losses.
 SPLASH_FUSED_BACKWARD = True
 # Rows that are one document each go to the kernel without segment ids, which it would compare block by block;
-# True gives it ids of zeros instead (one code path for packed and plain rows, as before the v5e measured both).
+# True gives it ids of zeros instead, as before: on a v5e at sequence 2048 a 125M Llama trained 0.5% slower with
+# them and a 350M the same (51.3 against 51.6% MFU; 52.78 against 52.82%).
 SPLASH_ZERO_SEGMENTS = False
 
 
