@@ -60,6 +60,8 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     "default": {},
     "scan": {"scan_layers": True},
     "unrolled": {"scan_layers": False},
+    "adamw_bf16_moments": {"optimizer": {"type": "adamw", "bf16_moments": True}},
+    "adamw_bf16_moments_unrolled": {"optimizer": {"type": "adamw", "bf16_moments": True}, "scan_layers": False},
     "remat_full": {"remat": "full"},
     "remat_save_matmuls": {"remat": "save_matmuls"},
     "scan_remat_full": {"scan_layers": True, "remat": "full"},
