@@ -299,7 +299,8 @@ def memory_changes(config: TrainConfig, placement: Placement) -> list[MemoryChan
     if not optimizer.bf16_moments:
         changes.append(_change(BF16_MOMENTS_COST, optimizer__bf16_moments=True))
     if config.remat != "full":
-        for layers, cost in ((recompute, REMAT_COST), ({"remat": "full", "scan_layers": False}, UNROLLED_REMAT_COST)):
+        unrolled = {"remat": "full", "scan_layers": False}
+        for layers, cost in ((recompute, REMAT_COST), (unrolled, UNROLLED_REMAT_COST)):
             changes.append(_change(cost, **layers))
             if not optimizer.bf16_moments:
                 changes.append(_change(f"{BF16_MOMENTS_COST}; {cost}", optimizer__bf16_moments=True, **layers))
