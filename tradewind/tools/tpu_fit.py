@@ -273,7 +273,7 @@ BF16_MOMENTS_COST = "no slower; the moments keep 8 bits of mantissa (the demo mo
 REMAT_COST = "each block's forward pass is computed again in the backward pass: about a third more compute"
 UNROLLED_REMAT_COST = (
     f"{REMAT_COST}; the blocks unrolled compile longer than scanned (a 1B Llama: 80 s against 18 s on a v5e) and "
-    "run as fast"
+    "run 1% slower"
 )
 ACCUM_COST = "half the rows in each matmul: slower where a microbatch is small"
 HOST_STATE_COST = "the moments cross between host and chip memory every step"
