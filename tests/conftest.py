@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tradewind.cluster.tpus import TPU_COMPILE_ENV
-from tradewind.cluster.warm import WARM_IDLE_ENV
 from tradewind.core.workspace import COMPILE_CACHE_ENV
 
 # The suite compiles the same tiny models in many tests: they share one persistent XLA cache (set before JAX is
@@ -46,9 +45,6 @@ os.environ.setdefault(RAY_HEAD_ENV, os.environ.pop("RAY_ADDRESS", ""))
 # Sampling workers a test starts (one per workspace) end a minute after their last request, not ten: the
 # suite makes many workspaces, and each warm worker holds a JAX process.
 os.environ.setdefault("TRADEWIND_SAMPLE_WORKER_IDLE_S", "60")
-# Likewise the warm process each workspace's CPU runs start (tradewind.cluster.warm): half a minute, which keeps it
-# between the runs of one test and lets it go soon after.
-os.environ.setdefault(WARM_IDLE_ENV, "30")
 
 # A 2-layer, 32-wide model that trains 30 steps in a few seconds on CPU.
 TINY_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}

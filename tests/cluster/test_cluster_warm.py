@@ -160,17 +160,3 @@ def test_warm_goes_with_a_callable_of_one_replica():
         JobSpec(name="x", command=["true"], warm=True)
     with pytest.raises(ValueError, match="'warm' goes with a 'callable' of one replica"):
         JobSpec(name="x", callable="os:getcwd", replicas=2, warm=True)
-
-
-def test_a_job_on_no_chip_runs_in_its_own_process_while_the_warm_process_is_busy(jobs, tmp_path):
-    started, done = tmp_path / "started", tmp_path / "done"
-    busy = jobs.submit(warm_job(tmp_path, "wait_for", str(started), str(done)))
-    warm = int(wait_until(lambda: started.exists() and started.read_text(), timeout=60, what="the first job's start"))
-    beside = run(jobs, warm_job(tmp_path, "report", str(tmp_path / "beside.json")))
-    assert beside.status is JobStatus.SUCCEEDED and jobs.status(busy.id).status is JobStatus.RUNNING
-    assert json.loads((tmp_path / "beside.json").read_text())["pid"] == beside.pid != warm
-    assert "the warm process is busy: running in this process" in jobs.logs(beside.id).text
-    done.touch()
-    assert jobs.wait(busy.id, timeout=60).status is JobStatus.SUCCEEDED
-    run(jobs, warm_job(tmp_path, "report", str(tmp_path / "after.json")))  # and the warm process is free again
-    assert json.loads((tmp_path / "after.json").read_text())["pid"] == warm

@@ -31,8 +31,6 @@ ATTEMPT_ENV = "TRADEWIND_ATTEMPT"
 JOB_START_ENV = "TRADEWIND_JOB_START"
 # A folder of this process's own, on its host's disk: where a run that lives in a bucket keeps its local copy.
 LOCAL_DIR_ENV = "TRADEWIND_LOCAL_DIR"
-# The warm-process client's flag for a job on no chip: run it in the client's own process while the warm one is busy.
-IF_FREE_FLAG = "--if-free"
 
 
 def local_dir() -> Path:
@@ -103,8 +101,7 @@ class JobSpec(BaseModel):
         default=False,
         description="Run in the jobs folder's warm process (a callable of one replica, local backend): it keeps the "
         "accelerator open and the programs it compiled loaded between jobs (tradewind.cluster.warm). The local "
-        "backend sets it for jobs on this host's TPU; a job on no chip runs in its own process while the warm "
-        "process is busy.",
+        "backend sets it for jobs on this host's TPU.",
     )
     on_end: Callback | None = Field(
         default=None,
@@ -129,8 +126,7 @@ class JobSpec(BaseModel):
             return list(self.command)
         call = json.dumps({"callable": self.callable, "args": self.args, "kwargs": self.kwargs})
         if self.warm and jobs_dir is not None:
-            when = [] if self.resources.tpu else [IF_FREE_FLAG]  # only a chip's jobs must queue for the warm process
-            return [python, "-m", "tradewind.cluster.warm", str(jobs_dir), call, *when]
+            return [python, "-m", "tradewind.cluster.warm", str(jobs_dir), call]
         return [python, "-m", "tradewind.cluster.entry", call]
 
 

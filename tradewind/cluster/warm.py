@@ -5,8 +5,7 @@ A job in a new process pays, before its first step, for Python and its imports, 
 for a TPU v5e chip, libtpu) and for loading its compiled programs from the compile cache (7 s for a 125M train
 step, a 255 MB executable): 25 s of start for a run whose steps take 0.4 s (docs/reports/benchmarks.md, TPU
 host). The local backend therefore marks the jobs on this host's TPU `warm`, and they run here instead: the
-second run of a config finds JAX imported, the chip open and its train step compiled. A training run on this
-machine's CPU is `warm` too (`launch_training`): a small run's 3-4 s of imports and start are most of its time.
+second run of a config finds JAX imported, the chip open and its train step compiled.
 
 The supervisor still starts one process per job, as for any job: the job's *client*,
 `python -m tradewind.cluster.warm <jobs dir> <call>`. The client hands the job and its standard output and
@@ -16,24 +15,19 @@ ends before the job does, it ends at once (the job was killed, and so is everyth
 keeps going only after a job that succeeded and left no array behind; it ends after `WARM_IDLE_ENV` seconds
 without a job (`DEFAULT_IDLE_S`), or when asked (`release`), and so frees the chip.
 
-One job has the warm process at a time; its client holds `jobs/warm.turn` locked while it does. A job on a chip
-waits for its turn (only one process can open the chip); a job that holds none (`--if-free`) runs in its own
-process when the warm process is busy, so that CPU jobs still run side by side.
-
 Its environment is fixed at its start (JAX reads its settings once), so it serves only clients whose environment
 is the same but for the job's own variables (`JOB_VARIABLES`). A client with another one asks it to retire and
 starts a fresh one; with none running, the client starts one itself. `WARM_IDLE_ENV=0` runs warm jobs in their
 own process, as any other job.
 
 Commands (started by the supervisor and the client, not by hand):
-    python -m tradewind.cluster.warm <jobs dir> '{"callable": "pkg.module:function", "args": [], ...}' [--if-free]
+    python -m tradewind.cluster.warm <jobs dir> '{"callable": "pkg.module:function", "args": [], "kwargs": {}}'
     python -m tradewind.cluster.warm --serve <jobs dir>
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
 import hashlib
 import json
@@ -48,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tradewind.cluster.entry import run_call
-from tradewind.cluster.jobs import ATTEMPT_ENV, IF_FREE_FLAG, JOB_ID_ENV, JOB_START_ENV, LOCAL_DIR_ENV
+from tradewind.cluster.jobs import ATTEMPT_ENV, JOB_ID_ENV, JOB_START_ENV, LOCAL_DIR_ENV
 from tradewind.cluster.process import process_alive, process_start_time
 from tradewind.core import atomic_write_text
 
@@ -105,27 +99,11 @@ def connect(jobs_dir: Path) -> socket.socket | None:
 # --- the client: the job's own process -------------------------------------------------------------------------
 
 
-def run_as_client(jobs_dir: Path, call: dict[str, Any], *, wait: bool = True) -> int:
+def run_as_client(jobs_dir: Path, call: dict[str, Any]) -> int:
     """Run `call` in the warm process of `jobs_dir` (started when none serves this environment), with this
-    process's standard output and error; returns its exit code. Run here instead when warm processes are off,
-    or when another job has the warm process and `wait` is false (a job that holds no chip need not queue)."""
+    process's standard output and error; returns its exit code. Run here instead when warm processes are off."""
     if idle_s() <= 0:
         return run_call(call)
-    with open(turn_file(jobs_dir), "a") as turn:  # held until this job is done; the kernel lets go if it is killed
-        try:
-            fcntl.flock(turn, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print("[tradewind] the warm process is busy: running in this process", file=sys.stderr, flush=True)
-            return run_call(call)
-        return _run_in_warm_process(jobs_dir, call)
-
-
-def turn_file(jobs_dir: Path) -> Path:
-    """`jobs/warm.turn`: locked by the client whose job the warm process runs (or is about to)."""
-    return Path(jobs_dir) / "warm.turn"
-
-
-def _run_in_warm_process(jobs_dir: Path, call: dict[str, Any]) -> int:
     own = {name: os.environ[name] for name in JOB_VARIABLES if name in os.environ}
     own[JOB_START_ENV] = str(time.time() - process_age())
     request = {"call": call, "env": own, "key": environment_key(os.environ, os.getcwd())}
@@ -344,4 +322,4 @@ if __name__ == "__main__":
     if sys.argv[1] == SERVE_FLAG:
         serve(Path(sys.argv[2]))
     else:
-        sys.exit(run_as_client(Path(sys.argv[1]), json.loads(sys.argv[2]), wait=IF_FREE_FLAG not in sys.argv[3:]))
+        sys.exit(run_as_client(Path(sys.argv[1]), json.loads(sys.argv[2])))

@@ -188,8 +188,6 @@ def launch_training(ctx: ToolContext, request: LaunchTrainingRequest, progress: 
         max_retries_preemption=placement.max_retries,
         on_end=job_end_callback(layout.record),
         pending_timeout_s=placement.pending_timeout_s or backend.default_pending_timeout_s,
-        # a small CPU run spends most of its time importing JAX and starting: the warm process has done both
-        warm=backend.on_this_machine and placement.accelerator.kind == "cpu" and placement.processes == 1,
     )
     try:
         backend.submit(spec, job_id=run_id)
