@@ -2,18 +2,22 @@
 run PENDING."""
 
 import math
+import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from polling import wait_until
 
 from tradewind.cluster import JobSpec, JobStatus, Resources
+from tradewind.cluster.process import process_start_time
 from tradewind.core import atomic_write_json
-from tradewind.runs import MetricRow, RunLayout, RunRecord, TrainConfig, read_metrics, write_record
+from tradewind.runs import MetricRow, RunLayout, RunRecord, TrainConfig, TrainSummary, read_metrics, write_record
 from tradewind.tools import (
     LaunchTrainingRequest,
     RunInfo,
@@ -82,6 +86,48 @@ def write_run(ctx: ToolContext, run_id: str, rows: list[MetricRow], record: RunR
     if record is not None:
         write_record(layout.record, record)
         atomic_write_json(layout.config, TrainConfig(dataset="datasets/ds-gone").model_dump(mode="json"))
+    return layout
+
+
+def table_run(
+    ctx: ToolContext,
+    run_id: str,
+    final_eval_loss: float,
+    *,
+    running: bool = False,
+    steps: int = 300,
+    **record: Any,
+) -> RunLayout:
+    """A run folder as the trainer leaves it (`write_run`'s rows, shifted so that the last eval loss is
+    `final_eval_loss`, a log, and, once finished, its summary); `running`: RUNNING, trained by this process (its
+    pid and start time in the record, as a Python call of `train` writes them), so that get_run says RUNNING."""
+    rows = metric_rows(steps, eval_every=50)
+    shift = final_eval_loss - rows[-1].eval_loss
+    rows = [row.model_copy(update={"eval_loss": row.eval_loss + shift}) if row.eval_loss else row for row in rows]
+    fields = {"run_id": run_id, "backend": "process", "host": socket.gethostname(), "devices": 1, **record}
+    fields["started_at"] = fields.get("started_at", "2026-12-06T10:00:00.000+00:00")
+    if running:
+        fields.update(status=JobStatus.RUNNING, pid=os.getpid(), pid_start=process_start_time(os.getpid()))
+    else:
+        fields.update(status=JobStatus.SUCCEEDED, ended_at="2026-12-06T10:05:00.000+00:00")
+    layout = write_run(ctx, run_id, rows, RunRecord(**fields))
+    layout.log.write_text(f"training {run_id}\n", encoding="utf-8")
+    if not running:
+        summary = TrainSummary(
+            parameters=123_456,
+            steps=steps,
+            tokens_seen=steps * TrainConfig(dataset="-").batch_size * TrainConfig(dataset="-").seq_len,
+            final_loss=rows[-1].loss,
+            first_eval_loss=rows[0].eval_loss,
+            final_eval_loss=final_eval_loss,
+            best_eval_loss=min(row.eval_loss for row in rows if row.eval_loss is not None),
+            mean_tokens_per_s=40_000.0,
+            compile_s=2.0,
+            wall_s=300.0,
+            mfu=0.25,
+            val_bpb=final_eval_loss / 5.5,
+        )
+        atomic_write_json(layout.summary, summary.model_dump(mode="json"))
     return layout
 
 

@@ -51,7 +51,7 @@ def test_data_cannot_close_the_pages_script_element():
         ["r1"], {"runs": {"r1": {"run": {"reason": "</script><script>alert(1)</script>"}}}}, over_http=True
     )
     assert "</script><script>alert(1)" not in page
-    assert page.count("</script>") == 2  # the config element's and the code's own
+    assert page.count("</script>") == 3  # the charting library's, the config element's and the code's own
 
 
 @pytest.mark.anyio
@@ -72,6 +72,9 @@ def test_dashboard_routes_need_the_token_in_the_header_or_the_query(tmp_path):
         assert httpx2.get(f"{base}/dashboard", timeout=10).status_code == 401
         assert httpx2.get(f"{base}/dashboard?token=wrong", timeout=10).status_code == 401
         assert httpx2.get(f"{base}/dashboard?token={server.token()}", timeout=10).status_code == 200
+        assert httpx2.get(f"{base}/dashboard/table", timeout=10).status_code == 401
+        table = httpx2.get(f"{base}/dashboard/table", headers={"Authorization": f"Bearer {server.token()}"}, timeout=10)
+        assert table.status_code == 200 and table.json() == {"rows": [], "unreadable": []}
         headers = {"Authorization": f"Bearer {server.token()}"}
         missing = httpx2.get(f"{base}/dashboard/data?runs=nope", headers=headers, timeout=10)
         assert missing.status_code == 404 and "nope" in missing.json()["error"]
@@ -217,21 +220,22 @@ def test_the_page_draws_the_runs_real_numbers_and_updates_as_rows_arrive(tmp_pat
         page.on("request", lambda request: "/dashboard/data" in request.url and data_requests.append(request.url))
         page.goto(f"http://127.0.0.1:{server.port}/dashboard/runs/{run.run_id}?token={server.token()}")
         assert "token=" not in page.url  # dropped from the address bar at once
-        loss_line = f'#chart-loss polyline[data-series="loss"][data-run="{run.run_id}"]'
+        loss_line = f"{run.run_id} loss"  # each chart's data-last: its lines' last points, {"RUN SERIES": [x, y]}
         seen_steps = []
         while not seen_steps or seen_steps[-1] < STEPS:  # ends: the run finishes within finish()'s 300 s below
             page.wait_for_function(
-                f"() => {{ const l = document.querySelector('{loss_line}');"
-                f" return l && +l.dataset.lastStep > {seen_steps[-1] if seen_steps else 0}; }}",
+                "([line, seen]) => { const last = JSON.parse(document.getElementById('chart-loss').dataset.last"
+                " || '{}'); return last[line] && last[line][0] > seen; }",
+                arg=[loss_line, seen_steps[-1] if seen_steps else 0],
                 timeout=300_000,
             )
-            seen_steps.append(int(page.get_attribute(loss_line, "data-last-step")))
+            seen_steps.append(last_points(page, "loss")[loss_line][0])
         page.wait_for_function(
             f"() => document.querySelector('#status tr[data-run=\"{run.run_id}\"]').textContent.includes('SUCCEEDED')",
             timeout=60_000,
         )
         drawn = {
-            name: json.loads(page.get_attribute(f'#chart-{chart} polyline[data-series="{name}"]', "data-last-value"))
+            name: last_points(page, chart)[f"{run.run_id} {name}"][1]
             for chart, name in [("loss", "loss"), ("loss", "eval_loss"), ("lr", "lr"), ("tokens_per_s", "tokens_per_s")]
         }
         status_row = page.inner_text(f'#status tr[data-run="{run.run_id}"]')
@@ -246,3 +250,8 @@ def test_the_page_draws_the_runs_real_numbers_and_updates_as_rows_arrive(tmp_pat
     for name, value in drawn.items():  # read_metrics rounds to 6 significant digits
         assert math.isclose(value, last[name], rel_tol=1e-5), (name, value, last[name])
     assert "SUCCEEDED" in status_row and f"{STEPS}/{STEPS}" in status_row and "workspace" in status_row
+
+
+def last_points(page, chart: str) -> dict[str, list[float]]:
+    """The last point ([x, value]) of each line of a chart on the run page, by "RUN SERIES", as it drew them."""
+    return json.loads(page.get_attribute(f"#chart-{chart}", "data-last"))

@@ -120,7 +120,7 @@ def test_a_foreign_host_header_is_refused_even_with_the_token(server):
 
 def test_the_dashboard_refuses_a_foreign_host_or_origin_with_or_without_the_token(server):
     base = f"http://127.0.0.1:{server.port}"
-    for path in ("/dashboard", "/dashboard/runs/run-x", "/dashboard/data?runs=run-x"):
+    for path in ("/dashboard", "/dashboard/table", "/dashboard/runs/run-x", "/dashboard/data?runs=run-x"):
         for token in (bearer(server.token()), {}):
             for headers, status in (({"Host": "evil.example"}, 421), ({"Origin": "http://evil.example"}, 403)):
                 response = httpx2.get(base + path, headers={**token, **headers}, timeout=10)

@@ -1,7 +1,8 @@
 """The live run dashboard: one self-contained HTML page per run or comparison, updating while runs train.
 
 Over HTTP (`tradewind serve --transport http`), beside `/mcp`:
-    GET /dashboard                           the workspace's runs, newest first, with links
+    GET /dashboard                           the runs table: sort, filter, group by sweep, tick runs to compare
+    GET /dashboard/table                     what that page fetches while runs go on: `runs_table` as JSON
     GET /dashboard/runs/RUN[,RUN...]         the page for one run, or several overlaid
     GET /dashboard/data?runs=RUN[,RUN...]    what the page fetches: `dashboard_data` as JSON
     GET /dashboard/events?runs=RUN[,RUN...]  server-sent events: one each time a run's record, metrics or log
@@ -27,9 +28,11 @@ Every number on the page is a tool's result (`get_run`, `read_metrics`): the pag
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import json
+import threading
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from typing import Any, NamedTuple, TypeVar
@@ -46,21 +49,20 @@ from tradewind.core import NotFoundError, TradewindError
 from tradewind.runs import RunLayout, read_record
 from tradewind.server.updates import LOOK_EVERY_S, file_state
 from tradewind.tools import (
-    ListRunsRequest,
     ReadMetricsRequest,
     RunRequest,
     TailLogsRequest,
     ToolContext,
     get_run,
-    list_runs,
     read_metrics,
     tail_logs,
 )
 from tradewind.tools.cluster import describe_compile_cache
+from tradewind.tools.runs_table import RunsTable, run_row, runs_table
 
 DASHBOARD_URI = "ui://tradewind/dashboard"
-# The series each chart draws, as read_metrics names them.
-SERIES = ["loss", "eval_loss", "lr", "tokens_per_s", "mfu"]
+# The series the charts draw, as read_metrics names them (`elapsed`: for the wall-time axis).
+SERIES = ["loss", "eval_loss", "lr", "tokens_per_s", "mfu", "elapsed"]
 MAX_RUNS = 8  # runs on one page: more would make the charts unreadable
 POLL_S = 2.0  # how often a page of a running run asks for new rows when it cannot listen to its events
 LOG_TAIL_BYTES = 3000
@@ -75,9 +77,21 @@ never says it ended); the browser's `EventSource` then opens a new one."""
 T = TypeVar("T")
 
 
-def page_template() -> str:
-    """The page's HTML, with the placeholders `render_page` fills."""
-    return resources.files("tradewind.server").joinpath("dashboard.html").read_text("utf-8")
+def template(name: str) -> str:
+    """A page's HTML, with the placeholders its `render_` function fills."""
+    return resources.files("tradewind.server").joinpath(name).read_text("utf-8")
+
+
+@functools.cache
+def charting_library() -> tuple[str, str]:
+    """uPlot's script and style sheet (`static/`, uPlot 1.6.32, MIT), put into the page itself: an MCP Apps host
+    shows the page with no server to fetch a file from, and a browser must need no network."""
+    return template("static/uPlot.iife.min.js"), template("static/uPlot.min.css")
+
+
+def script_json(value: Any) -> str:
+    r"""`value` as JSON that cannot end the script element it sits in: `</` would; JSON allows `<\/` for it."""
+    return json.dumps(value).replace("</", "<\\/")
 
 
 def render_page(run_ids: list[str], data: dict[str, Any] | None, *, over_http: bool) -> str:
@@ -93,10 +107,10 @@ def render_page(run_ids: list[str], data: dict[str, Any] | None, *, over_http: b
         "series": SERIES,
         "finished": [status.value for status in JobStatus if status.finished],
     }
-    # `</` would end the script element early; JSON allows `<\/` for it.
-    payload = json.dumps(config).replace("</", "<\\/")
     title = html.escape(", ".join(run_ids) or "runs")
-    return page_template().replace("__TITLE__", title).replace("__CONFIG__", payload)
+    script, style = charting_library()
+    page = template("dashboard.html").replace("__UPLOT_JS__", script).replace("__UPLOT_CSS__", style)
+    return page.replace("__TITLE__", title).replace("__CONFIG__", script_json(config))
 
 
 def dashboard_app_html() -> str:
@@ -106,13 +120,20 @@ def dashboard_app_html() -> str:
 
 def run_data(ctx: ToolContext, run_id: str) -> dict[str, Any]:
     """One run's status, metrics and log tail as the tools return them: `get_run`, `read_metrics` of
-    `SERIES`, and `tail_logs` of the log's last `LOG_TAIL_BYTES`."""
+    `SERIES`, and `tail_logs` of the log's last `LOG_TAIL_BYTES`; and its row of the runs table (tokens a step,
+    devices, parameters)."""
     info = get_run(ctx, RunRequest(run_id=run_id))
     metrics = read_metrics(ctx, ReadMetricsRequest(run_id=run_id, series=SERIES, max_points=1000 // len(SERIES)))
     size = tail_logs(ctx, TailLogsRequest(run_id=run_id, limit_bytes=1)).size
     tail = TailLogsRequest(run_id=run_id, cursor=max(0, size - LOG_TAIL_BYTES), limit_bytes=LOG_TAIL_BYTES)
     log = tail_logs(ctx, tail)
-    return {"run": info.model_dump(mode="json"), "metrics": metrics.model_dump(mode="json"), "log": log.model_dump()}
+    row = run_row(ctx, ctx.workspace.run_dir(run_id))
+    return {
+        "run": info.model_dump(mode="json"),
+        "metrics": metrics.model_dump(mode="json"),
+        "log": log.model_dump(),
+        "row": row.model_dump(mode="json"),
+    }
 
 
 def dashboard_data(ctx: ToolContext, run_ids: list[str]) -> dict[str, Any]:
@@ -186,6 +207,8 @@ def dashboard_routes(ctx: ToolContext) -> list[Route]:
     """
     limiter = anyio.CapacityLimiter(WORKER_THREADS)
     slots = anyio.Semaphore(MAX_STREAMS)
+    # Read every finished run's small files now, so that the first front page comes from memory (1,000 runs: 0.6 s).
+    threading.Thread(target=prime_runs_table, args=(ctx,), name="runs table", daemon=True).start()
 
     async def in_worker(work: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(work, *args, limiter=limiter)
@@ -237,13 +260,10 @@ def dashboard_routes(ctx: ToolContext) -> list[Route]:
         return EventStream(follow(run_ids, seen, *ended(run_ids)), slots)
 
     def index() -> Response:
-        entries = list_runs(ctx, ListRunsRequest()).runs
-        links = "".join(
-            f'<li><a href="/dashboard/runs/{html.escape(e.run_id)}">{html.escape(e.run_id)}</a> '
-            f"{e.status.value.lower()}, step {e.step}/{e.total_steps}</li>"
-            for e in entries
-        )
-        return HTMLResponse(render_index(links, describe_compile_cache(ctx)))
+        return HTMLResponse(render_index(runs_table(ctx), describe_compile_cache(ctx)))
+
+    def table() -> Response:
+        return Response(runs_table(ctx).model_dump_json(), media_type="application/json")
 
     def page(runs: str) -> Response:
         run_ids = parse_run_ids(runs)
@@ -256,6 +276,9 @@ def dashboard_routes(ctx: ToolContext) -> list[Route]:
     async def index_route(request: Request) -> Response:
         return await answer(index)
 
+    async def table_route(request: Request) -> Response:
+        return await answer(table)
+
     async def page_route(request: Request) -> Response:
         return await answer(functools.partial(page, request.path_params["runs"]))
 
@@ -267,20 +290,29 @@ def dashboard_routes(ctx: ToolContext) -> list[Route]:
 
     return [
         Route("/dashboard", index_route, methods=["GET"]),
+        Route("/dashboard/table", table_route, methods=["GET"]),
         Route("/dashboard/runs/{runs}", page_route, methods=["GET"]),
         Route("/dashboard/data", data_route, methods=["GET"]),
         Route("/dashboard/events", events_route, methods=["GET"]),
     ]
 
 
-def render_index(links: str, compile_cache: str) -> str:
-    """The index page: the runs as links (the token, where the page got one, is carried on by its script), and
-    the workspace's compile cache."""
-    return (
-        "<!doctype html><meta charset=utf-8><title>Tradewind runs</title>"
-        "<style>body{font:14px system-ui,sans-serif;margin:2em}</style>"
-        f"<h1>Tradewind runs</h1><ul>{links or '<li>no runs yet</li>'}</ul>"
-        f"<p>Compile cache: {html.escape(compile_cache)}</p>"
-        "<script>const t=new URLSearchParams(location.search).get('token');"
-        "if(t){for(const a of document.links){a.href+='?token='+encodeURIComponent(t)}}</script>"
-    )
+def prime_runs_table(ctx: ToolContext) -> None:
+    """Read the runs table once, for its rows of finished runs to be in memory; a workspace gone meanwhile (or
+    unreadable: the front page will say why) is no matter here."""
+    with contextlib.suppress(TradewindError, OSError):
+        runs_table(ctx)
+
+
+def render_index(table: RunsTable, compile_cache: str) -> str:
+    """The front page: `table` drawn at once, sorted, filtered and grouped by its script, which fetches
+    `/dashboard/table` again while runs go on."""
+    config = {
+        "table": table.model_dump(mode="json"),
+        "tableUrl": "/dashboard/table",
+        "pollMs": int(POLL_S * 1000),
+        "maxRuns": MAX_RUNS,
+        "finished": [status.value for status in JobStatus if status.finished],
+        "compileCache": compile_cache,
+    }
+    return template("dashboard_index.html").replace("__CONFIG__", script_json(config))

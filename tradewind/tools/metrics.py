@@ -34,6 +34,7 @@ MetricName = Literal[
     "skipped_steps",
     "eval_perplexity",
     "eval_bits_per_byte",
+    "elapsed",
 ]
 DEFAULT_SERIES: tuple[MetricName, ...] = ("loss", "eval_loss", "lr", "grad_norm", "tokens_per_s")
 # Points of all series together in one read_metrics result: at most ~25 characters each (a step, a value of

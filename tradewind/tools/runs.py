@@ -315,15 +315,20 @@ def _entry(ctx: ToolContext, folder: Path) -> RunEntry | UnreadableRun:
     try:
         info = get_run(ctx, RunRequest(run_id=folder.name))
     except (TradewindError, ValueError, OSError) as error:  # one bad folder must not hide the others
-        # Tradewind's errors name the file and field; of any other only its first line, never a raw dump of the
-        # file's content (pydantic's carries the input and a URL).
-        why = str(error) if isinstance(error, TradewindError) else str(error).splitlines()[0]
-        why = why.replace(f"{folder}{os.sep}", "")  # files by their names in the run's folder: short, and enough
-        return UnreadableRun(run_id=folder.name, reason=cut(why.replace("\n", "; ")))
+        return unreadable_run(folder, error)
     return RunEntry(
         **info.model_dump(include=set(RunEntry.model_fields) - {"reason"}),
         reason=cut(info.reason) if info.reason else None,
     )
+
+
+def unreadable_run(folder: Path, error: Exception) -> UnreadableRun:
+    """Folder `folder` of runs/, which `error` said is no readable run."""
+    # Tradewind's errors name the file and field; of any other only its first line, never a raw dump of the
+    # file's content (pydantic's carries the input and a URL).
+    why = str(error) if isinstance(error, TradewindError) else str(error).splitlines()[0]
+    why = why.replace(f"{folder}{os.sep}", "")  # files by their names in the run's folder: short, and enough
+    return UnreadableRun(run_id=folder.name, reason=cut(why.replace("\n", "; ")))
 
 
 def checkpoint_steps(ctx: ToolContext, layout: RunLayout, argument: str) -> list[int]:
