@@ -1,22 +1,25 @@
 import hashlib
 import itertools
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from chat_models import chat_tokenizer, chat_tokenizer_folder
 from data_helpers import PARAGRAPHS
 
 from tradewind.cluster import get_task_runner
-from tradewind.core import InvalidInputError
+from tradewind.core import ConfigError, InvalidInputError
 from tradewind.data import (
     ByteTokenizer,
     PackedLoader,
     TokenizeConfig,
     build_token_cache,
     cache_id,
+    load_tokenizer,
     open_token_cache,
     source_files,
 )
@@ -347,3 +350,44 @@ def test_two_processes_building_the_same_cache_at_once_both_get_the_one_complete
     assert results[0] == results[1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "inputs"]
     open_token_cache(out).verify()
+
+
+@pytest.mark.parametrize("form", ["tokenizer.json", "folder with a chat template"])
+def test_a_cache_holds_its_tokenizer_so_that_a_copy_of_it_alone_decodes_as_the_original(tmp_path, corpus, form):
+    words = PARAGRAPHS[:200]
+    if form == "tokenizer.json":
+        (tmp_path / "tok").mkdir()
+        spec = tmp_path / "tok" / "tokenizer.json"
+        chat_tokenizer(words, vocab_size=300).save(str(spec))
+    else:
+        spec = chat_tokenizer_folder(tmp_path / "tok", words, vocab_size=300)
+    tokenizer = load_tokenizer(str(spec))
+    build_token_cache([str(corpus)], tmp_path / "cache", tokenizer, val_fraction=0.2)
+    built = open_token_cache(tmp_path / "cache")
+    expected = decoded_documents(built, "val", tokenizer)
+
+    shutil.copytree(built.path, tmp_path / "elsewhere")  # the cache alone, as another host would get it
+    shutil.rmtree(tmp_path / "tok")
+    shutil.rmtree(built.path)
+    moved = open_token_cache(tmp_path / "elsewhere")
+    copy = moved.tokenizer()
+    assert copy.fingerprint == tokenizer.fingerprint == moved.manifest.tokenizer.fingerprint
+    assert (copy.eos_id, copy.bos_id, copy.chat_template) == (
+        tokenizer.eos_id,
+        tokenizer.bos_id,
+        tokenizer.chat_template,
+    )
+    assert decoded_documents(moved, "val", copy) == expected
+
+
+def test_a_byte_cache_needs_no_copy_and_a_changed_copy_is_refused_by_name(tmp_path, corpus):
+    build_token_cache([str(corpus)], tmp_path / "bytes", ByteTokenizer())
+    byte = open_token_cache(tmp_path / "bytes")
+    assert not (byte.path / "tokenizer").exists() and byte.tokenizer().fingerprint == ByteTokenizer.fingerprint
+    spec = tmp_path / "tokenizer.json"
+    chat_tokenizer(PARAGRAPHS[:200], vocab_size=300).save(str(spec))
+    build_token_cache([str(corpus)], tmp_path / "cache", load_tokenizer(str(spec)))
+    built = open_token_cache(tmp_path / "cache")
+    chat_tokenizer(PARAGRAPHS[:100], vocab_size=280).save(str(built.path / "tokenizer" / "tokenizer.json"))
+    with pytest.raises(ConfigError, match=r"not the one .*cache was built with \(fingerprint"):
+        built.tokenizer()

@@ -118,7 +118,8 @@ def test_a_link_leading_out_of_the_tokenizer_folder_is_refused_before_the_worker
     ctx, run_id, _ = chat_run
     outside = tmp_path / "chat_template.jinja"
     outside.write_text("{{ 'secret' }}", encoding="utf-8")
-    link = ctx.workspace.root / "tok" / "chat_template.jinja"
+    (read,) = (ctx.workspace.root / "datasets").glob("*/tokenizer")  # the dataset's own copy of `tok/`
+    link = read / "chat_template.jinja"
     link.symlink_to(outside)
     try:
         with pytest.raises(PathEscapeError, match="argument 'run_id'"):

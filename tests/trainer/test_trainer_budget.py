@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import optax
 import pytest
+from chat_models import chat_tokenizer_folder
 from flax import nnx
 
 from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer, open_token_cache
@@ -111,3 +112,17 @@ def test_the_fixed_val_tokens_are_the_first_of_the_val_split_and_lack_bytes_with
     manifest["tokenizer"]["name"] = str(tmp_path / "gone" / "tokenizer.json")
     (moved / "manifest.json").write_text(json.dumps(manifest))
     assert fixed_val_tokens(open_token_cache(moved), seq_len=32).bytes is None
+
+
+def test_a_cache_copied_alone_to_another_folder_counts_the_same_val_bytes_with_its_own_tokenizer(tmp_path):
+    """What val_bpb divides by: a Hugging Face tokenizer's cache carries the tokenizer, so another host (here
+    another folder, the tokenizer's own folder gone) scores the same bits per byte."""
+    text = builtin_corpus_path("tinyshakespeare").read_bytes()[:200_000].decode("utf-8", "ignore")
+    (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
+    folder = chat_tokenizer_folder(tmp_path / "tok", text.split("\n\n")[:500], vocab_size=400)
+    build_token_cache([str(tmp_path / "corpus.txt")], tmp_path / "cache", load_tokenizer(str(folder)))
+    here = fixed_val_tokens(open_token_cache(tmp_path / "cache"), seq_len=32)
+    shutil.copytree(tmp_path / "cache", tmp_path / "elsewhere")
+    shutil.rmtree(folder)
+    there = fixed_val_tokens(open_token_cache(tmp_path / "elsewhere"), seq_len=32)
+    assert here.bytes is not None and there.bytes == here.bytes and there.scored == here.scored

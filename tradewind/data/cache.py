@@ -45,6 +45,7 @@ from tradewind.data.shards import RECORDS_DIR, SPLITS, ShardRecord, ShardTask, p
 from tradewind.data.token_cache import (
     FORMAT_VERSION,
     MANIFEST,
+    TOKENIZER_DIR,
     CacheManifest,
     SplitStats,
     TokenizerInfo,
@@ -52,7 +53,7 @@ from tradewind.data.token_cache import (
     token_dtype,
 )
 from tradewind.data.tokenize_config import SourceFile, TokenizeConfig, source_files
-from tradewind.data.tokenizers import HFTokenizer, Tokenizer
+from tradewind.data.tokenizers import HFTokenizer, Tokenizer, load_tokenizer, write_hf_tokenizer_files
 
 log = get_logger(__name__)
 
@@ -193,6 +194,7 @@ def build_token_cache(
             val_tokens=config.val_tokens,
             loss_mask=config.format in RECORD_FORMATS,
         )
+        keep_tokenizer(tokenizer, partial / TOKENIZER_DIR)
         (partial / BUILD_KEY).unlink()
         atomic_write_json(partial / MANIFEST, manifest.model_dump(mode="json"))
         os.rename(partial, out_dir)
@@ -200,6 +202,25 @@ def build_token_cache(
         log.warning("%s: skipped %d bad record(s), e.g. %s", out_dir, bad.skipped, bad.examples[0])
     log.info("built token cache %s: %s", out_dir, {s: (v.documents, v.tokens) for s, v in splits.items()})
     return manifest
+
+
+def keep_tokenizer(tokenizer: Tokenizer, folder: Path) -> None:
+    """Write a Hugging Face tokenizer's files into `folder` (the cache's `tokenizer/`), so that the cache alone
+    decodes its tokens and counts their bytes (val_bpb) on any host; the byte tokenizer is built in and needs none.
+    A copy that would load as another tokenizer (another fingerprint) is not kept, and the log says so."""
+    if not isinstance(tokenizer, HFTokenizer):
+        return
+    folder.mkdir(exist_ok=True)
+    write_hf_tokenizer_files(tokenizer, folder)
+    if (copied := load_tokenizer(str(folder)).fingerprint) != tokenizer.fingerprint:
+        shutil.rmtree(folder)
+        log.warning(
+            "%s: its files, written into the cache, load as another tokenizer (fingerprint %s, not %s): the cache "
+            "names it instead, and needs it where it is read",
+            tokenizer.name,
+            copied[:12],
+            tokenizer.fingerprint[:12],
+        )
 
 
 def _chat_tokenizer(tokenizer: Tokenizer) -> HFTokenizer:

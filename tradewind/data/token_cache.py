@@ -8,6 +8,8 @@ Layout of a cache folder::
     <dir>/<split>/shard-NNNNN.offsets.npy   int64, documents + 1 entries: where each document starts
     <dir>/<split>/shard-NNNNN.mask.bin      with a loss mask only: uint8, one per token, 1 = a loss target
     <dir>/shards/shard-NNNNN.json           each shard's completion record (counts, checksums, bad records)
+    <dir>/tokenizer/                        a Hugging Face tokenizer's files (not the byte tokenizer's, which
+                                            is built in): what `TokenCache.tokenizer` loads on any host
 
 Splits are `train` and `val`. A split's token stream is its shards' files in shard order; with
 `append_eos` every document is followed by EOS (and with `prepend_bos` preceded by BOS). A document goes
@@ -28,6 +30,7 @@ Example:
     train = cache.tokens("train")          # read-only, memory-mapped, 1-D
     mask = cache.loss_mask("train")        # aligned with train, or None
     cache.verify()                         # every shard against its checksum and counts
+    tokenizer = cache.tokenizer()          # the one it was built with, from the cache itself
 """
 
 from __future__ import annotations
@@ -39,15 +42,17 @@ from pathlib import Path
 import numpy as np
 import pydantic
 
-from tradewind.core import InvalidInputError, NotFoundError, parse_config, read_json
+from tradewind.core import ConfigError, InvalidInputError, NotFoundError, parse_config, read_json
 from tradewind.core.files import Opener, open_plain
 from tradewind.data.bad_records import BadRecords
 from tradewind.data.shards import ShardStats
 from tradewind.data.stream import ShardedTokens
 from tradewind.data.tokenize_config import VAL_TOKENS, SourceFile
+from tradewind.data.tokenizers import TOKENIZER_FILE, Tokenizer, load_tokenizer
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
+TOKENIZER_DIR = "tokenizer"
 _HASH_CHUNK = 8 * 2**20
 
 
@@ -117,6 +122,28 @@ class TokenCache:
 
     def __repr__(self) -> str:
         return f"TokenCache({str(self.path)!r})"
+
+    def tokenizer_source(self) -> str:
+        """What `tokenizer` loads: the cache's own copy (a folder), else the manifest's tokenizer name."""
+        copy = self.path / TOKENIZER_DIR
+        return str(copy) if (copy / TOKENIZER_FILE).is_file() else self.manifest.tokenizer.name
+
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer the cache was built with: the copy in its `tokenizer/` folder, else (the byte tokenizer,
+        a cache built before copies) the one its manifest names.
+
+        Raises:
+            NotFoundError: no copy, and nothing where the manifest's tokenizer was (another host, a hub offline).
+            ConfigError: the tokenizer found is not the one the cache was built with (another fingerprint).
+        """
+        info = self.manifest.tokenizer
+        tokenizer = load_tokenizer(self.tokenizer_source())
+        if tokenizer.fingerprint != info.fingerprint:
+            raise ConfigError(
+                f"tokenizer {tokenizer.name}: not the one {self.path} was built with (fingerprint "
+                f"{tokenizer.fingerprint[:12]}, the cache's {info.fingerprint[:12]}): it changed since"
+            )
+        return tokenizer
 
     @property
     def dtype(self) -> np.dtype:

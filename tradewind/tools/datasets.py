@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.core import InvalidInputError, NotFoundError, TradewindError, check_id, names_a_path
 from tradewind.core.buckets import is_remote
-from tradewind.data import load_tokenizer, open_token_cache
+from tradewind.data import open_token_cache
 from tradewind.tools.bounds import PAGE_CHARS, RESULT_CHARS, PageRequest, cut, cut_path, fitting
 from tradewind.tools.buckets import dataset_copies, fetch_dataset
 from tradewind.tools.context import Progress, ToolContext, no_progress
@@ -178,11 +178,9 @@ def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> Dataset
     texts, note = [], None
     if request.samples:
         try:
-            tokenizer = load_tokenizer(manifest.tokenizer.name)
-        except TradewindError as error:
+            tokenizer = cache.tokenizer()
+        except TradewindError as error:  # not the one it was built with, or gone (another host, a hub offline)
             tokenizer, note = None, cut(f"samples not decoded: {error}")
-        if tokenizer is not None and tokenizer.fingerprint != manifest.tokenizer.fingerprint:
-            tokenizer, note = None, f"samples not decoded: {manifest.tokenizer.name} changed since the cache was built"
         if tokenizer is not None:
             tokens = cache.tokens(request.split)
             picks = np.unique(np.linspace(0, len(lengths) - 1, num=min(request.samples, len(lengths))).astype(int))

@@ -57,7 +57,7 @@ def export_model(ctx: ToolContext, request: ExportModelRequest, progress: Progre
     if not layout.checkpoints.is_dir():
         raise NotFoundError(f"run {request.run_id!r} has no checkpoints yet; wait until it saves one")
     config = read_run_config(ctx, layout.root, argument="run_id")
-    tokenizer = open_token_cache(Path(config.dataset)).manifest.tokenizer.name
+    tokenizer = open_token_cache(Path(config.dataset)).tokenizer_source()
     check_worker_reads(ctx, layout, config, tokenizer, in_bucket=False)
     name = f"{request.run_id}-{request.format}"
     staging = ctx.workspace.make_dir(Path(EXPORTS_DIR) / f".{name}.{make_id('partial')}", argument="run_id")

@@ -87,9 +87,9 @@ def sample_text(ctx: ToolContext, request: SampleTextRequest, progress: Progress
     if not in_bucket and not layout.checkpoints.is_dir():
         raise NotFoundError(f"run {request.run_id!r} has no checkpoints yet; wait until it saves one")
     config = read_run_config(ctx, layout.root, argument="run_id")
-    tokenizer = open_token_cache(Path(config.dataset)).manifest.tokenizer
-    check_sampling_memory(ctx, config, tokenizer.vocab_size)
-    check_worker_reads(ctx, layout, config, tokenizer.name, in_bucket=in_bucket)
+    cache = open_token_cache(Path(config.dataset))
+    check_sampling_memory(ctx, config, cache.manifest.tokenizer.vocab_size)
+    check_worker_reads(ctx, layout, config, cache.tokenizer_source(), in_bucket=in_bucket)
     ctx.workspace.make_dir(layout.samples, argument="run_id")  # the worker writes into it: it may not lead out
     sample_id = make_id("sample")
     out_path = layout.samples / f"{sample_id}.json"

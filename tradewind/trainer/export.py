@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tradewind.core import ConfigError
 from tradewind.core.buckets import is_remote, upload_folder
-from tradewind.data import Tokenizer, TokenizerInfo, load_tokenizer, write_hf_tokenizer_files
+from tradewind.data import write_hf_tokenizer_files
 from tradewind.trainer.hf import write_hf_model
 from tradewind.trainer.lora import merged_params, write_peft_adapter
 from tradewind.trainer.restore import load_run_model
@@ -46,7 +46,7 @@ def export_hf(run_dir: Path, out_dir: Path | str, step: int | None = None, *, pe
             f"export: run {run_dir} trained LoRA adapters on a randomly initialised model (no init_from), which no "
             f"PEFT folder can name as its base; export it as a whole model"
         )
-    tokenizer = _dataset_tokenizer(loaded.manifest.tokenizer)
+    tokenizer = loaded.cache.tokenizer()  # refused if it is not the one the run trained with
     out_dir = Path(out_dir)
     if peft:
         write_peft_adapter(out_dir, loaded.model_config, lora, loaded.model(), loaded.config.init_from)
@@ -60,15 +60,3 @@ def export_hf(run_dir: Path, out_dir: Path | str, step: int | None = None, *, pe
         )
     write_hf_tokenizer_files(tokenizer, out_dir, model_max_length=loaded.model_config.max_seq_len)
     return out_dir
-
-
-def _dataset_tokenizer(info: TokenizerInfo) -> Tokenizer:
-    """The tokenizer a token cache was built with, refused if its file changed since."""
-    tokenizer = load_tokenizer(info.name)
-    if tokenizer.fingerprint != info.fingerprint:
-        raise ConfigError(
-            f"tokenizer {info.name}: changed since the run's dataset was tokenized (fingerprint "
-            f"{tokenizer.fingerprint[:12]}, the dataset's {info.fingerprint[:12]}); restore the tokenizer the "
-            f"model was trained with to export it"
-        )
-    return tokenizer

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tradewind.data import CacheManifest, open_token_cache
+from tradewind.data import TokenCache, open_token_cache
 from tradewind.runs.config import TrainConfig, read_train_config
 from tradewind.runs.layout import RunLayout
 from tradewind.runs.models.configs import ModelConfig
@@ -38,7 +38,7 @@ class LoadedRun:
 
     config: TrainConfig
     model_config: ModelConfig
-    manifest: CacheManifest
+    cache: TokenCache  # its dataset: the tokenizer it was built with is `cache.tokenizer()`
     graphdef: nnx.GraphDef
     params: Any
     step: int
@@ -56,8 +56,8 @@ def load_run_model(run_dir: Path, step: int | None = None) -> LoadedRun:
     """
     layout = RunLayout(Path(run_dir))
     config = read_train_config(layout.config)
-    manifest = open_token_cache(Path(config.dataset)).manifest
-    model_config = resolve_model_config(config.model, manifest)
+    cache = open_token_cache(Path(config.dataset))
+    model_config = resolve_model_config(config.model, cache.manifest)
     float32 = {"dtype": jnp.float32, "platform": "cpu"}  # the reference attention; a cache decodes with it anyway
     if config.lora is None:  # blocks stacked as the checkpoints hold them (`scan_layers`)
         model = nnx.eval_shape(lambda: build_run_model(config, model_config, **float32))
@@ -72,4 +72,4 @@ def load_run_model(run_dir: Path, step: int | None = None) -> LoadedRun:
     )
     like = TrainState.start(abstract_params, abstract_opt, config.seed)
     state = read_checkpoint(checkpoints_of(layout), like, step)
-    return LoadedRun(config, model_config, manifest, graphdef, nnx.merge_state(state.params, frozen), state.step)
+    return LoadedRun(config, model_config, cache, graphdef, nnx.merge_state(state.params, frozen), state.step)

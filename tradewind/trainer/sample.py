@@ -30,7 +30,7 @@ from flax import nnx
 from pydantic import BaseModel
 
 from tradewind.core import InvalidInputError, parse_config
-from tradewind.data import ChatTemplateError, Tokenizer, load_tokenizer
+from tradewind.data import ChatTemplateError, Tokenizer
 from tradewind.data.chat import reply_end_id
 from tradewind.runs.jobs import ChatMessage, SampleJob, SampleOptions, write_sample
 from tradewind.runs.models.configs import ModelConfig
@@ -134,7 +134,7 @@ def _generate_program(graphdef, model_config, max_tokens, temperature, top_k, to
 def sample_run(run_dir: Path, options: SampleOptions) -> SampleOutput:
     """Sample from run `run_dir`'s newest (or `options.step`'s) checkpoint, with the dataset's tokenizer."""
     loaded = load_run_model(run_dir, options.step)
-    return sample_loaded(loaded, load_tokenizer(loaded.manifest.tokenizer.name), options)
+    return sample_loaded(loaded, loaded.cache.tokenizer(), options)
 
 
 def sample_loaded(loaded: LoadedRun, tokenizer: Tokenizer, options: SampleOptions) -> SampleOutput:

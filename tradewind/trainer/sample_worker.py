@@ -64,7 +64,6 @@ class RunCache:
     def get(self, run_dir: Path, step: int | None):
         """(the `LoadedRun`, its tokenizer) for the run's checkpoint `step` (None: the newest), loaded if
         not kept or if the run's checkpoints changed since."""
-        from tradewind.data import load_tokenizer
         from tradewind.trainer.restore import load_run_model
 
         key = (str(Path(run_dir).resolve()), step)
@@ -75,7 +74,7 @@ class RunCache:
             return entry[1], entry[2]
         self._entries.pop(key, None)
         loaded = load_run_model(Path(key[0]), step)
-        tokenizer = load_tokenizer(loaded.manifest.tokenizer.name)
+        tokenizer = loaded.cache.tokenizer()
         self._entries[key] = (mark, loaded, tokenizer)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)

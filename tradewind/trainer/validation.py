@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from tradewind.core import InvalidInputError, TradewindError
-from tradewind.data import DocumentBatch, TokenCache, load_tokenizer
+from tradewind.data import DocumentBatch, TokenCache
 from tradewind.runs.batches import split_loader
 from tradewind.runs.flops import block_logits
 from tradewind.trainer.setup import TrainSetup
@@ -74,7 +74,7 @@ def fixed_val_tokens(cache: TokenCache, seq_len: int, rows_multiple: int = 1) ->
     if not len(scored_targets(windows)):  # records whose masks mark nothing
         return None
     try:
-        tokenizer = load_tokenizer(cache.manifest.tokenizer.name)
+        tokenizer = cache.tokenizer()
     except (TradewindError, OSError) as error:  # a hub tokenizer offline, a tokenizer.json on another host
         print(f"val_bpb: no tokenizer to count the val text's bytes ({error}); val_loss only", flush=True)
         return ValTokens(windows, None)
