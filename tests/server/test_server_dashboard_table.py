@@ -16,7 +16,10 @@ import pytest
 from http_helpers import running_server
 from runs_helpers import table_run
 
+from tradewind.cluster import Placement
+from tradewind.core import atomic_write_json
 from tradewind.runs import MetricRow, RunLayout, read_metrics, read_record, read_summary, write_record
+from tradewind.runs.metrics import Diagnosis, ProfileSummary
 from tradewind.tools import ToolContext
 from tradewind.tools.metrics import ReadMetricsRequest
 from tradewind.tools.metrics import read_metrics as read_metrics_tool
@@ -187,3 +190,58 @@ def test_a_person_sorts_filters_ticks_three_runs_and_compares_them_with_hover_va
         page.uncheck("#chart-loss input.log")
         assert page.get_attribute("#chart-loss", "data-log") == "false"
         browser.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="needs chromium (.ci/run installs it)")
+def test_a_tpu_runs_page_says_what_the_chip_did_and_a_cpu_runs_page_has_no_such_row(tmp_path):
+    """A TPU run's folder as the trainer leaves it on a v5e chip (made here: this machine has none), profiled."""
+    from playwright.sync_api import sync_playwright
+
+    ctx = ToolContext.open(tmp_path / "ws")
+    chip = "20261206-110000-chip"
+    layout = table_run(ctx, chip, 2.1, platform="tpu", placement=Placement(accelerator="tpu-v5litepod-1"))
+    summary = read_summary(layout.summary).model_copy(
+        update={
+            "step_memory_bytes": int(13.55 * 2**30),
+            "device_memory_bytes": int(15.75 * 2**30),
+            "compile_s": 41.2,
+            "first_update_s": 55.3,
+            "mfu": 0.525,
+            "peak_flops": 197e12,
+        }
+    )
+    atomic_write_json(layout.summary, summary.model_dump(mode="json"))
+    diagnosis = Diagnosis(verdict="compute-bound", evidence="94% of the step on the chip", suggestion="batch 16")
+    layout.profile.mkdir()
+    profiled = ProfileSummary(
+        steps=5,
+        compile_s=41.0,
+        mean_step_s=0.39,
+        tokens_per_s=4e4,
+        parameters=123_456,
+        trace_dir="trace",
+        backend="tpu",
+        diagnosis=diagnosis,
+    )
+    atomic_write_json(layout.profile / "summary.json", profiled.model_dump(mode="json"))
+    table_run(ctx, BASE, 2.5)  # a CPU run
+
+    with running_server(ctx.workspace.root) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{server.port}/dashboard/runs/{chip},{BASE}?token={server.token()}")
+        page.wait_for_selector("#chart-loss canvas")
+        cells = page.locator(f'#chip tr[data-run="{chip}"] td').all_inner_texts()
+        cpu_rows = page.locator(f'#chip tr[data-run="{BASE}"]').count()
+        browser.close()
+    assert cells == [
+        chip,
+        "tpu-v5litepod-1 \u00d7 1",
+        "13.55 of 15.75 GiB (86%)",
+        "41.2 s",
+        "55.3 s",
+        "52.5% of 197 TFLOP/s",
+        "compute-bound: batch 16",
+    ]
+    assert cpu_rows == 0

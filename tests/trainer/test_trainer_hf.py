@@ -11,12 +11,12 @@ from hf_models import TOKENS, flat, logits_with_weights, transformers_folder, tr
 
 from tradewind.core import ConfigError, NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer, train_bpe_tokenizer
-from tradewind.runs import GPT2Config, model_config
-from tradewind.runs.hf import check_matches_hf, model_for_init_from, read_hf_config
+from tradewind.runs import GPT2Config, RunLayout, model_config, read_record
+from tradewind.runs.hf import check_matches_hf, model_for_init_from, read_hf_config, weights_digest
 from tradewind.runs.models.configs import Llama3RopeScaling
 from tradewind.trainer import train
 from tradewind.trainer.export import export_hf
-from tradewind.trainer.hf import load_hf_params, read_safetensors, write_hf_model, write_safetensors
+from tradewind.trainer.hf import load_hf_params, read_hf_tensors, read_safetensors, write_hf_model, write_safetensors
 from tradewind.trainer.models import build_model, init_cache
 from tradewind.trainer.restore import load_run_model
 from tradewind.trainer.setup import setup_training
@@ -338,3 +338,30 @@ def test_importing_weights_of_another_shape_names_the_parameter(gqa_run, tiny_co
     _, pure = load_hf_params(out)
     with pytest.raises(ConfigError, match=r"init_from: parameter .*k_proj.* has shape"):
         setup_training(tiny_config(model={"n_heads": 4, "tie_embeddings": False}), initial_params=pure)
+
+
+@pytest.mark.slow
+def test_a_lora_run_records_its_bases_digest_and_refuses_to_resume_or_export_on_another_base(
+    gqa_run, tiny_config, tmp_path
+):
+    base = export_hf(gqa_run, tmp_path / "base")
+    shape = {"n_heads": 4, "n_kv_heads": 2, "tie_embeddings": False}
+    lora = {"rank": 2, "targets": ["q_proj", "v_proj"]}
+
+    def config(steps):
+        return tiny_config(steps=steps, eval_every=4, init_from=str(base), model=shape, lora=lora, tensorboard=False)
+
+    run = tmp_path / "lora"
+    train(config(4), run)
+    assert read_record(RunLayout(run).record).base_digest == weights_digest(base)
+    export_hf(run, tmp_path / "merged")  # on its own base: exported
+
+    tensors = read_hf_tensors(base)  # the base changes under the run: one weight moves
+    name = sorted(tensors)[0]
+    write_safetensors(base / "model.safetensors", {**tensors, name: tensors[name] + 1.0})
+    with pytest.raises(ConfigError, match=r"is not the one run lora trained its LoRA adapters on \(weights sha256"):
+        export_hf(run, tmp_path / "again")
+    RunLayout(run).summary.unlink()  # an unfinished run: training it again resumes it
+    with pytest.raises(ConfigError, match="is not the one this run trained its LoRA adapters on"):
+        train(config(8), run)
+    assert "put that base back" in read_record(RunLayout(run).record).reason

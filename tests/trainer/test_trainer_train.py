@@ -60,6 +60,15 @@ def test_summary_counts_steps_tokens_and_parameters(tiny_run):
 
 
 @pytest.mark.slow
+def test_the_summary_says_what_memory_the_compiled_step_needs_and_the_cpu_has_no_device_memory(tiny_run, tiny_setup):
+    _, _, summary = tiny_run
+    memory = tiny_setup.train_step.memory_analysis()  # the same program, compiled again here
+    weights = 4 * summary.parameters  # float32: the parameters alone are an argument of the step
+    assert summary.step_memory_bytes >= weights and summary.step_memory_bytes >= memory.argument_size_in_bytes
+    assert summary.device_memory_bytes is None  # a TPU chip's or GPU's would be its memory (the dashboard shows it)
+
+
+@pytest.mark.slow
 def test_the_summary_says_where_the_start_up_went_stage_by_stage(tiny_run):
     _, _, summary = tiny_run
     stages = ["python and imports", "devices", "data", "model", "compile", "first eval", "first update"]

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +21,59 @@ from typing import Any
 from tradewind.core import ConfigError, NotFoundError
 from tradewind.runs.models.base import PRESETS
 from tradewind.runs.models.configs import ARCHITECTURES, ModelConfig
+from tradewind.runs.record import read_record
+
+SHARDED_INDEX = "model.safetensors.index.json"
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The weight files of an HF model folder: `model.safetensors`, or the shards its `SHARDED_INDEX` names (what
+    `save_pretrained` writes for a large model), in name order.
+
+    Raises:
+        NotFoundError: neither is there, or the index names a shard that is not.
+    """
+    index = directory / SHARDED_INDEX
+    if not index.is_file():
+        if not (directory / "model.safetensors").is_file():
+            raise NotFoundError(f"init_from: {directory} has no model.safetensors (nor {SHARDED_INDEX})")
+        return [directory / "model.safetensors"]
+    shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    for shard in shards:
+        if not (directory / shard).is_file():
+            raise NotFoundError(f"init_from: {index} names the shard {shard}, which is not in {directory}")
+    return [directory / shard for shard in shards]
+
+
+def weights_digest(directory: Path) -> str:
+    """sha256 of an HF model folder's weights: each weight file's name and bytes, in order. What a LoRA run
+    records of its base, whose weights its adapters fit and no other's."""
+    digest = hashlib.sha256()
+    for path in weight_files(directory):
+        digest.update(f"{path.name}\n".encode())
+        with open(path, "rb") as weights:
+            while chunk := weights.read(2**24):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_base_weights(base: Path, runs: dict[str, Path]) -> str:
+    """The digest of the base model `base` (`weights_digest`), checked against the one each run record of
+    `runs` (by how to name it: "this run") says its LoRA adapters were trained on, where it says one.
+
+    Raises:
+        ConfigError: a record names other weights; the message says whose, both digests and what to do.
+    """
+    digest = weights_digest(base)
+    for whose, record in runs.items():
+        trained_on = read_record(record).base_digest if record.exists() else None
+        if trained_on is not None and trained_on != digest:
+            raise ConfigError(
+                f"init_from: the base model {base} is not the one {whose} trained its LoRA adapters on (weights "
+                f"sha256 {digest[:12]}, the run's {trained_on[:12]}); adapters fit only the weights they were "
+                f"trained on: put that base back at {base}, or start a new run on this one"
+            )
+    return digest
 
 
 def model_config_from_hf(data: dict[str, Any], source: str | Path = "config.json") -> ModelConfig:

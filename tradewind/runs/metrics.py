@@ -120,6 +120,12 @@ class TrainSummary(BaseModel):
     startup_s: dict[str, float] | None = Field(
         None, description="Those seconds by stage: imports, devices, data, model, compile, first eval, first update."
     )
+    step_memory_bytes: int | None = Field(
+        None, description="Device memory the compiled train step needs on each device (XLA's memory analysis)."
+    )
+    device_memory_bytes: int | None = Field(
+        None, description="Memory of one device, as JAX reports it (a TPU chip's HBM); null on the CPU."
+    )
 
 
 class OpTime(BaseModel):

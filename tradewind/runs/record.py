@@ -63,6 +63,9 @@ class RunRecord(LedgerEntry):
         default=None, description="What became of the experiment (set_experiment_status, or a sweep)."
     )
     decision_reason: str | None = Field(default=None, description="Why it was kept or discarded.")
+    base_digest: str | None = Field(
+        default=None, description="A LoRA run's: sha256 of its base's weight files (init_from) when it first trained."
+    )
     load_start: float | None = Field(default=None, description="1-minute load average per core when it started.")
     load_end: float | None = Field(default=None, description="1-minute load average per core when it ended.")
     concurrent_runs: int | None = Field(default=None, description="Other runs of the workspace active at launch.")

@@ -45,8 +45,9 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from tradewind.cluster import JobStatus
-from tradewind.core import NotFoundError, TradewindError
+from tradewind.core import NotFoundError, TradewindError, read_json_config
 from tradewind.runs import RunLayout, read_record
+from tradewind.runs.metrics import ProfileSummary
 from tradewind.server.updates import LOOK_EVERY_S, file_state
 from tradewind.tools import (
     ReadMetricsRequest,
@@ -120,8 +121,8 @@ def dashboard_app_html() -> str:
 
 def run_data(ctx: ToolContext, run_id: str) -> dict[str, Any]:
     """One run's status, metrics and log tail as the tools return them: `get_run`, `read_metrics` of
-    `SERIES`, and `tail_logs` of the log's last `LOG_TAIL_BYTES`; and its row of the runs table (tokens a step,
-    devices, parameters)."""
+    `SERIES`, and `tail_logs` of the log's last `LOG_TAIL_BYTES`; its row of the runs table (tokens a step,
+    devices, parameters); and the diagnosis of its latest profile (`profile_run`), if it has one."""
     info = get_run(ctx, RunRequest(run_id=run_id))
     metrics = read_metrics(ctx, ReadMetricsRequest(run_id=run_id, series=SERIES, max_points=1000 // len(SERIES)))
     size = tail_logs(ctx, TailLogsRequest(run_id=run_id, limit_bytes=1)).size
@@ -133,7 +134,21 @@ def run_data(ctx: ToolContext, run_id: str) -> dict[str, Any]:
         "metrics": metrics.model_dump(mode="json"),
         "log": log.model_dump(),
         "row": row.model_dump(mode="json"),
+        "profile": profile_diagnosis(ctx, run_id),
     }
+
+
+def profile_diagnosis(ctx: ToolContext, run_id: str) -> dict[str, Any] | None:
+    """The verdict, evidence and suggestion `profile_run` left in the run's `profile/summary.json`; None where
+    it left none (never profiled, or profiled before verdicts, or the file is unreadable)."""
+    path = RunLayout(ctx.workspace.run_dir(run_id)).profile / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        summary = read_json_config(ProfileSummary, path, ctx.workspace.reader("run_id"))
+    except (TradewindError, ValueError, OSError):
+        return None
+    return summary.diagnosis.model_dump(mode="json", exclude={"checked"}) if summary.diagnosis else None
 
 
 def dashboard_data(ctx: ToolContext, run_ids: list[str]) -> dict[str, Any]:

@@ -134,7 +134,7 @@ def _live_row(ctx: ToolContext, record: RunRecord, config: TrainConfig) -> RunRo
         parameters=info.summary.parameters if info.summary else None,
         step=info.step,
         total_steps=info.total_steps,
-        tokens=info.step * config.batch_size * config.seq_len,
+        tokens=info.step * config.tokens_per_step,
         final_eval_loss=info.eval_loss,
         best_eval_loss=series.summary.best_eval_loss,
         bits_per_byte=bits[-1] if bits else None,
@@ -155,7 +155,7 @@ def _from_record(record: RunRecord, config: TrainConfig) -> dict[str, object]:
         "model": f"{shape} from {Path(config.init_from).name}" if config.init_from else shape,
         "accelerator": record.placement.accelerator,
         "devices": record.devices,
-        "tokens_per_step": config.batch_size * config.seq_len,
+        "tokens_per_step": config.tokens_per_step,
         "decision": record.decision,
         "decision_reason": record.decision_reason,
     }

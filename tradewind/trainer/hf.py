@@ -38,10 +38,8 @@ from typing import Any
 import numpy as np
 
 from tradewind.core import ConfigError, NotFoundError, atomic_write_json
-from tradewind.runs.hf import read_hf_config
+from tradewind.runs.hf import SHARDED_INDEX, read_hf_config, weight_files
 from tradewind.runs.models.configs import ModelConfig
-
-SHARDED_INDEX = "model.safetensors.index.json"
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
@@ -144,17 +142,13 @@ def load_hf_params(directory: Path) -> tuple[ModelConfig, dict[str, Any]]:
 def read_hf_tensors(directory: Path) -> dict[str, np.ndarray]:
     """The tensors of an HF model directory: `model.safetensors`, or the shards `model.safetensors.index.json`
     maps each tensor to (what `save_pretrained` writes for a large model)."""
+    tensors: dict[str, np.ndarray] = {}
+    for path in weight_files(directory):
+        tensors.update(read_safetensors(path))
     index = directory / SHARDED_INDEX
     if not index.is_file():
-        if not (directory / "model.safetensors").is_file():
-            raise NotFoundError(f"init_from: {directory} has no model.safetensors (nor {SHARDED_INDEX})")
-        return read_safetensors(directory / "model.safetensors")
+        return tensors
     weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
-    tensors: dict[str, np.ndarray] = {}
-    for shard in sorted(set(weight_map.values())):
-        if not (directory / shard).is_file():
-            raise NotFoundError(f"init_from: {index} names the shard {shard}, which is not in {directory}")
-        tensors.update(read_safetensors(directory / shard))
     missing = sorted(name for name in weight_map if name not in tensors)
     if missing:
         raise ConfigError(f"{index}: {len(missing)} tensor(s) are not in the shards it names, e.g. {missing[0]}")

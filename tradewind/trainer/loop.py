@@ -45,9 +45,10 @@ from tradewind.core.buckets import is_remote
 from tradewind.data import open_token_cache
 from tradewind.runs.batches import with_dataset_vocabulary
 from tradewind.runs.config import TrainConfig
+from tradewind.runs.hf import check_base_weights
 from tradewind.runs.layout import RunLayout
 from tradewind.runs.metrics import MetricRow, TrainSummary, logged_updates, read_metrics, train_seconds
-from tradewind.runs.record import read_record, record_end, record_start
+from tradewind.runs.record import read_record, record_end, record_start, update_record
 from tradewind.trainer.checkpoint import open_checkpointer, read_checkpoint
 from tradewind.trainer.distributed import (
     check_devices,
@@ -73,6 +74,7 @@ from tradewind.trainer.remote import PushHook, RemoteRun, parent_files
 from tradewind.trainer.setup import TrainSetup, evaluate, init_from_params, setup_training
 from tradewind.trainer.startup import StartupClock
 from tradewind.trainer.state import TrainState
+from tradewind.trainer.tpu_compile import hbm_needed
 from tradewind.trainer.validation import ValScore, fixed_val_tokens, score_val_tokens
 
 
@@ -152,6 +154,22 @@ def train(
     return summary
 
 
+def _check_lora_base(config: TrainConfig, layout: RunLayout) -> None:
+    """A LoRA run's adapters fit only the base weights they were trained on: record the digest of its base
+    (`init_from`) when it first trains, and refuse a restart of it, or a run that continues it (`resume_from`),
+    on a base whose weights are not those.
+
+    Raises:
+        ConfigError: the base's weights differ from the ones recorded, naming both digests and what to do.
+    """
+    recorded = {"this run": layout.record}
+    if config.resume_from is not None and not is_remote(config.resume_from):
+        recorded[f"the run it continues ({config.resume_from})"] = RunLayout(Path(config.resume_from)).record
+    digest = check_base_weights(Path(config.init_from), recorded)
+    if is_main_process() and layout.record.exists():
+        update_record(layout.record, base_digest=digest)
+
+
 def run_steps(
     setup: TrainSetup,
     state: TrainState,
@@ -211,6 +229,8 @@ def _train(
     remote: RemoteRun | None,
     clock: StartupClock,
 ) -> TrainSummary:
+    if config.lora is not None and config.init_from:
+        _check_lora_base(config, layout)
     setup = setup_training(config, initial_params=init_from_params(config), clock=clock)
     config = setup.config  # with the vocabulary a FLOP budget needs
     print(
@@ -417,4 +437,6 @@ def _summarise(
         val_s=val.seconds if val else None,
         startup_s=clock.stages,
         first_update_s=clock.total_s if FIRST_UPDATE in clock.stages else None,
+        step_memory_bytes=hbm_needed(setup.train_step.memory_analysis()),
+        device_memory_bytes=(jax.devices()[0].memory_stats() or {}).get("bytes_limit"),
     )

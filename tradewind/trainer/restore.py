@@ -21,6 +21,7 @@ from flax import nnx
 
 from tradewind.data import TokenCache, open_token_cache
 from tradewind.runs.config import TrainConfig, read_train_config
+from tradewind.runs.hf import check_base_weights
 from tradewind.runs.layout import RunLayout
 from tradewind.runs.models.configs import ModelConfig
 from tradewind.runs.record import checkpoints_of
@@ -56,6 +57,8 @@ def load_run_model(run_dir: Path, step: int | None = None) -> LoadedRun:
     """
     layout = RunLayout(Path(run_dir))
     config = read_train_config(layout.config)
+    if config.lora is not None and config.init_from:  # its adapters, on a base that changed, would mean nothing
+        check_base_weights(Path(config.init_from), {f"run {layout.root.name}": layout.record})
     cache = open_token_cache(Path(config.dataset))
     model_config = resolve_model_config(config.model, cache.manifest)
     float32 = {"dtype": jnp.float32, "platform": "cpu"}  # the reference attention; a cache decodes with it anyway
