@@ -14,11 +14,11 @@ import shutil
 
 import pytest
 from http_helpers import running_server
-from runs_helpers import table_run
+from runs_helpers import metric_rows, table_run, write_run
 
-from tradewind.cluster import Placement
+from tradewind.cluster import JobStatus, Placement
 from tradewind.core import atomic_write_json
-from tradewind.runs import MetricRow, RunLayout, read_metrics, read_record, read_summary, write_record
+from tradewind.runs import MetricRow, RunLayout, RunRecord, read_metrics, read_record, read_summary, write_record
 from tradewind.runs.metrics import Diagnosis, ProfileSummary
 from tradewind.tools import ToolContext
 from tradewind.tools.metrics import ReadMetricsRequest
@@ -72,6 +72,11 @@ def test_the_table_has_a_row_a_run_newest_first_and_follows_a_running_one_and_a_
     assert (live.status.value, live.step, live.tokens) == ("RUNNING", 100, 100 * live.tokens_per_step)
     assert (live.best_eval_loss, live.mfu, live.final_eval_loss) == (so_far.best_eval_loss, so_far.mean_mfu, 2.4)
     assert live.parameters is None and live.wall_s > 0  # no summary yet; the clock runs
+
+    crashed = "20261206-100450-crashed"  # killed at step 40: no summary, a record that says why
+    write_run(ctx, crashed, metric_rows(40), RunRecord(run_id=crashed, backend="process", status=JobStatus.FAILED))
+    row = next(row for row in runs_table(ctx).rows if row.run_id == crashed)
+    assert (row.status, row.step, row.parameters) == (JobStatus.FAILED, 40, None)
 
     train_on(ctx, LIVE, 110)
     decided = read_record(RunLayout(ctx.workspace.run_dir(BASE)).record)

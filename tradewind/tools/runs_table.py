@@ -1,9 +1,10 @@
 """The runs table of the dashboard's front page: one row a run, with what a person sorts, filters and compares by.
 
-A finished run's row comes from three small files, its record, config and summary, read once and kept for as
-long as they stay as they are; a run still going is read afresh each time (`get_run`, and `read_metrics`' summary
-for its best eval loss and MFU so far), as its figures move. So a workspace of 1,000 finished runs costs one read
-of each run's small files, never of their metrics, and then nothing until a file changes.
+A finished run's row comes from three small files, its record, config and summary; a run still going, or one that
+ended without a summary (it crashed), from `get_run` and `read_metrics`' summary (its best eval loss and MFU so
+far). A row of a run that has ended is kept for as long as its files stay as they are; a running one's is read
+afresh each time, as its figures move. So a workspace of 1,000 finished runs costs one read of each run's small
+files, never of their metrics, and then nothing until a file changes.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def runs_table(ctx: ToolContext) -> RunsTable:
 
 
 def run_row(ctx: ToolContext, folder: Path) -> RunRow:
-    """The row of the run in `folder`: kept from an earlier call while its files are unchanged and it has ended."""
+    """The row of the run in `folder`: kept from an earlier call while it has ended and its files are unchanged."""
     layout = RunLayout(folder)
     stamps = tuple(_stamp(path) for path in (layout.record, layout.config, layout.summary, layout.metrics))
     with _lock:
@@ -93,10 +94,12 @@ def run_row(ctx: ToolContext, folder: Path) -> RunRow:
     summary = read_summary(layout.summary, read)
     if record.status.finished and summary is not None:
         row = _finished_row(record, config, summary)
+    else:
+        row = _live_row(ctx, record, config)
+    if row.status.finished:  # a crashed run's too: nothing of it moves until one of its files changes
         with _lock:
             _finished_rows[folder] = (stamps, row)
-        return row
-    return _live_row(ctx, record, config)
+    return row
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
