@@ -438,5 +438,5 @@ def _summarise(
         startup_s=clock.stages,
         first_update_s=clock.total_s if FIRST_UPDATE in clock.stages else None,
         step_memory_bytes=hbm_needed(setup.train_step.memory_analysis()),
-        device_memory_bytes=(jax.devices()[0].memory_stats() or {}).get("bytes_limit"),
+        device_memory_bytes=(jax.local_devices()[0].memory_stats() or {}).get("bytes_limit"),
     )
