@@ -59,6 +59,16 @@ Roots = Sequence[Path]
 Opener = Callable[[Path], IO[bytes]]
 
 
+def file_state(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """A file's modification time and size, which an append or a rewrite changes; None when it is not there.
+    A link is stated, never followed: what it leads to is for the confined reader to refuse."""
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size
+
+
 def open_plain(path: Path) -> IO[bytes]:
     """The opener of files no workspace confines (a trainer's own run folder, a path given on the command line):
     regular files with one link only (`open_regular`)."""

@@ -11,7 +11,7 @@ Over HTTP (`tradewind serve --transport http`), beside `/mcp`:
 While a run trains, the page listens to its events and fetches the data route once per event, so an idle run
 costs no requests; where it cannot listen (no `EventSource`, every stream slot taken, a run whose files live in
 a bucket and reach the workspace only when read) it fetches every `POLL_S` instead. A stream looks at the runs'
-files about once a second (`updates.file_state`, as the MCP listen streams do) and ends by itself: after its
+files about once a second (`core.files.file_state`, as the MCP listen streams do) and ends by itself: after its
 `end` event, when the client goes, or after `STREAM_S`, when a browser opens a new one.
 
 A browser cannot send the bearer token as a header when it opens a link, so these GET routes also take it
@@ -46,9 +46,10 @@ from starlette.types import Receive, Scope, Send
 
 from tradewind.cluster import JobStatus
 from tradewind.core import NotFoundError, TradewindError, read_json_config
-from tradewind.runs import RunLayout, read_record
+from tradewind.core.files import file_state
+from tradewind.runs import RunLayout, read_record, read_train_config
 from tradewind.runs.metrics import ProfileSummary
-from tradewind.server.updates import LOOK_EVERY_S, file_state
+from tradewind.server.updates import LOOK_EVERY_S
 from tradewind.tools import (
     ReadMetricsRequest,
     RunRequest,
@@ -59,7 +60,8 @@ from tradewind.tools import (
     tail_logs,
 )
 from tradewind.tools.cluster import describe_compile_cache
-from tradewind.tools.runs_table import RunsTable, run_row, runs_table
+from tradewind.tools.runs import run_record
+from tradewind.tools.runs_table import RunsTable, row_facts, runs_table
 
 DASHBOARD_URI = "ui://tradewind/dashboard"
 # The series the charts draw, as read_metrics names them (`elapsed`: for the wall-time axis).
@@ -121,19 +123,20 @@ def dashboard_app_html() -> str:
 
 def run_data(ctx: ToolContext, run_id: str) -> dict[str, Any]:
     """One run's status, metrics and log tail as the tools return them: `get_run`, `read_metrics` of
-    `SERIES`, and `tail_logs` of the log's last `LOG_TAIL_BYTES`; its row of the runs table (tokens a step,
-    devices, parameters); and the diagnosis of its latest profile (`profile_run`), if it has one."""
+    `SERIES`, and `tail_logs` of the log's last `LOG_TAIL_BYTES`; what its record and config fix of its row of
+    the runs table (tokens a step, devices); and the diagnosis of its latest profile (`profile_run`), if it has one."""
     info = get_run(ctx, RunRequest(run_id=run_id))
     metrics = read_metrics(ctx, ReadMetricsRequest(run_id=run_id, series=SERIES, max_points=1000 // len(SERIES)))
     size = tail_logs(ctx, TailLogsRequest(run_id=run_id, limit_bytes=1)).size
     tail = TailLogsRequest(run_id=run_id, cursor=max(0, size - LOG_TAIL_BYTES), limit_bytes=LOG_TAIL_BYTES)
     log = tail_logs(ctx, tail)
-    row = run_row(ctx, ctx.workspace.run_dir(run_id))
+    layout = RunLayout(ctx.workspace.run_dir(run_id))
+    facts = row_facts(run_record(ctx, run_id), read_train_config(layout.config, ctx.workspace.reader("run_id")))
     return {
         "run": info.model_dump(mode="json"),
         "metrics": metrics.model_dump(mode="json"),
         "log": log.model_dump(),
-        "row": row.model_dump(mode="json"),
+        "row": {name: facts[name] for name in ("tokens_per_step", "devices")},
         "profile": profile_diagnosis(ctx, run_id),
     }
 

@@ -20,12 +20,10 @@ share one look a tick, and with the last stream closed (or the server stopped) n
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections import Counter
 from collections.abc import Hashable, Iterable
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -36,6 +34,7 @@ from mcp.types import SubscriptionsListenRequestParams
 from pydantic import ValidationError
 
 from tradewind.core import TradewindError, Workspace, check_id
+from tradewind.core.files import file_state
 from tradewind.runs import RunLayout
 from tradewind.server.completion import id_entries
 from tradewind.server.resources import RUN_LIST_URI, RUN_PARTS, run_part_path
@@ -54,16 +53,6 @@ def run_part_of(uri: str) -> tuple[str, str] | None:
         return check_id(match["run_id"], "run_id"), match["part"]
     except TradewindError:
         return None
-
-
-def file_state(path: Path) -> tuple[int, int] | None:
-    """A file's modification time and size, which an append or a rewrite changes; None when it is not there.
-    A link is stated, never followed: what it leads to is for the confined reader to refuse."""
-    try:
-        stat = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return None
-    return stat.st_mtime_ns, stat.st_size
 
 
 class RunWatcher:

@@ -178,6 +178,8 @@ def inspect_dataset(ctx: ToolContext, request: InspectDatasetRequest) -> Dataset
     texts, note = [], None
     if request.samples:
         try:
+            if Path(cache.tokenizer_source()).is_dir():  # read whole by the tokenizers library, not confined
+                ctx.workspace.check_tree(cache.tokenizer_source(), argument="dataset_id")
             tokenizer = cache.tokenizer()
         except TradewindError as error:  # not the one it was built with, or gone (another host, a hub offline)
             tokenizer, note = None, cut(f"samples not decoded: {error}")

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from tradewind.cluster import AcceleratorName, JobStatus
 from tradewind.core import TradewindError
+from tradewind.core.files import file_state
 from tradewind.runs import RunLayout, RunRecord, TrainConfig, TrainSummary, read_record, read_summary, read_train_config
 from tradewind.tools.context import ToolContext
 from tradewind.tools.metrics import ReadMetricsRequest, read_metrics
@@ -83,7 +84,7 @@ def runs_table(ctx: ToolContext) -> RunsTable:
 def run_row(ctx: ToolContext, folder: Path) -> RunRow:
     """The row of the run in `folder`: kept from an earlier call while it has ended and its files are unchanged."""
     layout = RunLayout(folder)
-    stamps = tuple(_stamp(path) for path in (layout.record, layout.config, layout.summary, layout.metrics))
+    stamps = tuple(file_state(path) for path in (layout.record, layout.config, layout.summary, layout.metrics))
     with _lock:
         kept = _finished_rows.get(folder)
     if kept is not None and kept[0] == stamps:
@@ -102,17 +103,9 @@ def run_row(ctx: ToolContext, folder: Path) -> RunRow:
     return row
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return None
-    return stat.st_mtime_ns, stat.st_size
-
-
 def _finished_row(record: RunRecord, config: TrainConfig, summary: TrainSummary) -> RunRow:
     return RunRow(
-        **_from_record(record, config),
+        **row_facts(record, config),
         status=record.status,
         parameters=summary.parameters,
         step=summary.steps,
@@ -132,7 +125,7 @@ def _live_row(ctx: ToolContext, record: RunRecord, config: TrainConfig) -> RunRo
     series = read_metrics(ctx, ReadMetricsRequest(run_id=record.run_id, series=["eval_bits_per_byte"], max_points=4))
     bits = [value for value in series.series["eval_bits_per_byte"].values if value is not None]
     return RunRow(
-        **_from_record(record, config),
+        **row_facts(record, config),
         status=info.status,
         parameters=info.summary.parameters if info.summary else None,
         step=info.step,
@@ -146,8 +139,9 @@ def _live_row(ctx: ToolContext, record: RunRecord, config: TrainConfig) -> RunRo
     )
 
 
-def _from_record(record: RunRecord, config: TrainConfig) -> dict[str, object]:
-    """The fields of a row that its record and config fix."""
+def row_facts(record: RunRecord, config: TrainConfig) -> dict[str, object]:
+    """The fields of a run's row that its record and config fix (the run page takes its tokens a step and
+    devices from them)."""
     model = config.model
     shape = model.preset or f"{model.type} {model.n_layers}x{model.d_model}"
     return {
