@@ -24,7 +24,7 @@ changes, a choice may set a module constant of the trainer (`constants`): how a 
 kernel's fused backward was measured before it was made the default.
 
 Output: one JSON object per line (`--out`, and stdout) as each is measured, so a session cut short keeps what it
-measured; `kind` is `ceiling`, `choice` or `error`.
+measured; `kind` is `ceiling`, `choice`, `profile_check` (`--check-suggestion`) or `error`.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     # Knobs: the trainer's module constants, each against its default, to find what a change of it gains
     "ce_block_8m": {"constants": {"tradewind.trainer.setup:block_logits": lambda platform: 8 * 2**20}},
     "splash_512": {"constants": {"tradewind.trainer.models.layers:SPLASH_BLOCKS": (512, 256, 128)}},
+    "splash_2048": {"constants": {"tradewind.trainer.models.layers:SPLASH_BLOCKS": (2048, 1024, 512, 256, 128)}},
     "log_every_step": {"log_every": 1},  # the host waits for every update's metrics before it sends the next
     "splash_zero_segments": {"constants": {"tradewind.trainer.models.layers:SPLASH_ZERO_SEGMENTS": True}},
     "splash_separate_backward": {"constants": {"tradewind.trainer.models.layers:SPLASH_FUSED_BACKWARD": False}},
@@ -228,9 +229,27 @@ def profile_figures(setup: Any, folder: Path, ops: int = 30) -> dict[str, Any]:
     }
 
 
-def run_choices(shape_name: str, choice_names: list[str], dataset: str, steps: int, smoke: bool, cache: str) -> None:
+def checked_suggestion(shape_name: str, config: Any, workdir: Path) -> dict[str, Any]:
+    """What `profile_run` tells a user of `config`: its verdict and the suggestion it checked by timing the
+    candidate changes on this chip (`profile_training` with its default checks)."""
+    from tradewind.trainer.profile import profile_training
+
+    summary = profile_training(config, workdir / f"{shape_name}-profile-check-{time.monotonic_ns()}", steps=3)
+    parts = [part.model_dump() for part in summary.parts]
+    return {
+        "kind": "profile_check",
+        "shape": shape_name,
+        "mfu": summary.mfu,
+        "parts": parts,
+    } | summary.diagnosis.model_dump()
+
+
+def run_choices(
+    shape_name: str, choice_names: list[str], dataset: str, steps: int, smoke: bool, cache: str, check: bool = False
+) -> None:
     """Measure `choice_names` of one shape in this process, printing a JSON line each; the first one's start-up
-    counts from this process's start, with the compile cache `cache` ("empty" or "filled")."""
+    counts from this process's start, with the compile cache `cache` ("empty" or "filled"). `check`: then profile
+    the first choice as `profile_run` does, its suggestion checked (`checked_suggestion`)."""
     import jax
 
     from tradewind.trainer.startup import StartupClock
@@ -252,6 +271,9 @@ def run_choices(shape_name: str, choice_names: list[str], dataset: str, steps: i
             figures["first_in_process"] = {"compile_cache": cache}
         print(json.dumps(figures, default=str), flush=True)
         clock = None
+    if check:
+        config = config_for(shape, CHOICES[choice_names[0]], dataset, steps, seq_len)
+        print(json.dumps(checked_suggestion(shape_name, config, workdir), default=str), flush=True)
 
 
 def tokens(folder: Path) -> Path:
@@ -291,6 +313,9 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=3600, help="per process")
     parser.add_argument("--smoke", action="store_true", help="a tiny model on the CPU: checks that the script runs")
     parser.add_argument("--no-cold", action="store_true", help="leave out each shape's run with an empty cache")
+    parser.add_argument(
+        "--check-suggestion", action="store_true", help="then profile each shape's first choice as profile_run does"
+    )
     parser.add_argument("--measure", metavar="SHAPE", help=argparse.SUPPRESS)  # a child: one shape's choices here
     parser.add_argument("--dataset", help=argparse.SUPPRESS)
     parser.add_argument("--cache", choices=("empty", "filled"), help=argparse.SUPPRESS)
@@ -301,7 +326,8 @@ def main() -> None:
         print(json.dumps(matmul_ceiling(256 if args.smoke else 8192)), flush=True)
         return
     if args.measure:
-        run_choices(args.measure, args.choices.split(","), args.dataset, args.steps, args.smoke, args.cache)
+        choices = args.choices.split(",")
+        run_choices(args.measure, choices, args.dataset, args.steps, args.smoke, args.cache, args.check_suggestion)
         return
     if args.out is None:
         parser.error("--out is required")
@@ -312,6 +338,7 @@ def main() -> None:
             cache = tempfile.mkdtemp(prefix="tpu-chip-xla-")
             env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
             measure_args = ["--measure", shape, "--dataset", str(dataset), "--steps", str(args.steps), *smoke]
+            measure_args += ["--check-suggestion"] * args.check_suggestion
             if not args.no_cold:
                 first = args.choices.split(",")[0]
                 child([*measure_args, "--cache", "empty", "--choices", first], env, out, args.timeout_s)
