@@ -4,7 +4,7 @@
         [--allow-host NAME[:PORT]] [--read-timeout-s 10] [--max-connections 128] [--read-only]
     tradewind demo [--steps 300]
     tradewind tokenize INPUT [--tokenizer byte|PATH|hf:NAME] [--format auto] [--text-field text]
-        [--val-fraction 0.1] [--strict] [--prepend-bos] [--no-eos] [--workers N]
+        [--val-fraction 0.1] [--strict] [--prepend-bos] [--no-eos] [--workers N] [--output gs://BUCKET/PREFIX]
     tradewind train-tokenizer INPUT [--vocab-size 32000] [--format auto] [--text-field text]
         [--max-documents N] [--min-frequency 2]
     tradewind inspect DATASET_ID [--split train] [--samples 3] [--sample-chars 400] [--json]

@@ -55,7 +55,7 @@ def tokenize(args: argparse.Namespace) -> int:
     from tradewind.tools import TokenizeDatasetRequest, tokenize_dataset
 
     request = model_from_args(TokenizeDatasetRequest, args)
-    ctx = context(args, named=(request.input, request.tokenizer))
+    ctx = context(args, named=(request.input, request.tokenizer, request.output))
     info = with_progress("tokenizing", lambda progress: tokenize_dataset(ctx, request, progress))
     print_result(info)
     if info.bad_records.skipped:

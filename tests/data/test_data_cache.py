@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from chat_models import chat_tokenizer, chat_tokenizer_folder
-from data_helpers import PARAGRAPHS
+from data_helpers import PARAGRAPHS, cache_files
 
 from tradewind.cluster import get_task_runner
 from tradewind.core import ConfigError, InvalidInputError
@@ -49,15 +49,6 @@ def is_val(text, fraction):
 def decoded_documents(cache, split, tokenizer):
     tokens, offsets = cache.tokens(split), cache.document_starts(split)
     return [tokenizer.decode(tokens[a:b]) for a, b in itertools.pairwise(offsets)]
-
-
-def cache_files(folder: Path) -> dict[str, bytes]:
-    """Every file of a cache by relative path; the manifest without its creation time."""
-    files = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-    manifest = json.loads(files.pop("manifest.json"))
-    manifest.pop("created")
-    files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
-    return files
 
 
 def test_byte_cache_holds_every_document_once_followed_by_eos_with_consistent_offsets(tmp_path, corpus):

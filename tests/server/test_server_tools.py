@@ -290,6 +290,11 @@ BAD_CALLS = [
     ("tokenize_dataset", {"input": "corpus.txt", "val_fraction": "lots"}, "val_fraction"),
     ("tokenize_dataset", {"input": "corpus.txt", "tokenizer": "nowhere/tokenizer.json"}, "argument 'tokenizer'"),
     ("tokenize_dataset", {}, "input"),
+    (
+        "tokenize_dataset",
+        {"input": "corpus.txt", "output": "datasets"},
+        "argument 'output': 'datasets' is not a bucket",
+    ),
     ("tokenize_dataset", {"input": "corpus.txt", "workers": 0}, "workers"),
     ("train_tokenizer", {"input": "corpus.txt", "vocab_size": 10}, "vocab_size"),
     ("train_tokenizer", {"input": "../outside.txt"}, "argument 'input'"),

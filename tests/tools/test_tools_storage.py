@@ -3,6 +3,7 @@ token cache, checkpoint to the bucket, and resume after a kill to the same losse
 never stopped. The buckets are real servers on loopback (`gcp-storage-emulator`, `moto`; see bucket_servers.py),
 or real buckets when TRADEWIND_TEST_GCS_BUCKET / TRADEWIND_TEST_S3_BUCKET are set."""
 
+import json
 import os
 import shutil
 import signal
@@ -12,12 +13,13 @@ import numpy as np
 import psutil
 import pytest
 from bucket_servers import S3_SECRET
+from data_helpers import cache_files
 from polling import wait_until
 from runs_helpers import finish, finish_sweep, losses
 
 from tradewind.cluster import JobStatus
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
-from tradewind.core.buckets import MARKER, is_complete, join_url, object_version, remote_fs
+from tradewind.core.buckets import MARKER, download_folder, is_complete, join_url, object_version, remote_fs
 from tradewind.data import ByteTokenizer, open_token_cache
 from tradewind.runs import RunLayout
 from tradewind.runs.layout import run_url
@@ -35,6 +37,7 @@ from tradewind.tools import (
     sample_text,
     tokenize_dataset,
 )
+from tradewind.tools.context import Cancelled
 from tradewind.tools.profiling import ProfileRunRequest, profile_run
 from tradewind.tools.report_data import load_run
 from tradewind.tools.reports import SummarizeReportRequest, render_run, summarize_report
@@ -245,6 +248,95 @@ def test_a_workspace_with_storage_tokenizes_into_its_bucket_and_another_workspac
         p.relative_to(theirs): p.read_bytes() for p in theirs.rglob("*") if p.is_file()
     }
     assert list_datasets(other, ListDatasetsRequest()).datasets[0].copies == [url]
+
+
+@pytest.mark.parametrize("bucket", ["gcs-emulator", "s3-moto"], indirect=True)
+def test_a_tokenize_with_output_writes_the_cache_only_to_the_bucket_where_another_workspace_reads_it(
+    bucket, small_corpus, tmp_path
+):
+    reference = ToolContext.open(tmp_path / "reference", allowed_paths=(small_corpus.parent,))
+    local = tokenize_dataset(reference, TokenizeDatasetRequest(input=str(small_corpus)))
+    own = ToolContext.open(tmp_path / "own", allowed_paths=(small_corpus.parent, bucket))
+    request = TokenizeDatasetRequest(input=str(small_corpus), output=f"{bucket}/caches/")
+
+    made = tokenize_dataset(own, request)
+    url = join_url(bucket, "caches", made.dataset_id)
+    assert (made.dataset_id, made.path, made.reused, made.tokens) == (local.dataset_id, url, False, local.tokens)
+    assert is_complete(url)
+    assert not list(own.workspace.datasets_dir.iterdir())  # the staging folder went once the bucket had it all
+    again = tokenize_dataset(own, request)
+    assert (again.reused, again.path, again.tokens, again.shards) == (True, url, made.tokens, made.shards)
+
+    # What a launch with this dataset reads: the bucket's copy, fetched into the workspace (resolve_dataset).
+    other = ToolContext.open(tmp_path / "other", allowed_paths=(bucket,))
+    report = inspect_dataset(other, InspectDatasetRequest(dataset_id=url, samples=1))
+    assert report.tokens == local.tokens and report.samples[0].text
+    fetched = other.workspace.dataset_dir(made.dataset_id)
+    files = cache_files(fetched)
+    assert json.loads(files.pop("copies.json")) == [url]  # where the other workspace fetched it from
+    assert files == cache_files(reference.workspace.dataset_dir(local.dataset_id))
+    open_token_cache(fetched).verify()
+
+
+def write_shard_inputs(folder: Path) -> None:
+    """Four input files, so four shards: a small first one, then three of about 2 MB each."""
+    folder.mkdir()
+    for part, paragraphs in enumerate([20, 10_000, 10_000, 10_000]):
+        text = "\n\n".join(f"part {part} paragraph {i} " + "x" * (i % 300) for i in range(paragraphs))
+        (folder / f"part{part}.txt").write_text(text + "\n")
+
+
+@pytest.mark.parametrize("bucket", ["gcs-emulator", "s3-moto"], indirect=True)
+def test_a_tokenize_to_a_bucket_cancelled_after_a_shard_resumes_without_tokenizing_that_shard_again(bucket, tmp_path):
+    own = ToolContext.open(tmp_path / "ws", allowed_paths=(bucket,))
+    write_shard_inputs(own.workspace.root / "inputs")
+    request = TokenizeDatasetRequest(input="inputs", output=bucket, workers=1)
+    fs, path = remote_fs(bucket)
+
+    def cancel_after_the_first_shard(done, total, message):
+        fs.invalidate_cache()
+        if fs.glob(f"{path}/*/shards/shard-00000.json"):
+            raise Cancelled("the caller cancelled")
+
+    with pytest.raises(Cancelled):
+        tokenize_dataset(own, request, cancel_after_the_first_shard)
+    [prefix] = fs.ls(path, detail=False)
+    first = f"{prefix}/train/shard-00000.bin"
+    version = object_version(fs.info(first))
+    assert not fs.exists(f"{prefix}/{MARKER}") and not fs.exists(f"{prefix}/manifest.json")
+    assert not list(own.workspace.datasets_dir.iterdir())  # a cancel removes the local build: only the bucket kept it
+
+    # The first shard's input, rewritten with other bytes of the same size and time, keeps the dataset id; only a
+    # build that takes that shard from the bucket instead of tokenizing it again matches an uninterrupted one.
+    part0 = own.workspace.root / "inputs" / "part0.txt"
+    original, stat = part0.read_bytes(), part0.stat()
+    part0.write_bytes(original.replace(b"part 0", b"PART 0"))
+    os.utime(part0, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    resumed = tokenize_dataset(own, request)
+    assert not resumed.reused and resumed.path == f"{bucket}/{resumed.dataset_id}" and is_complete(resumed.path)
+    assert object_version(fs.info(first)) == version  # not written again
+
+    part0.write_bytes(original)
+    os.utime(part0, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    local = tokenize_dataset(own, request.model_copy(update={"output": None}))
+    assert local.dataset_id == resumed.dataset_id and not local.reused and local.shards == 4
+    download_folder(resumed.path, tmp_path / "copy")
+    assert cache_files(tmp_path / "copy") == cache_files(Path(local.path))
+
+
+@pytest.mark.parametrize("bucket", ["gcs-emulator"], indirect=True)
+def test_a_tokenize_output_that_is_not_an_allowed_bucket_is_refused_naming_output(bucket, small_corpus, tmp_path):
+    own = ToolContext.open(tmp_path / "ws", allowed_paths=(small_corpus.parent, f"{bucket}/allowed"))
+    for output, error, says in [
+        ("datasets", InvalidInputError, "'datasets' is not a bucket URL: give gs://BUCKET/PREFIX"),
+        ("file:///tmp/x", InvalidInputError, "'file:///tmp/x' is not a bucket URL"),
+        (f"{bucket}/other", PathEscapeError, f"{bucket}/other is refused because it is under none of the allowed"),
+    ]:
+        with pytest.raises(error, match=f"argument 'output': {says}"):
+            tokenize_dataset(own, TokenizeDatasetRequest(input=str(small_corpus), output=output))
+    assert not list(own.workspace.datasets_dir.iterdir())
+    fs, path = remote_fs(bucket)
+    assert not fs.exists(path)
 
 
 @pytest.mark.slow

@@ -244,6 +244,36 @@ def upload_files(local: str | os.PathLike[str], url: str, names: tuple[str, ...]
             fs.put_file(str(Path(local) / name), f"{path}/{name}")
 
 
+def download_files(url: str, local: str | os.PathLike[str], names: tuple[str, ...]) -> None:
+    """Copy the objects `names` under prefix `url` into folder `local`, in that order, each under a temporary
+    name first: a file of `local` is whole or absent, so the last one named may mark the others complete.
+
+    Raises:
+        FileNotFoundError: an object named is not there.
+    """
+    fs, path = remote_fs(url)
+    for name in names:
+        target = Path(local) / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+        fs.get_file(f"{path}/{name}", str(partial))
+        os.replace(partial, target)
+
+
+def list_objects(url: str) -> dict[str, int]:
+    """The size of every object under prefix `url`, by its name relative to the prefix (none: `{}`)."""
+    fs, path = remote_fs(url)
+    return _sizes(fs, path)
+
+
+def remove_objects(url: str) -> None:
+    """Delete the object `url`, or every object under the prefix `url`; nothing there is no error."""
+    fs, path = remote_fs(url)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(path, recursive=True)
+    fs.invalidate_cache(path)
+
+
 def _sizes(fs: Any, path: str) -> dict[str, int]:
     """The size of every object under prefix `path`, by its name relative to the prefix."""
     fs.invalidate_cache(path)

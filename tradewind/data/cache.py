@@ -6,6 +6,9 @@ under temporary names, renames them, then writes its completion record. Rerunnin
 (even one killed with SIGKILL) redoes only the shards without a record, and gives the same bytes as an
 uninterrupted run.
 
+With `mirror`, a bucket prefix keeps the build's finished shards as they finish (`build_mirror.py`), so that a
+build interrupted on one machine (or whose partial folder was lost) resumes from the bucket.
+
 The options are a `TokenizeConfig` (`tokenize_config.py`); `cache_id` names the cache they make with the
 input files and the tokenizer, and keys an interrupted build, so that only the same build resumes it.
 
@@ -38,6 +41,7 @@ from tradewind.core import (
     read_json,
 )
 from tradewind.data.bad_records import BadRecords
+from tradewind.data.build_mirror import BUILD_KEY, BuildMirror
 from tradewind.data.chat import ChatTemplate, ChatTemplateError
 from tradewind.data.readers import RECORD_FORMATS
 from tradewind.data.shard_runs import run_shards
@@ -57,7 +61,6 @@ from tradewind.data.tokenizers import HFTokenizer, Tokenizer, load_tokenizer, wr
 
 log = get_logger(__name__)
 
-BUILD_KEY = "build.json"
 DEFAULT_SHARD_BYTES = 64 * 2**20
 
 
@@ -93,6 +96,7 @@ def build_token_cache(
     runner: TaskRunner | None = None,
     exist_ok: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    mirror: str | None = None,
     **options: Any,
 ) -> CacheManifest:
     """Tokenize the documents of `inputs` into a token cache at `out_dir`, resuming an interrupted build.
@@ -116,6 +120,10 @@ def build_token_cache(
             the text bytes of running ones, batch by batch), each time it grows. If it raises, the shards
             stop at their next batch and the error propagates (a `TradewindError`, like a cancelled call, also
             removes the partial build).
+        mirror: a bucket prefix (`gs://`, `s3://`) that keeps the partial build: each shard is copied there once
+            finished, and a build with the same id and shard size resumes from the shards there (see
+            `build_mirror.py`). The finished cache is not copied: the caller's `upload_folder` sends what the
+            prefix lacks, marker last.
 
     Returns:
         The manifest, as written to `out_dir/manifest.json`.
@@ -146,7 +154,9 @@ def build_token_cache(
             raise InvalidInputError(f"{out_dir} already exists; choose a new folder or delete the old cache first")
         # The shard size is no part of the id (it does not change the token streams), but a partial build
         # cut into other shards cannot be resumed.
-        _start_or_resume(partial, {"key": cache_id(sources, tokenizer, config), "shard_bytes": shard_bytes})
+        key = {"key": cache_id(sources, tokenizer, config), "shard_bytes": shard_bytes}
+        _start_or_resume(partial, key)
+        kept = BuildMirror(mirror, partial, key) if mirror is not None else None
         dtype = token_dtype(tokenizer.vocab_size)
         plan = plan_shards([(s.path, s.size) for s in sources], config.format, shard_bytes)
         tasks = [
@@ -165,7 +175,9 @@ def build_token_cache(
             for index, (url, start, end) in enumerate(plan)
         ]
         try:
-            records = run_shards(tasks, runner or LocalTaskRunner(workers=1), partial, progress)
+            records = run_shards(
+                tasks, runner or LocalTaskRunner(workers=1), partial, progress, kept.keep if kept else None
+            )
             splits = _split_stats(records, config.val_fraction)
         except TradewindError:
             shutil.rmtree(partial, ignore_errors=True)  # bad input: nothing worth resuming
@@ -196,6 +208,8 @@ def build_token_cache(
         )
         keep_tokenizer(tokenizer, partial / TOKENIZER_DIR)
         (partial / BUILD_KEY).unlink()
+        if kept is not None:
+            kept.finish()
         atomic_write_json(partial / MANIFEST, manifest.model_dump(mode="json"))
         os.rename(partial, out_dir)
     if bad.skipped:

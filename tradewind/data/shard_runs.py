@@ -2,10 +2,10 @@
 
 `run_shards` runs the shards that have no completion record yet and returns every shard's record. A
 runner returns only when all its tasks are done, so progress is read from files: each finished shard's
-completion record, and, for a running shard, a counter file in the partial folder where its tokenizer
-(wrapped in `_ReportingTokenizer`) writes the text bytes it has encoded so far. The same wrapper stops the
-shard at its next batch once a stop file appears, which is how a failing progress callback (a cancelled
-call) stops shards running in other processes.
+completion record (the shard is then handed to `on_shard`, which may copy it elsewhere), and, for a running
+shard, a counter file in the partial folder where its tokenizer (wrapped in `_ReportingTokenizer`) writes the
+text bytes it has encoded so far. The same wrapper stops the shard at its next batch once a stop file appears,
+which is how a failing callback (a cancelled call) stops shards running in other processes.
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ _STOP_FILE = "stop"  # in the partial folder: its presence stops every running s
 
 
 def run_shards(
-    tasks: list[ShardTask], runner: TaskRunner, partial: Path, progress: Callable[[int, int], None] | None
+    tasks: list[ShardTask],
+    runner: TaskRunner,
+    partial: Path,
+    progress: Callable[[int, int], None] | None,
+    on_shard: Callable[[ShardTask], None] | None = None,
 ) -> list[ShardRecord]:
     """Run the shards of `tasks` that have no completion record on `runner`; return every shard's record.
 
@@ -40,10 +44,12 @@ def run_shards(
         progress: called as `progress(done, total)` with the input bytes tokenized so far, from this thread,
             each time they grow. If it raises, the running shards stop at their next batch and the error
             propagates.
+        on_shard: called with each finished shard's task (those finished before the call too), from this thread,
+            before the progress that counts it; once per shard. If it raises, as `progress`.
     """
     total = sum(task.input_bytes for task in tasks)
     pending = [task for task in tasks if not task.record_path.exists()]
-    if progress is None:
+    if progress is None and on_shard is None:
         runner.map(tokenize_shard, pending)
     else:
         # The shards run in a helper thread and this thread reports, because a progress callback may only
@@ -66,18 +72,27 @@ def run_shards(
             except BaseException as error:  # re-raised below, in the caller's thread
                 failure.append(error)
 
+        finished: set[str] = set()
         worker = threading.Thread(target=run, name="cache-shards", daemon=True)
         worker.start()
         last = -1
         try:
-            while worker.is_alive():
+            while True:
                 worker.join(_PROGRESS_INTERVAL_S)
+                running = worker.is_alive()  # read first: a shard it finishes after this is seen next time round
+                for task in tasks:
+                    if task.name not in finished and task.record_path.exists():
+                        finished.add(task.name)
+                        if on_shard:
+                            on_shard(task)
                 done = sum(_bytes_done(task, counters) for task in tasks)
-                if last < done < total:
+                if progress and last < done < total:
                     progress(done, total)
                     last = done
+                if not running:
+                    break
         except BaseException:
-            stop.touch()  # the progress callback failed (the caller cancelled): every shard stops at its next batch
+            stop.touch()  # a callback failed (a cancelled call, a bucket refused): every shard stops at its next batch
             raise
         finally:
             # A failing progress callback must not leave shards being written after the build lock is released.
@@ -86,7 +101,8 @@ def run_shards(
             stop.unlink(missing_ok=True)
         if failure:
             raise failure[0]
-        progress(total, total)
+        if progress:
+            progress(total, total)
     return [ShardRecord.model_validate(read_json(task.record_path)) for task in tasks]
 
 

@@ -109,6 +109,17 @@ def shard_name(index: int) -> str:
     return f"shard-{index:05d}"
 
 
+def shard_files(record: ShardRecord) -> tuple[str, ...]:
+    """A finished shard's files, relative to its build folder, its completion record last: the order to copy them
+    in, so that a copy cut off part-way is never taken for a finished shard."""
+    files = []
+    for split, stats in record.splits.items():
+        files += [f"{split}/{stats.name}.bin", f"{split}/{stats.name}.offsets.npy"]
+        if stats.mask_sha256 is not None:
+            files.append(f"{split}/{stats.name}.mask.bin")
+    return (*files, f"{RECORDS_DIR}/{shard_name(record.index)}.json")
+
+
 def plan_shards(
     files: Sequence[tuple[str, int]], format: Format, shard_bytes: int
 ) -> list[tuple[str, int, int | None]]:

@@ -81,8 +81,14 @@ def copy_progress(progress: Progress, what: str) -> CopyProgress:
 def publish_dataset(ctx: ToolContext, cache: Path, storage: str, progress: Progress) -> str:
     """The URL of token cache `cache`'s copy at `<storage>/datasets/<id>`, copied there unless complete, and
     noted in the cache's `copies.json` (what `list_datasets` shows)."""
-    url = copy_once(cache, join_url(storage, "datasets", cache.name), progress)
-    _note_copy(ctx, cache, url, argument="dataset")
+    return copy_dataset(ctx, cache, join_url(storage, "datasets", cache.name), progress)
+
+
+def copy_dataset(ctx: ToolContext, cache: Path, url: str, progress: Progress, argument: str = "dataset") -> str:
+    """`url`, after copying token cache `cache` there unless complete (what the bucket has already is not sent
+    again), noted in the cache's `copies.json`."""
+    copy_once(cache, url, progress)
+    _note_copy(ctx, cache, url, argument)
     return url
 
 

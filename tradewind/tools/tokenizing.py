@@ -4,6 +4,14 @@
 user wrote it, the tokenizer's name, the worker count): its options are declared once, in
 `tradewind/data/tokenize_config.py`, and the dataset id is the data layer's `cache_id`. Both tools read their
 input the same way (`_input_sources`): a workspace file, folder or glob, or a built-in corpus.
+
+With `output` (a bucket prefix), the cache is written to `<output>/<dataset id>/` instead of the workspace. It
+is built as a local cache is, in the workspace's `datasets/.<id>.partial`, and each shard is copied to the bucket
+as soon as it is finished (`build_token_cache`'s `mirror`); a call that finds a partial build there (after a
+crash, a cancel or a killed worker, here or on another machine) copies its finished shards back instead of
+tokenizing them again. The finished cache is then copied as any bucket copy is (`upload_folder`: only what the
+bucket lacks, its marker last), exactly as `fetch_dataset` and a launch read a copy, and the local folder is
+removed. A cache complete in the bucket is reused without building anything.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tradewind.cluster import get_task_runner
 from tradewind.core import InvalidInputError, NotFoundError, PathEscapeError
-from tradewind.core.buckets import check_access, is_remote, join_url
+from tradewind.core.buckets import check_access, is_complete, is_remote, join_url, read_objects
 from tradewind.core.workspace import check_path_text
 from tradewind.data import (
     BUILTIN_CORPORA,
@@ -41,7 +50,7 @@ from tradewind.data import (
 from tradewind.data.bad_records import MAX_EXAMPLES
 from tradewind.data.token_cache import MANIFEST  # its presence marks a finished token cache
 from tradewind.tools.bounds import cut, cut_path
-from tradewind.tools.buckets import dataset_copies, publish_dataset
+from tradewind.tools.buckets import copy_dataset, dataset_copies, publish_dataset
 from tradewind.tools.context import Progress, ToolContext, no_progress
 from tradewind.tools.spec import tool
 
@@ -92,6 +101,7 @@ class _TokenizeSource(BaseModel):
 class TokenizeDatasetRequest(TokenizeConfig, _TokenizeSource):
     # The bases' fields come in reverse order of the bases: input and tokenizer first, then the options.
     workers: int | None = Field(default=None, ge=1, le=256, description="Processes; null: one per CPU.")
+    output: str | None = Field(default=None, description="gs:// or s3:// prefix; null: workspace.")
 
 
 class DatasetInfo(BaseModel):
@@ -174,7 +184,7 @@ def _tokenizer_dir(ctx: ToolContext, tokenizer_id: str) -> Path:
 
 
 def _info(
-    dataset_id: str, path: Path, reused: bool, manifest: CacheManifest, copies: list[str], not_read: Sequence[str]
+    dataset_id: str, path: Path | str, reused: bool, manifest: CacheManifest, copies: list[str], not_read: Sequence[str]
 ) -> DatasetInfo:
     return DatasetInfo(
         dataset_id=dataset_id,
@@ -211,22 +221,20 @@ def tokenize_dataset(
     megabyte of text per worker and reports progress in input bytes. Bad records are skipped and
     reported (set strict to fail instead). With settings.yaml's `storage`, the cache is also copied to
     `<storage>/datasets/<id>`.
+
+    With `output` (gs:// or s3://), the cache is written to `<output>/<id>` instead, and an interrupted build
+    resumes from the shards it finished there. The build is staged in the workspace's `datasets/` and each shard
+    is uploaded as it finishes; the local folder is removed once the bucket holds the whole cache (one kept from
+    an earlier call stays). Pass the result's `path` (the URL) as the dataset: a launch reads it from the bucket.
     """
+    output = None if request.output is None else ctx.check_bucket(request.output, argument="output")
     sources, not_read = _input_sources(ctx, request.input)
     tokenizer = load_tokenizer(_resolve_tokenizer(ctx, request.tokenizer))
     dataset_id = cache_id(sources, tokenizer, request)
     out_dir = ctx.workspace.dataset_dir(dataset_id, must_exist=False)
-    storage = ctx.settings().storage
-    # A cache copied there before is not probed or copied again (a launch checks that its copy is complete).
-    copied = storage is not None and join_url(storage, "datasets", dataset_id) in dataset_copies(ctx, out_dir, "input")
-    copy_to = None if copied else storage
-    if copy_to is not None:
-        check_access(copy_to, argument="storage")  # before the work, not after it
-    reused = (out_dir / MANIFEST).exists()
-    if reused:
-        manifest = open_token_cache(out_dir, ctx.workspace.reader("input")).manifest
-    else:
-        manifest = build_token_cache(
+
+    def build(mirror: str | None = None) -> CacheManifest:
+        return build_token_cache(
             sources,
             out_dir,
             tokenizer,
@@ -234,7 +242,30 @@ def tokenize_dataset(
             runner=get_task_runner("local", workers=request.workers or os.cpu_count() or 1),
             exist_ok=True,  # another call may finish the same cache first; then it is reused
             progress=lambda done, total: progress(done, total, "input bytes tokenized"),
+            mirror=mirror,
         )
+
+    if output is not None:
+        url = join_url(output, dataset_id)
+        if is_complete(url):
+            manifest = CacheManifest.model_validate_json(read_objects(url, (MANIFEST,))[MANIFEST])
+            return _info(dataset_id, url, True, manifest, [], not_read)
+        check_access(url, argument="output")  # before the work, not after it
+        reused = (out_dir / MANIFEST).exists()  # the workspace's own cache: copied, and kept
+        manifest = build(mirror=url)
+        copy_dataset(ctx, out_dir, url, progress, argument="output")
+        if not reused:
+            shutil.rmtree(out_dir)
+        return _info(dataset_id, url, reused, manifest, [], not_read)
+
+    storage = ctx.settings().storage
+    # A cache copied there before is not probed or copied again (a launch checks that its copy is complete).
+    copied = storage is not None and join_url(storage, "datasets", dataset_id) in dataset_copies(ctx, out_dir, "input")
+    copy_to = None if copied else storage
+    if copy_to is not None:
+        check_access(copy_to, argument="storage")  # before the work, not after it
+    reused = (out_dir / MANIFEST).exists()
+    manifest = open_token_cache(out_dir, ctx.workspace.reader("input")).manifest if reused else build()
     if copy_to is not None:
         publish_dataset(ctx, out_dir, copy_to, progress)
     return _info(dataset_id, out_dir, reused, manifest, dataset_copies(ctx, out_dir, "input"), not_read)
