@@ -203,7 +203,7 @@ def numeric_fields_without_a_range(schema, where):
 
 
 async def test_every_numeric_argument_of_every_tool_has_a_documented_range(server):
-    """Listed with both bounds, but for a maximum that only guards against overflow: the listing leaves that out
+    """Listed with both bounds, but for a maximum too high to plan with (`GUARD_BOUND`): the listing leaves that out
     (`adapter.without_guard_bounds`), and the tool's whole schema states it."""
     async with Client(server) as client:
         tools = (await client.list_tools()).tools

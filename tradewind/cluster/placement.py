@@ -200,15 +200,13 @@ class Placement(BaseModel):
         validate_default=True,
         description="cpu, gpu[:N], tpu (this host's) or a TPU slice, e.g. tpu-v5e-8.",
     )
-    slices: int = Field(1, ge=1, le=64, description="TPU slices training together.")
+    slices: int = Field(1, ge=1, le=64, description="TPU slices.")
     replicas: int = Field(1, ge=1, le=64, description="Data-parallel processes of a cpu/gpu run.")
     max_retries: int = Field(1, ge=0, le=100, description="Restarts after a kill/preemption.")
     pending_timeout_s: float | None = Field(
         None, gt=0, le=604800, description="Fail if not started by then; null: 1800 s on Ray."
     )
-    storage: BucketURL | None = Field(
-        None, description="gs:// or s3:// prefix for the run's files; null: settings.yaml's"
-    )
+    storage: BucketURL | None = Field(None, description="gs:// or s3:// prefix; null: settings.yaml's.")
 
     @model_validator(mode="after")
     def _gang_fits_accelerator(self) -> Placement:

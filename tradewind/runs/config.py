@@ -175,13 +175,13 @@ class TrainConfig(BaseModel):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, le=MAX_STEPS, description="Updates, unless a budget is set.")
     token_budget: int | None = Field(None, gt=0, le=10**15, description="Tokens to train; fixes the steps.")
-    flop_budget: float | None = Field(None, gt=0, le=1e25, description="Model FLOPs to train, as MFU counts them.")
+    flop_budget: float | None = Field(None, gt=0, le=1e25, description="Model FLOPs to train.")
     time_budget_s: float | None = Field(
         None, gt=0, le=604800, description="Seconds to train; caps a token/flop budget."
     )
     batch_size: int = Field(16, gt=0, le=2**20, description="Global sequences per update.")
-    grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches per batch; divides batch_size.")
-    seq_len: int = Field(128, gt=0, le=2**20, description="Tokens per sequence; at most model.max_seq_len.")
+    grad_accum: int = Field(1, gt=0, le=2**16, description="Microbatches; divides batch_size.")
+    seq_len: int = Field(128, gt=0, le=2**20, description="At most model.max_seq_len.")
     seed: int = Field(0, ge=0, lt=2**32, description="Seeds weights and batch order.")
     z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp^2), e.g. 1e-4.")
     remat: Remat = Field("none", description="Recompute activations (less memory).")
@@ -197,10 +197,10 @@ class TrainConfig(BaseModel):
     eval_every: int = Field(50, gt=0, le=10**9, description="Steps between evals.")
     eval_batches: int = Field(4, gt=0, le=10**4, description="Val batches per eval.")
     log_every: int = Field(10, gt=0, le=10**9, description="Steps per metrics row.")
-    checkpoint: bool = Field(True, description="Save at the end and per `checkpoints`.")
+    checkpoint: bool = Field(True, description="Save per `checkpoints`.")
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
     resume: bool = Field(True, description="Restart from its newest checkpoint.")
-    init_from: str | None = Field(None, description="Start from a Hugging Face folder: hf:PATH.")
+    init_from: str | None = Field(None, description="Start from HF weights: hf:PATH.")
     mesh: MeshConfig = Field(default_factory=MeshConfig, description="Device mesh for sharding.")
     distributed: DistributedConfig = Field(
         default_factory=DistributedConfig, description="For a gang started by hand (SLURM, a TPU pod's own launcher)."
@@ -208,10 +208,7 @@ class TrainConfig(BaseModel):
     tensorboard: bool = Field(True, description="Also write TensorBoard events.")
     wandb_project: str | None = Field(None, description="Also log to this W&B project.")
     peak_flops: float | None = Field(None, gt=0, le=1e18, description="Per device, for MFU; null: looked up.")
-    resume_from: str | None = Field(
-        None,
-        description="Continue this run's newest checkpoint as a new run.",
-    )
+    resume_from: str | None = Field(None, description="Continue this run as a new one.")
     lora: LoraConfig | None = Field(None, description="LoRA; null: train all weights.")
 
     @field_validator("seq_len")

@@ -58,20 +58,18 @@ class SampleOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt: Annotated[str, MULTILINE] = Field(
-        default="", max_length=PROMPT_CHARS, description="Text to continue (may be empty)."
-    )
+    prompt: Annotated[str, MULTILINE] = Field(default="", max_length=PROMPT_CHARS, description="Text to continue.")
     messages: list[ChatMessage] | None = Field(
         default=None,
         min_length=1,
         max_length=CHAT_MESSAGES,
         description="Chat turns to reply to, instead of prompt.",
     )
-    max_tokens: int = Field(default=200, ge=1, le=4096, description="Tokens to generate.")
-    temperature: float = Field(default=0.8, ge=0, le=5, description="0: always the likeliest.")
-    top_k: int = Field(default=0, ge=0, le=2**20, description="Only the k likeliest tokens; 0: all.")
-    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus: likeliest tokens summing to top_p.")
-    seed: int = Field(default=0, ge=0, lt=2**32, description="Same seed, same text.")
+    max_tokens: int = Field(default=200, ge=1, le=4096)
+    temperature: float = Field(default=0.8, ge=0, le=5)
+    top_k: int = Field(default=0, ge=0, le=2**20, description="0: all tokens.")
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    seed: int = Field(default=0, ge=0, lt=2**32)
     step: int | None = Field(default=None, ge=0, le=10**9, description="Checkpoint step; null: the newest.")
 
     @model_validator(mode="after")
@@ -125,8 +123,8 @@ class ProfileOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = Field(default=5, ge=1, le=100, description="Steps to trace.")
-    start_step: int = Field(default=2, ge=2, le=1000, description="First step traced.")
+    steps: int = Field(default=5, ge=1, le=100)
+    start_step: int = Field(default=2, ge=2, le=1000)
 
 
 class ProfileJob(ProfileOptions):

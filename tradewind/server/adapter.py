@@ -373,9 +373,10 @@ def request_schema(tool: Callable[..., Any]) -> dict[str, Any]:
     return lean_input_schema(typing.get_type_hints(tool)["request"].model_json_schema())
 
 
-GUARD_BOUND = 2**20
-"""A `maximum` this high (10**9 steps, a 2**32 seed, a 2**50 byte offset) says nothing an agent plans with: it
-only keeps a number within what the code can hold. The listing leaves it out; validation keeps it."""
+GUARD_BOUND = 10**4
+"""A `maximum` this high (10**4 eval batches, a week of seconds, a million-entry vocabulary, 10**9 steps, a 2**32
+seed) says nothing an agent plans with: it only keeps a number within what the code can hold or a job should take.
+The listing leaves it out; validation keeps it, and its error names the bound."""
 
 
 def without_guard_bounds(schema: Any) -> Any:
@@ -400,7 +401,7 @@ def compact_sections(schema: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
     says so. Types, defaults and ranges are in the whole schema, which the caller names once for all sections
     (the tool's description), not in each. Validation does not change: the request model checks the whole
     section, and its errors name the nested field (`model.d_model`). Other arguments, lists of models among
-    them, keep their whole schema but for the bounds that only guard against overflow (`without_guard_bounds`),
+    them, keep their whole schema but for the bounds too high to plan with (`without_guard_bounds`),
     and `$defs` keeps the entries they still refer to.
     """
     defs = schema.get("$defs", {})

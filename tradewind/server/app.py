@@ -48,6 +48,8 @@ SPEC_DEFAULT_HINTS = {
     "idempotent_hint": False,
     "open_world_hint": True,
 }
+# The hints MCP says are "meaningful only when readOnlyHint == false": a client reads none of them on a read-only tool.
+WRITING_HINTS = ("destructive_hint", "idempotent_hint")
 
 
 def tool_hints(tool: Callable[..., Any]) -> ToolAnnotations:
@@ -63,15 +65,15 @@ def tool_hints(tool: Callable[..., Any]) -> ToolAnnotations:
 
 
 def listed_hints(hints: ToolAnnotations) -> ToolAnnotations:
-    """`hints` as tools/list carries them: without the title (the tool's own, listed once) and without each hint
-    that equals the spec's default (751 characters of the list, every tool's four hints being stated)."""
-    return ToolAnnotations(
-        **{
-            name: getattr(hints, name)
-            for name, default in SPEC_DEFAULT_HINTS.items()
-            if getattr(hints, name) != default
-        }
-    )
+    """`hints` as tools/list carries them, saying the same in fewer characters: without the title (the tool's own,
+    listed once), without a hint that equals the spec's default, and, on a read-only tool, without the hints a
+    client reads only on a tool that changes things (`WRITING_HINTS`)."""
+    listed = {
+        name: getattr(hints, name)
+        for name, default in SPEC_DEFAULT_HINTS.items()
+        if getattr(hints, name) != default and not (hints.read_only_hint and name in WRITING_HINTS)
+    }
+    return ToolAnnotations(**listed)
 
 
 def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
@@ -114,8 +116,8 @@ def _output_schema(name: str, result_model: type[BaseModel], listed_results: dic
     added = [field for field in result_model.model_fields if field not in shared.model_fields]
     owner = listed_results[shared]
     if not added:
-        return {"type": "object", "description": f"The fields of {owner}'s result."}
-    return {"type": "object", "description": f"The fields of {owner}'s result, and these.", "required": added}
+        return {"type": "object", "description": f"As {owner}'s result."}
+    return {"type": "object", "description": f"As {owner}'s result, and these.", "required": added}
 
 
 READ_ONLY_NOTE = (

@@ -94,10 +94,5 @@ class PageRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    limit: int = Field(
-        default=50,
-        ge=1,
-        le=500,
-        description="Page size.",
-    )
-    cursor: str | None = Field(default=None, description="Last page's next_cursor; null: the first.")
+    limit: int = Field(default=50, ge=1, le=500)
+    cursor: str | None = Field(default=None, description="The last page's next_cursor.")

@@ -74,12 +74,9 @@ class ClusterStatus(BaseModel):
 class RunPipelineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    pipeline: str = Field(description="Python file defining `steps` (Step list) in an --allow-code folder.")
-    dry_run: bool = Field(
-        default=True,
-        description="Only plan which steps would run or are cached.",
-    )
-    force: bool = Field(default=False, description="Rerun steps that failed in an earlier run.")
+    pipeline: str = Field(description="Python file defining `steps`, in an --allow-code folder.")
+    dry_run: bool = Field(default=True, description="Only plan which steps run or are cached.")
+    force: bool = Field(default=False, description="Rerun steps that failed before.")
 
 
 class RunPipelineResult(BaseModel):

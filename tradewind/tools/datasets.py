@@ -111,12 +111,7 @@ class InspectDatasetRequest(BaseModel):
     dataset_id: str = Field(description=DATASET_HELP)
     split: Literal["train", "val"] = "train"
     samples: int = Field(default=3, ge=0, le=20, description="Documents to decode, evenly spaced.")
-    sample_chars: int = Field(
-        default=400,
-        ge=1,
-        le=10_000,
-        description="Characters per sample.",
-    )
+    sample_chars: int = Field(default=400, ge=1, le=10_000)
 
 
 class LengthHistogram(BaseModel):

@@ -88,10 +88,10 @@ class Experiment(BaseModel):
 class ListExperimentsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    status: Status | None = Field(default=None, description="Only this status.")
+    status: Status | None = None
     changed: str | None = Field(default=None, description="Only runs changing this dotted field.")
-    sweep_id: str | None = Field(default=None, description="Only this sweep's runs.")
-    limit: int = Field(default=20, ge=1, le=100, description="Best first.")
+    sweep_id: str | None = None
+    limit: int = Field(default=20, ge=1, le=100)
     export: Literal["tsv", "csv"] | None = Field(default=None, description="Also write reports/experiments.<ext>.")
 
 
@@ -123,7 +123,7 @@ class RerunBaselineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_id: str = Field(description="The baseline (or one of its reruns).")
-    count: int = Field(default=2, ge=1, le=MAX_RERUNS, description="Reruns to launch.")
+    count: int = Field(default=2, ge=1, le=MAX_RERUNS)
 
 
 class Reruns(BaseModel):
@@ -134,7 +134,7 @@ class Reruns(BaseModel):
 
 @tool("List experiments", idempotent=True, open_world=True)
 def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> ExperimentList:
-    """Runs by val_bpb, each change's delta vs the measured noise. Use it to pick the run to build
+    """Runs by val_bpb, each change's delta vs noise. Use it to pick the run to build
     on.
 
     Filter by status, by a changed config field or by sweep; export writes every match as TSV or CSV. A run's
@@ -163,7 +163,7 @@ def list_experiments(ctx: ToolContext, request: ListExperimentsRequest) -> Exper
 
 @tool("Keep or discard an experiment", idempotent=True, open_world=True)
 def set_experiment_status(ctx: ToolContext, request: SetExperimentStatusRequest) -> Experiment:
-    """Keep or discard an ended run, with a reason. Use it after list_experiments judged its delta.
+    """Keep or discard an ended run, with a reason. Use it after list_experiments.
 
     The ledger keeps both the status and the reason. Keeping a run whose delta does not beat the noise (or
     whose noise is not measured: fewer than 3 reruns at its dataset and budget) succeeds, and its `verdict`

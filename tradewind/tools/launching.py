@@ -54,7 +54,7 @@ from tradewind.runs import (
 )
 from tradewind.tools.buckets import fetch_model, stage_in_bucket
 from tradewind.tools.context import Progress, ToolContext, compile_cache_env, no_progress
-from tradewind.tools.datasets import resolve_dataset
+from tradewind.tools.datasets import DATASET_HELP, resolve_dataset
 from tradewind.tools.limits import active_runs, check_launch_limits, holds_devices_alone
 from tradewind.tools.runs import RunInfo, RunRequest, checkpoint_steps, get_run, run_placement
 from tradewind.tools.spec import tool
@@ -68,10 +68,7 @@ class LaunchTrainingRequest(LedgerEntry, Placement, TrainConfig):  # fields: Tra
     # A launched run's processes find each other through its backend (replicas, slices); `distributed` is for a
     # gang started by hand, so it is no argument here.
     distributed: SkipJsonSchema[DistributedConfig] = Field(default_factory=DistributedConfig, exclude=True)
-    dataset: str | None = Field(
-        default=None,
-        description="Dataset id, cache folder or builtin:tinyshakespeare.",
-    )
+    dataset: str | None = Field(default=None, description=DATASET_HELP)
     # Set by the sweep that launches a run (Python), not by an agent.
     sweep_id: SkipJsonSchema[str | None] = None
 

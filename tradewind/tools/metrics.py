@@ -48,7 +48,6 @@ class ReadMetricsRequest(RunRequest):
         default=list(DEFAULT_SERIES),
         min_length=1,
         max_length=len(get_args(MetricName)),
-        description="Metrics to return.",
     )
     max_points: int = Field(
         default=200,
@@ -56,8 +55,8 @@ class ReadMetricsRequest(RunRequest):
         le=MAX_POINTS,
         description=f"Points per series at most; {MAX_POINTS:,} in all.",
     )
-    start_step: int | None = Field(default=None, ge=0, le=MAX_STEP, description="Zoom from here; null: the start.")
-    end_step: int | None = Field(default=None, ge=0, le=MAX_STEP, description="Last step; null: the latest.")
+    start_step: int | None = Field(default=None, ge=0, le=MAX_STEP)
+    end_step: int | None = Field(default=None, ge=0, le=MAX_STEP)
 
     @model_validator(mode="after")
     def _ordered(self) -> ReadMetricsRequest:
@@ -110,7 +109,7 @@ class Metrics(BaseModel):
 
 @tool("Read a run's metrics", read_only=True, idempotent=True, links=("metrics",), dashboard=True)
 def read_metrics(ctx: ToolContext, request: ReadMetricsRequest) -> Metrics:
-    """A run's metric curves, downsampled, with a summary and anomalies. Use it to read loss curves.
+    """A run's metric curves, downsampled, with anomalies. Use it to read loss curves.
 
     The summary gives the last step and loss, the best eval loss and its step, mean tokens/s and MFU, and
     anomalies (loss spikes, non-finite values, stalls, restarts) with their steps. A long run is downsampled

@@ -51,7 +51,7 @@ class SummarizeReportRequest(RunRequest):
     model_config = ConfigDict(extra="forbid")
 
     run_id: str | None = None
-    run_ids: list[str] | None = Field(default=None, min_length=1, max_length=MAX_RUNS, description="Or several.")
+    run_ids: list[str] | None = Field(default=None, min_length=1, max_length=MAX_RUNS)
     sample: bool | None = Field(default=None, description="Sample checkpoints (null: one run only).")
 
     @model_validator(mode="after")

@@ -44,7 +44,7 @@ class RunRequest(BaseModel):
 
 
 class WaitForRunRequest(RunRequest):
-    timeout_s: float = Field(default=120, gt=0, le=3600, description="Seconds to wait; the run goes on.")
+    timeout_s: float = Field(default=120, gt=0, le=3600, description="The run goes on after.")
 
 
 class ListRunsRequest(PageRequest):
@@ -129,7 +129,7 @@ class RunList(BaseModel):
 
 @tool("Get a run's status", read_only=True, idempotent=True, open_world=True, links=("logs", "metrics"), dashboard=True)
 def get_run(ctx: ToolContext, request: RunRequest) -> RunInfo:
-    """A run's status and losses (a summary once done). Use it to check a run without waiting."""
+    """A run's status and losses. Use it to check a run without waiting."""
     layout = RunLayout(ctx.workspace.run_dir(request.run_id))
     read = ctx.workspace.reader("run_id")
     record = run_record(ctx, request.run_id)
@@ -243,7 +243,7 @@ def _alive_here(record: RunRecord) -> bool:
 
 @tool("Wait for a run", read_only=True, idempotent=True, open_world=True, links=("logs", "metrics"))
 def wait_for_run(ctx: ToolContext, request: WaitForRunRequest, progress: Progress = no_progress) -> WaitForRunResult:
-    """Wait for a run to end, up to timeout_s, reporting steps. Use it instead of polling get_run.
+    """Wait up to timeout_s for a run to end. Use it instead of polling get_run.
 
     The run goes on either way. Returns the same fields as get_run plus `timed_out`. Waiting costs nothing; after a
     timeout or a cancelled call, call again to keep waiting.

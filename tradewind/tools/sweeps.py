@@ -63,7 +63,7 @@ CONTROLLER_STOP_S = 30.0
 class LaunchSweepRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    base: dict[str, Any] = Field(description="launch_training's arguments of every trial.")
+    base: dict[str, Any] = Field(description="launch_training's arguments.")
     space: dict[str, list[Any]] = Field(
         min_length=1,
         max_length=16,
@@ -77,7 +77,7 @@ class LaunchSweepRequest(BaseModel):
     halving_tokens: list[Annotated[int, Field(gt=0, le=10**15)]] = Field(
         default_factory=list,
         max_length=16,
-        description="Rungs in tokens, increasing; each stops all but the best 1/halving_eta.",
+        description="Rungs in tokens, increasing.",
     )
     halving_eta: int = Field(2, ge=2, le=16, description="Keep the best 1/eta at each rung.")
     note: str | None = Field(None, max_length=200, description="One line for the ledger.")

@@ -94,7 +94,7 @@ class _TokenizeSource(BaseModel):
     input: str = Field(description=_INPUT_HELP)
     tokenizer: str = Field(
         default="byte",
-        description="byte, a tokenizer.json, an HF folder or hf:<name> (the Hub).",
+        description="byte, a tokenizer.json, an HF folder or hf:<name>.",
     )
 
 
@@ -276,7 +276,7 @@ class TrainTokenizerRequest(BaseModel):
 
     input: str = Field(description=_INPUT_HELP)
     vocab_size: int = Field(default=32_000, ge=258, le=1_000_000, description="Including EOS and BOS.")
-    format: DocumentFormat = Field(default="auto", description="As in tokenize_dataset.")
+    format: DocumentFormat = "auto"
     text_field: str = Field(default="text", description="JSONL/Parquet text field; dotted if nested.")
     max_documents: int | None = Field(
         default=None,
