@@ -5,8 +5,9 @@ function signature, so the adapter gives the MCP-facing function one keyword par
 request model (with the field's type, default and description): agents see flat arguments, and the
 schema comes from the same pydantic model the Python API uses; an argument that is a nested config section
 (a model, or a union of models) is listed by its field names only (`compact_sections`), its whole schema being
-the resource `tradewind://schema/{tool}` (`request_schema`), which the tool's description names once. The output schema
-comes from the result model. The request model is also the only validator: the SDK's own argument model lets every value
+the resource `tradewind://schema/{tool}` (`request_schema`), which the tool's description names once. The reference
+page's result fields come from the result model (`lean_output_schema`). The request model is also the only
+validator: the SDK's own argument model lets every value
 through (`_Unchecked`), and the wrapper validates exactly what the client sent, so a misspelt argument is an error
 naming the nearest valid one rather than silently dropped; then every string of the request, nested ones too, is held to
 a length and refused with a control character (`core.text.check_text`). Errors Tradewind raises on purpose become MCP

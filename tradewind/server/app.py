@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import sys
-import typing
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -20,7 +19,6 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel
 from starlette.applications import Starlette
 
 from tradewind import __version__
@@ -76,7 +74,13 @@ def listed_hints(hints: ToolAnnotations) -> ToolAnnotations:
     return ToolAnnotations(**listed)
 
 
-def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
+# What every tool's result is, as listed: JSON with named fields, sent as structured content. Their names, types and
+# meanings are on the tool's reference page and in the result itself: an agent chooses a tool by its description,
+# and listing each result's field names cost every agent 2,500 characters of tools/list in every conversation.
+OUTPUT_SCHEMA = {"type": "object"}
+
+
+def _mcp_tool(tool, ctx: ToolContext) -> Tool:
     """`tool` as the SDK lists it: its table entry, its docstring's first paragraph, and lean schemas.
 
     A nested config section (`model`, `optimizer`) is listed by its field names; its whole schema is the
@@ -96,28 +100,8 @@ def _mcp_tool(tool, ctx: ToolContext, listed_results: dict[type, str]) -> Tool:
     listed.parameters, sections = compact_sections(lean_input_schema(listed.parameters))
     if sections:  # named once for all of them, not in each section's description
         listed.description = f"{listed.description} Full schema: {schema_uri(tool.__name__)}."
-    result_model = typing.get_type_hints(tool)["return"]
-    listed.fn_metadata.output_schema = _output_schema(tool.__name__, result_model, listed_results)
+    listed.fn_metadata.output_schema = OUTPUT_SCHEMA
     return listed
-
-
-def _output_schema(name: str, result_model: type[BaseModel], listed_results: dict[type, str]) -> dict[str, Any]:
-    """What tool `name` returns, as listed: the names of its result's fields, each always there.
-
-    A result is named JSON, so its field names are what an agent needs before calling; their types and meanings
-    are on the tool's reference page. A result model an earlier tool in the list returned (or one it extends) is
-    listed once: later tools list only the fields they add, naming the tool whose result has the rest.
-    `listed_results` maps each model listed so far to its tool.
-    """
-    shared = next((model for model in result_model.__mro__ if model in listed_results), None)
-    if shared is None:
-        listed_results[result_model] = name
-        return {"type": "object", "required": list(result_model.model_fields)}
-    added = [field for field in result_model.model_fields if field not in shared.model_fields]
-    owner = listed_results[shared]
-    if not added:
-        return {"type": "object", "description": f"As {owner}'s result."}
-    return {"type": "object", "description": f"As {owner}'s result, and these.", "required": added}
 
 
 READ_ONLY_NOTE = (
@@ -129,7 +113,6 @@ READ_ONLY_NOTE = (
 def build_server(ctx: ToolContext, *, read_only: bool = False) -> MCPServer:
     """An MCP server whose tools act on `ctx`'s workspace; with `read_only`, only the tools that change nothing."""
     tools = [tool for tool in TOOLS if spec_of(tool).read_only or not read_only]
-    listed_results: dict[type, str] = {}
     # MCP Apps hosts render the dashboard beside get_run and read_metrics; other hosts ignore it.
     apps = Apps()
     apps.add_html_resource(DASHBOARD_URI, dashboard_app_html(), title="Tradewind run dashboard")
@@ -139,7 +122,7 @@ def build_server(ctx: ToolContext, *, read_only: bool = False) -> MCPServer:
         name="tradewind",
         version=__version__,
         instructions=server_instructions() + (READ_ONLY_NOTE if read_only else ""),
-        tools=[_mcp_tool(tool, ctx, listed_results) for tool in tools],
+        tools=[_mcp_tool(tool, ctx) for tool in tools],
         extensions=[apps],
         subscriptions=bus,
     )
