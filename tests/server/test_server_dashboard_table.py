@@ -194,6 +194,16 @@ def test_a_person_sorts_filters_ticks_three_runs_and_compares_them_with_hover_va
         assert page.get_attribute("#chart-loss", "data-log") == "true"
         page.uncheck("#chart-loss input.log")
         assert page.get_attribute("#chart-loss", "data-log") == "false"
+
+        # A narrower window narrows the charts (each as wide as its figure), a wider one widens them again.
+        width = "document.querySelector('#chart-loss canvas').getBoundingClientRect().width"
+        wide = page.evaluate(width)
+        page.set_viewport_size({"width": 1100, "height": 1000})  # two columns still, each narrower
+        page.wait_for_function(f"{width} < {wide} - 100", timeout=5000)
+        figure = page.evaluate("document.querySelector('#chart-loss').getBoundingClientRect().width")
+        assert page.evaluate(width) <= figure
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        page.wait_for_function(f"Math.abs({width} - {wide}) < 2", timeout=5000)
         browser.close()
 
 

@@ -14,7 +14,7 @@ from runs_helpers import metric_rows, write_run, write_sweep
 from tradewind.prompts import load_skill, skill_names
 from tradewind.runs import RunRecord
 from tradewind.server import build_server
-from tradewind.server.resources import MAX_RESOURCE_CHARS
+from tradewind.server.resources import MAX_RESOURCE_CHARS, result_links
 from tradewind.tools import (
     ListRunsRequest,
     RunRequest,
@@ -141,6 +141,13 @@ async def test_tool_results_link_the_resources_that_hold_more_and_each_link_read
         assert (await read(client, report_links["report"])).text.startswith(f"# Training report: {run_id}")
         plot = await read(client, report_links["report plot"])
     assert plot.mime_type == "image/png" and base64.b64decode(plot.blob).startswith(b"\x89PNG")
+
+
+def test_a_dataset_written_to_a_bucket_links_no_workspace_resource():
+    # tokenize_dataset with `output`: the cache is in the bucket only, where no workspace resource reads it.
+    local = result_links(("manifest",), {"dataset_id": "ds-1", "path": "/ws/datasets/ds-1"})
+    assert [link.uri for link in local] == ["tradewind://datasets/ds-1/manifest"]
+    assert result_links(("manifest",), {"dataset_id": "ds-1", "path": "gs://bucket/caches/ds-1"}) == []
 
 
 @pytest.mark.slow

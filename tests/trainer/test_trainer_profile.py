@@ -229,3 +229,7 @@ def test_a_checked_suggestion_times_the_run_and_each_change_and_names_the_fastes
         assert diagnosis.suggestion.startswith(f"set {fields}: it trained at")
     else:
         assert "timed here and not faster: remat=none; batch_size=16; seq_len=1000000" in diagnosis.suggestion
+    unchecked = check_changes(config, summary, [])  # what a 125M on a v5e gave: no candidate to time
+    assert unchecked.checked == [] and unchecked.suggestion.endswith(
+        "(nothing to time here: twice the batch passes the memory estimate, remat is off, layers unrolled)"
+    )

@@ -45,6 +45,7 @@ from mcp.types import INVALID_PARAMS, ResourceLink
 from pydantic import Field, ValidationError
 
 from tradewind.core import NotFoundError, TradewindError, Workspace, check_id
+from tradewind.core.buckets import is_remote
 from tradewind.core.files import Opener
 from tradewind.prompts import load_skill, render_prompt, skill_names
 from tradewind.runs import RunLayout
@@ -135,7 +136,11 @@ LINKS: dict[str, tuple[str, str, str, str]] = {
 
 
 def result_links(links: tuple[Link, ...], result: dict[str, Any]) -> list[ResourceLink]:
-    """The `links` a tool declares, for its `result`: each resource that holds more than the result shows."""
+    """The `links` a tool declares, for its `result`: each resource that holds more than the result shows. A
+    result whose `path` is a bucket URL (a token cache written there) has its files there, not in the workspace
+    the resources read, so it links none."""
+    if is_remote(result.get("path") or ""):
+        return []
     found = []
     for kind in links:
         field, uri, title, mime_type = LINKS[kind]

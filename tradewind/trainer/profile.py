@@ -207,8 +207,11 @@ def check_changes(config: TrainConfig, summary: ProfileSummary, changes: list[di
     """The verdict with its suggestion checked: the run as it is and each of `changes` compiled and timed, untraced,
     for `CHECK_STEPS` steps in this process (the first is `checked[0]`, the change `{}`); the fastest change that
     beats the run by `CHECKED_GAIN` is suggested, with its figures, else the rule's suggestion stands and says
-    what was not faster."""
+    what was not faster. With no `changes`, nothing is timed and the suggestion says so."""
     diagnosis = summary.diagnosis
+    if not changes:  # what `candidate_changes` found none of
+        note = "nothing to time here: twice the batch passes the memory estimate, remat is off, layers unrolled"
+        return diagnosis.model_copy(update={"suggestion": f"{diagnosis.suggestion} ({note})"})
     baseline = time_change(config, {}, None)
     if baseline.tokens_per_s is None:
         return diagnosis
@@ -222,7 +225,7 @@ def check_changes(config: TrainConfig, summary: ProfileSummary, changes: list[di
             f"({best.speedup:.2f}x), both timed here over {CHECK_STEPS} steps"
         )
     else:
-        tried = "; ".join(", ".join(f"{k}={v}" for k, v in c.change.items()) for c in checked[1:]) or "nothing"
+        tried = "; ".join(", ".join(f"{k}={v}" for k, v in c.change.items()) for c in checked[1:])
         suggestion = f"{diagnosis.suggestion} (timed here and not faster: {tried})"
     return diagnosis.model_copy(update={"suggestion": suggestion, "checked": checked})
 
