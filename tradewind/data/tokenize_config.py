@@ -44,8 +44,8 @@ class TokenizeConfig(BaseModel):
     text_field: str = Field(default="text", description="JSONL/Parquet text field; dotted if nested.")
     val_fraction: float = Field(default=0.1, gt=0, lt=1, description="Share of documents held out.")
     strict: bool = Field(default=False, description="Fail on a bad record instead of skipping it.")
-    prepend_bos: bool = False
-    append_eos: bool = True
+    prepend_bos: bool = Field(default=False, description="Start each document with BOS.")
+    append_eos: bool = Field(default=True, description="End each document with EOS.")
     val_tokens: int = Field(
         default=VAL_TOKENS,
         gt=0,

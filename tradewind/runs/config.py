@@ -175,7 +175,7 @@ class TrainConfig(BaseModel):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     steps: int = Field(200, gt=0, le=MAX_STEPS, description="Updates, unless a budget is set.")
     token_budget: int | None = Field(None, gt=0, le=10**15, description="Tokens to train; fixes the steps.")
-    flop_budget: float | None = Field(None, gt=0, le=1e25, description="Model FLOPs to train.")
+    flop_budget: float | None = Field(None, gt=0, le=1e25, description="Model FLOPs to train, as MFU counts them.")
     time_budget_s: float | None = Field(
         None, gt=0, le=604800, description="Seconds to train; caps a token/flop budget."
     )
@@ -197,7 +197,7 @@ class TrainConfig(BaseModel):
     eval_every: int = Field(50, gt=0, le=10**9, description="Steps between evals.")
     eval_batches: int = Field(4, gt=0, le=10**4, description="Val batches per eval.")
     log_every: int = Field(10, gt=0, le=10**9, description="Steps per metrics row.")
-    checkpoint: bool = Field(True, description="Save per `checkpoints`.")
+    checkpoint: bool = Field(True, description="Save at the end and per `checkpoints`.")
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to save, what to keep.")
     resume: bool = Field(True, description="Restart from its newest checkpoint.")
     init_from: str | None = Field(None, description="Start from HF weights: hf:PATH.")
