@@ -100,7 +100,7 @@ def _mcp_tool(tool, ctx: ToolContext) -> Tool:
     listed.parameters, sections = compact_sections(lean_input_schema(listed.parameters))
     if sections:  # named once for all of them, not in each section's description
         listed.description = f"{listed.description} Full schema: {schema_uri(tool.__name__)}."
-    listed.fn_metadata.output_schema = OUTPUT_SCHEMA
+    listed.fn_metadata.output_schema = dict(OUTPUT_SCHEMA)  # each tool its own: the SDK may add to it
     return listed
 
 
