@@ -66,10 +66,10 @@ class SampleOptions(BaseModel):
         description="Chat turns to reply to, instead of prompt.",
     )
     max_tokens: int = Field(default=200, ge=1, le=4096)
-    temperature: float = Field(default=0.8, ge=0, le=5)
+    temperature: float = Field(default=0.8, ge=0, le=5, description="0: always the likeliest.")
     top_k: int = Field(default=0, ge=0, le=2**20, description="0: all tokens.")
     top_p: float = Field(default=1.0, gt=0, le=1)
-    seed: int = Field(default=0, ge=0, lt=2**32)
+    seed: int = Field(default=0, ge=0, lt=2**32, description="Same seed, same text.")
     step: int | None = Field(default=None, ge=0, le=10**9, description="Checkpoint step; null: the newest.")
 
     @model_validator(mode="after")

@@ -45,7 +45,7 @@ class CompareRunsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_ids: list[str] = Field(min_length=2, max_length=MAX_RUNS)
-    metric: CompareMetric = DEFAULT_METRIC
+    metric: CompareMetric = Field(default=DEFAULT_METRIC, description="Lower wins.")
 
 
 class Comparison(BaseModel):

@@ -91,7 +91,7 @@ class ListExperimentsRequest(BaseModel):
     status: Status | None = None
     changed: str | None = Field(default=None, description="Only runs changing this dotted field.")
     sweep_id: str | None = None
-    limit: int = Field(default=20, ge=1, le=100)
+    limit: int = Field(default=20, ge=1, le=100, description="Best first.")
     export: Literal["tsv", "csv"] | None = Field(default=None, description="Also write reports/experiments.<ext>.")
 
 
