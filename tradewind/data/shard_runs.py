@@ -85,7 +85,9 @@ def run_shards(
                         finished.add(task.name)
                         if on_shard:
                             on_shard(task)
-                done = sum(_bytes_done(task, counters) for task in tasks)
+                done = sum(
+                    task.input_bytes if task.name in finished else _bytes_encoded(task, counters) for task in tasks
+                )
                 if progress and last < done < total:
                     progress(done, total)
                     last = done
@@ -106,10 +108,8 @@ def run_shards(
     return [ShardRecord.model_validate(read_json(task.record_path)) for task in tasks]
 
 
-def _bytes_done(task: ShardTask, counters: Path) -> int:
-    """A shard's input bytes if it is finished, else the text bytes it has encoded so far (fewer or equal)."""
-    if task.record_path.exists():
-        return task.input_bytes
+def _bytes_encoded(task: ShardTask, counters: Path) -> int:
+    """The text bytes an unfinished shard has encoded so far (at most its input bytes)."""
     try:
         return min(int((counters / task.name).read_text() or 0), task.input_bytes)
     except (OSError, ValueError):  # not started yet, or caught mid-write
