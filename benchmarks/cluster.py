@@ -16,6 +16,10 @@ Measures, on a fresh workspace in a temporary folder:
   starts and stops): from `submit` until the job's log, read through the backend, shows its driver's
   "replicas started" line, median over 5, on a warm cluster (the backend made and its launcher's spare
   driver started before the first job);
+- a tiny training run's job (the suite's 2-layer, 32-wide model, 20 steps, `launch_training` then `wait_for_run`)
+  from submission to its end, its process forked by the fork server against a new Python
+  (`TRADEWIND_FORK_SERVER=0`): a workspace each, one run each first (the fork server's start, the compile cache),
+  then `TRAINING_RUNS` each, alternating, median;
 - how fast `launch_training` refuses what this machine cannot run (a GPU on the local backend, an
   unknown TPU type), median over 10 calls each, on a cached dataset: the issue asks for under 2 s.
 
@@ -46,6 +50,15 @@ LATENCY_GAP_S = 0.5
 THROUGHPUT_JOBS = 200
 RAY_JOBS = 5
 REFUSALS = 10
+TRAINING_RUNS = 4
+TINY_RUN = {
+    "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64},
+    "steps": 20,
+    "batch_size": 8,
+    "seq_len": 32,
+    "eval_every": 10,
+    "eval_batches": 2,
+}
 
 
 def seconds_between(start: str, end: str) -> float:
@@ -136,19 +149,47 @@ def ray_latency() -> float | None:
             head.wait(timeout=60)
 
 
+def training_job_seconds(root: Path) -> dict[str, float]:
+    """Median seconds from submission to the end of a tiny training run's job, forked and in a new process."""
+    from tradewind.cluster.forkserver import FORK_SERVER_ENV
+    from tradewind.tools import LaunchTrainingRequest, ToolContext, WaitForRunRequest, launch_training, wait_for_run
+
+    def run(ctx: ToolContext, dataset: str, fork: str) -> float:
+        os.environ[FORK_SERVER_ENV] = fork  # read by the supervisors the backend starts from now on
+        launched = launch_training(ctx, LaunchTrainingRequest(dataset=dataset, backend="local", **TINY_RUN))
+        done = wait_for_run(ctx, WaitForRunRequest(run_id=launched.run_id, timeout_s=300))
+        assert done.status == "SUCCEEDED", done.log_tail
+        job = ctx.backend.status(launched.job_id)
+        return seconds_between(job.submitted_at, job.ended_at)
+
+    modes = {"forked": "1", "new process": "0"}
+    workspaces = {mode: ToolContext.open(root / f"training-{fork}") for mode, fork in modes.items()}
+    datasets = {mode: tokenize_builtin(ctx) for mode, ctx in workspaces.items()}
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    try:
+        for round_ in range(1 + TRAINING_RUNS):
+            for mode, fork in modes.items():
+                seconds = run(workspaces[mode], datasets[mode], fork)
+                if round_:
+                    times[mode].append(seconds)
+    finally:
+        os.environ.pop(FORK_SERVER_ENV)
+    return {mode: statistics.median(seconds) for mode, seconds in times.items()}
+
+
+def tokenize_builtin(ctx) -> str:
+    from tradewind.tools import TokenizeDatasetRequest, tokenize_dataset
+
+    return tokenize_dataset(ctx, TokenizeDatasetRequest(input="builtin:tinyshakespeare")).dataset_id
+
+
 def refusal_latency(root: Path) -> dict[str, float]:
     """Median seconds `launch_training` takes to refuse each impossible accelerator, by accelerator."""
     from tradewind.core import TradewindError
-    from tradewind.tools import (
-        LaunchTrainingRequest,
-        TokenizeDatasetRequest,
-        ToolContext,
-        launch_training,
-        tokenize_dataset,
-    )
+    from tradewind.tools import LaunchTrainingRequest, ToolContext, launch_training
 
     ctx = ToolContext.open(root / "refusals")
-    dataset = tokenize_dataset(ctx, TokenizeDatasetRequest(input="builtin:tinyshakespeare")).dataset_id
+    dataset = tokenize_builtin(ctx)
     medians = {}
     for accelerator in ("gpu", "tpu-v9-8"):
         times = []
@@ -166,9 +207,14 @@ def refusal_latency(root: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray measurement")
+    parser.add_argument("--training-only", action="store_true", help="measure only the tiny training run's job")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tradewind-bench-cluster-"))
     try:
+        if args.training_only:
+            training = training_job_seconds(root)
+            print(json.dumps({"benchmark": "cluster_tiny_training_job", "seconds": training}))
+            return
         baseline = python_start_s()
         first, latency = local_latency(root)
         throughput = local_throughput(root)
@@ -176,6 +222,11 @@ def main() -> None:
         print(f"local submit-to-running (empty job):   {latency * 1000:7.1f} ms (median of {LATENCY_JOBS})")
         print(f"  a new backend's first job (cold):    {first * 1000:7.1f} ms")
         print(f"local throughput ({THROUGHPUT_JOBS} tiny jobs, {os.cpu_count()} CPUs): {throughput:7.1f} jobs/s")
+        training = training_job_seconds(root)
+        print(
+            f"a tiny training run's job, submitted to ended: forked {training['forked']:.2f} s, a new process "
+            f"{training['new process']:.2f} s (median of {TRAINING_RUNS}, alternating)"
+        )
         for accelerator, seconds in refusal_latency(root).items():
             print(f"launch_training refuses {accelerator:9} {seconds * 1000:7.1f} ms (median of {REFUSALS})")
         ray = None if args.no_ray else ray_latency()

@@ -45,6 +45,8 @@ os.environ.setdefault(RAY_HEAD_ENV, os.environ.pop("RAY_ADDRESS", ""))
 # Sampling workers a test starts (one per workspace) end a minute after their last request, not ten: the
 # suite makes many workspaces, and each warm worker holds a JAX process.
 os.environ.setdefault("TRADEWIND_SAMPLE_WORKER_IDLE_S", "60")
+# And the fork servers that start the jobs' processes two minutes after their last job, not five.
+os.environ.setdefault("TRADEWIND_FORK_SERVER_IDLE_S", "120")
 
 # A 2-layer, 32-wide model that trains 30 steps in a few seconds on CPU.
 TINY_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}

@@ -120,11 +120,15 @@ class JobSpec(BaseModel):
             raise ValueError("'warm' goes with a 'callable' of one replica")
         return self
 
+    def call(self) -> dict[str, Any]:
+        """A callable job's call, as `entry.run_call` takes it."""
+        return {"callable": self.callable, "args": self.args, "kwargs": self.kwargs}
+
     def argv(self, python: str = sys.executable, jobs_dir: Path | None = None) -> list[str]:
         """The process to start for one replica; a warm job's hands its call to the warm process of `jobs_dir`."""
         if self.command is not None:
             return list(self.command)
-        call = json.dumps({"callable": self.callable, "args": self.args, "kwargs": self.kwargs})
+        call = json.dumps(self.call())
         if self.warm and jobs_dir is not None:
             return [python, "-m", "tradewind.cluster.warm", str(jobs_dir), call]
         return [python, "-m", "tradewind.cluster.entry", call]

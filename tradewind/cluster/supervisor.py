@@ -35,6 +35,7 @@ import traceback
 from pathlib import Path
 
 from tradewind.cluster.entry import load_callable
+from tradewind.cluster.forkserver import ForkedProcess, fork_job
 from tradewind.cluster.jobs import (
     ATTEMPT_ENV,
     COORDINATOR_ENV,
@@ -195,7 +196,7 @@ class Attempt:
 
     def __init__(self, store: JobStore, record: JobRecord):
         self.store, self.record, self.spec = store, record, record.spec
-        self.processes: list[subprocess.Popen[bytes]] = []
+        self.processes: list[subprocess.Popen[bytes] | ForkedProcess] = []
         self.starts: list[int | None] = []
 
     def start(self) -> str | None:
@@ -216,8 +217,9 @@ class Attempt:
                 self.stop()
                 return f"could not open its log: {error}"
             with log:
+                process = fork_job(spec, env, log.fileno()) if spec.command is None and not spec.warm else None
                 try:
-                    process = subprocess.Popen(
+                    process = process or subprocess.Popen(
                         spec.argv(jobs_dir=self.store.path.parent),
                         stdin=subprocess.DEVNULL,
                         stdout=log,

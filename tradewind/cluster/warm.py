@@ -43,6 +43,7 @@ from typing import Any
 
 from tradewind.cluster.entry import run_call
 from tradewind.cluster.jobs import ATTEMPT_ENV, JOB_ID_ENV, JOB_START_ENV, LOCAL_DIR_ENV
+from tradewind.cluster.messages import abstract_address, connect, listen, receive, send
 from tradewind.cluster.process import process_alive, process_start_time
 from tradewind.core import atomic_write_text
 
@@ -50,7 +51,6 @@ SERVE_FLAG = "--serve"
 WARM_IDLE_ENV = "TRADEWIND_WARM_IDLE_S"
 DEFAULT_IDLE_S = 300.0
 JOB_VARIABLES = (JOB_ID_ENV, ATTEMPT_ENV, LOCAL_DIR_ENV, JOB_START_ENV)  # a job's own: they differ job to job
-MAX_MESSAGE = 16 * 2**20  # a job's call carries its config: kilobytes
 EXIT_WAIT_S = 120.0  # how long a client waits for a retiring warm process to let go of the chip
 
 
@@ -60,8 +60,8 @@ def idle_s() -> float:
 
 
 def address(jobs_dir: Path) -> str:
-    """The warm process's socket, in Linux's abstract namespace: no file to leave behind, no path length limit."""
-    return "\0tradewind-warm-" + hashlib.sha256(str(Path(jobs_dir).resolve()).encode()).hexdigest()[:24]
+    """The warm process's socket: one per jobs folder."""
+    return abstract_address("warm", str(Path(jobs_dir).resolve()))
 
 
 def environment_key(environ: dict[str, str] | os._Environ[str], cwd: str) -> str:
@@ -76,26 +76,6 @@ def warm_log(jobs_dir: Path) -> Path:
     return Path(jobs_dir) / "warm.log"
 
 
-def send(conn: socket.socket, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
-    socket.send_fds(conn, [json.dumps(message).encode()], list(fds))
-
-
-def receive(conn: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """One message and the file descriptors sent with it; (None, []) when the other end has closed."""
-    data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 2)
-    return (json.loads(data) if data else None), fds
-
-
-def connect(jobs_dir: Path) -> socket.socket | None:
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        conn.connect(address(jobs_dir))
-    except (ConnectionRefusedError, FileNotFoundError):
-        conn.close()
-        return None
-    return conn
-
-
 # --- the client: the job's own process -------------------------------------------------------------------------
 
 
@@ -108,7 +88,7 @@ def run_as_client(jobs_dir: Path, call: dict[str, Any]) -> int:
     own[JOB_START_ENV] = str(time.time() - process_age())
     request = {"call": call, "env": own, "key": environment_key(os.environ, os.getcwd())}
     while True:
-        conn = connect(jobs_dir) or start_warm_process(jobs_dir)
+        conn = connect(address(jobs_dir)) or start_warm_process(jobs_dir)
         with conn:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -154,7 +134,7 @@ def start_warm_process(jobs_dir: Path) -> socket.socket:
     assert process.stdout is not None
     with process.stdout:
         process.stdout.readline()  # its "listening" line, or nothing when it ended (another one serves the folder)
-    conn = connect(jobs_dir)
+    conn = connect(address(jobs_dir))
     if conn is None:
         raise RuntimeError(f"the warm process did not start (exit code {process.poll()}); see {warm_log(jobs_dir)}")
     return conn
@@ -170,7 +150,7 @@ def wait_for_exit(pid: int, start: int | None, timeout_s: float = EXIT_WAIT_S) -
 def release(jobs_dir: Path) -> int | None:
     """End the warm process of `jobs_dir` once its job (if any) is done, and wait until it has; returns its pid,
     or None when none runs. Frees what it holds (the host's TPU) for programs outside Tradewind."""
-    conn = connect(jobs_dir)
+    conn = connect(address(jobs_dir))
     if conn is None:
         return None
     with conn, contextlib.suppress(ConnectionError):  # one that was ending as we connected has ended by now
@@ -214,12 +194,9 @@ def _last_warm_process(jobs_dir: Path) -> tuple[int, int | None] | None:
 def serve(jobs_dir: Path) -> None:
     """Listen on `address(jobs_dir)` and run its clients' jobs one at a time until idle, released or a job
     fails; returns at once when another warm process serves the folder."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        listener.bind(address(jobs_dir))
-    except OSError:
+    listener = listen(address(jobs_dir))
+    if listener is None:
         return
-    listener.listen(8)
     atomic_write_text(pid_file(jobs_dir), f"{os.getpid()} {process_start_time(os.getpid())}\n")
     print("listening", flush=True)
     log = os.open(warm_log(jobs_dir), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
