@@ -18,7 +18,7 @@ from tradewind.cluster.process import process_alive
 FACTS = textwrap.dedent(
     """
     import json, os, sys, time
-    trainer_imported = "tradewind.trainer.start" in sys.modules
+    trainer_imported = "tradewind.trainer.loop" in sys.modules  # train_job's PRELOAD
     print("to stdout", flush=True)
     print("to stderr", file=sys.stderr, flush=True)
     import jax

@@ -60,8 +60,8 @@ def enabled() -> bool:
 
 def environment_key(environ: dict[str, str]) -> str:
     """What a fork server and its jobs must share: the variables read while importing, the interpreter, and the
-    installed code (the size and time of each Tradewind source file and of each folder on the import path, which
-    an install or upgrade changes)."""
+    installed code (the size and time of each Tradewind source file, and of each site-packages folder, which an
+    install or upgrade changes)."""
     read_at_import = sorted((name, value) for name, value in environ.items() if name.startswith(READ_AT_IMPORT))
     stamp = json.dumps([read_at_import, sys.executable, code_stamp()])
     return hashlib.sha256(stamp.encode()).hexdigest()
@@ -182,13 +182,17 @@ def serve(key: str) -> None:
 
 
 def preload(callable_path: str) -> None:
-    """Import the module of a Tradewind job's callable here, once, so that every later child finds it imported.
-    Not a module from elsewhere: one that started a thread as it was imported would make each later fork unsafe.
-    One that fails to import fails again in the job, whose log says why."""
-    module = callable_path.partition(":")[0]
-    if module.startswith("tradewind.") and module not in sys.modules:
-        with contextlib.suppress(Exception):
-            importlib.import_module(module)
+    """Import the module of a Tradewind job's callable here, once, and the modules it names in `PRELOAD` (what its
+    callable imports when called), so that every later child finds them imported. Not a module from elsewhere:
+    one that started a thread as it was imported would make each later fork unsafe. One that fails to import
+    fails again in the job, whose log says why."""
+    name = callable_path.partition(":")[0]
+    if not name.startswith("tradewind.") or name in sys.modules:
+        return
+    with contextlib.suppress(Exception):
+        module = importlib.import_module(name)
+        for also in getattr(module, "PRELOAD", ()):
+            importlib.import_module(also)
 
 
 class Server:

@@ -12,6 +12,8 @@ from typing import Any
 from tradewind.core import atomic_write_json, parse_config
 from tradewind.runs.compile import CompileJob
 
+PRELOAD = ("tradewind.trainer.tpu_compile",)  # what the fork server imports ahead of the jobs
+
 
 def compile_job(**job: Any) -> None:
     """The entry of a compiling job: validates its keyword arguments as a `CompileJob`, compiles each config for

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the probe's types; JAX is imported only when it runs
 
 PROBE_WARMUP_STEPS = 3  # untimed, after the first step: the earliest executions run slower than the rest
 PROBE_STRETCHES = 8  # stretches of steps the probe times at least, when steps are fast enough
+PRELOAD = ("tradewind.trainer.setup", "tradewind.trainer.loop")  # what the fork server imports ahead of the jobs
 
 
 def probe_training(config: TrainConfig, placement: Placement | None = None, probe_s: float = PROBE_S) -> TrainEstimate:

@@ -40,6 +40,7 @@ from tradewind.runs.sample_client import read_line, send_line
 
 CACHED_RUNS = 4
 TICK_S = 0.5  # how often an idle worker checks its socket file and idle time
+PRELOAD = ("tradewind.trainer.restore", "tradewind.trainer.sample")  # what the fork server imports ahead of the jobs
 
 
 class RunCache:

@@ -19,6 +19,8 @@ from tradewind.core import parse_config
 from tradewind.runs.jobs import TrainJob
 from tradewind.trainer.startup import StartupClock
 
+PRELOAD = ("tradewind.trainer.loop",)  # what the fork server imports ahead of the jobs (cluster/forkserver.py)
+
 
 def train_job(**job: Any) -> None:
     """The entry of a training job: validates its keyword arguments as a `TrainJob` and trains."""
