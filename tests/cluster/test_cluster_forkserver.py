@@ -2,16 +2,22 @@
 job, and is in every way a job's process (its own session, pid, environment, working folder, log, exit status,
 kill)."""
 
+import contextlib
 import json
 import os
 import signal
+import socket
+import struct
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from polling import wait_until
 
 from tradewind.cluster import JobSpec, JobStatus, LocalBackend
-from tradewind.cluster.forkserver import FORK_SERVER_ENV
+from tradewind.cluster.forkserver import FORK_SERVER_ENV, address, start_server
 from tradewind.cluster.process import process_alive
 
 # Run in the job's process, as its callable (`runpy.run_path`): what that process is, before it imports anything.
@@ -120,3 +126,56 @@ def test_a_job_ends_with_its_fork_server_and_is_reported_killed(backend, tmp_pat
     done = backend.wait(job.id, timeout=60)
     assert (done.status, done.reason) == (JobStatus.PREEMPTED, "killed by signal SIGKILL")
     assert not process_alive(facts["pid"])
+
+
+NOBODY = 65534
+# Another user's process: connects to the server's address and asks it to write `target` (stdlib only).
+INTRUDER = textwrap.dedent(
+    """
+    import json, os, socket, sys
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.connect(bytes.fromhex(sys.argv[1]).decode())
+    call = {"callable": "tradewind.core:atomic_write_json", "args": [sys.argv[2]], "kwargs": {"obj": "written"}}
+    request = {"call": call, "env": {}, "cwd": "/"}
+    try:
+        socket.send_fds(conn, [json.dumps(request).encode()], [os.open(os.devnull, os.O_WRONLY)])
+        print(repr(conn.recv(1000)))
+    except OSError as error:
+        print(repr(error))
+    """
+)
+
+
+def python_for_nobody() -> str | None:
+    """A Python that user `nobody` may run (this venv's may lie in a folder only root may enter)."""
+    for candidate in (sys.executable, sys._base_executable, "/usr/bin/python3"):
+        with contextlib.suppress(OSError):
+            if candidate and subprocess.run([candidate, "-I", "-S", "-c", "pass"], user=NOBODY).returncode == 0:
+                return candidate
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may run a process as another user")
+def test_a_fork_server_hangs_up_on_another_users_process(tmp_path):
+    # An abstract socket has no file permissions: the server itself must refuse a request from another user.
+    python = python_for_nobody()
+    if python is None:
+        pytest.skip("no Python here that user nobody may run")
+    key = f"test-{tmp_path}"
+    conn = start_server(key, dict(os.environ))
+    assert conn is not None
+    pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    conn.close()
+    try:
+        target = tmp_path / "target.json"
+        tmp_path.chmod(0o777)
+        intruder = [python, "-I", "-S", "-c", INTRUDER, address(key).encode().hex(), str(target)]
+        refused = subprocess.run(intruder, user=NOBODY, capture_output=True, text=True, timeout=60)
+        assert refused.stdout.strip() in ("b''", "ConnectionResetError(104, 'Connection reset by peer')"), refused
+        # The same request from this user is forked: the reply names the child, which ends without running the call
+        # when its asker goes without the word to go.
+        own = subprocess.run(intruder, capture_output=True, text=True, timeout=60)
+        assert '"pid"' in own.stdout, own
+        assert not target.exists()
+    finally:
+        os.kill(pid, signal.SIGKILL)

@@ -42,7 +42,7 @@ from typing import Any
 import tradewind
 from tradewind.cluster.entry import run_call
 from tradewind.cluster.jobs import JobSpec
-from tradewind.cluster.messages import abstract_address, connect, listen, receive, send
+from tradewind.cluster.messages import abstract_address, accept, connect, listen, receive, send
 from tradewind.cluster.process import process_alive, process_start_time
 
 FORK_SERVER_ENV = "TRADEWIND_FORK_SERVER"  # "0": every job in a new process
@@ -169,11 +169,11 @@ def start_server(key: str, env: dict[str, str]) -> socket.socket | None:
 
 def serve(key: str) -> None:
     """Listen for jobs whose environment has `key` until idle for `idle_s()`; at once when another server does."""
+    if os.fork():  # the parent returns to the supervisor that started it; the server goes on as nobody's child
+        os._exit(0)
     listener = listen(address(key))
     if listener is None:
         return
-    if os.fork():  # the parent returns to the supervisor that started it; the server goes on as nobody's child
-        os._exit(0)
     print("listening", flush=True)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, sys.stdout.fileno())
@@ -215,7 +215,8 @@ class Server:
         while self.children or time.monotonic() - last_busy < idle_s():
             for event, _ in self.selector.select(timeout=max(idle_s() - (time.monotonic() - last_busy), 0.1)):
                 if event.fileobj is self.listener:
-                    self.fork_for(self.listener.accept()[0])
+                    if conn := accept(self.listener):
+                        self.fork_for(conn)
                 else:
                     os.read(self.wake_read, 512)
             self.reap()

@@ -1,14 +1,18 @@
 """Messages between this machine's processes over Unix sockets: one JSON object a packet, file descriptors beside it.
 
 The warm process (`warm.py`) and the fork server (`forkserver.py`) listen at addresses in Linux's abstract
-namespace: no file to leave behind, and none to clean up after a process that was killed.
+namespace: no file to leave behind, and none to clean up after a process that was killed. Such an address has no
+file permissions either, and anyone on the machine may connect: `accept` hangs up on another user's process,
+since each request runs code as this one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
+import struct
 from typing import Any
 
 MAX_MESSAGE = 16 * 2**20  # a job's call carries its config: kilobytes
@@ -29,6 +33,17 @@ def listen(address: str, backlog: int = 8) -> socket.socket | None:
         return None
     listener.listen(backlog)
     return listener
+
+
+def accept(listener: socket.socket) -> socket.socket | None:
+    """The next connection to `listener`, or None when it came from another user's process (it is closed)."""
+    conn, _ = listener.accept()
+    credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", credentials)
+    if uid != os.getuid():
+        conn.close()
+        return None
+    return conn
 
 
 def connect(address: str) -> socket.socket | None:

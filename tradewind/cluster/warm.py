@@ -43,7 +43,7 @@ from typing import Any
 
 from tradewind.cluster.entry import run_call
 from tradewind.cluster.jobs import ATTEMPT_ENV, JOB_ID_ENV, JOB_START_ENV, LOCAL_DIR_ENV
-from tradewind.cluster.messages import abstract_address, connect, listen, receive, send
+from tradewind.cluster.messages import abstract_address, accept, connect, listen, receive, send
 from tradewind.cluster.process import process_alive, process_start_time
 from tradewind.core import atomic_write_text
 
@@ -208,10 +208,12 @@ def serve(jobs_dir: Path) -> None:
     listener.settimeout(idle_s())
     while True:
         try:
-            conn, _ = listener.accept()
+            conn = accept(listener)
         except TimeoutError:
             say(f"idle for {idle_s():g} s: ending")
             return
+        if conn is None:
+            continue
         with conn:
             request, fds = receive(conn)
             if request is None:
