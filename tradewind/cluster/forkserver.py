@@ -214,39 +214,46 @@ class Server:
         last_busy = time.monotonic()
         while self.children or time.monotonic() - last_busy < idle_s():
             for event, _ in self.selector.select(timeout=max(idle_s() - (time.monotonic() - last_busy), 0.1)):
-                if event.fileobj is self.listener:
-                    if conn := accept(self.listener):
-                        self.fork_for(conn)
-                else:
-                    os.read(self.wake_read, 512)
+                try:
+                    self.answer(event.fileobj)
+                except Exception:
+                    if os.getpid() != self.pid:
+                        raise  # in a child, its job's error: it ends the process as it ends a job's own
+                    # In the server, a request's trouble (fork refused, too many files) ends that request only:
+                    # the server's end would kill every job it forked.
             self.reap()
             if self.children:
                 last_busy = time.monotonic()
 
-    def fork_for(self, conn: socket.socket) -> None:
-        """Fork the process of `conn`'s job: the child becomes the job; this process tells the supervisor its pid."""
-        try:
-            conn.settimeout(REQUEST_TIMEOUT_S)
-            request, fds = receive(conn)
-        except OSError:
-            request, fds = None, []
-        if request is None or len(fds) != 1:
-            conn.close()
-            return
-        preload(request["call"]["callable"])
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            self.close_in_child()
-            become_job(conn, request, log=fds[0], server=self)
-        os.close(fds[0])
-        try:
-            send(conn, {"pid": pid})
-        except OSError:  # the supervisor is gone: the child, waiting for its word, sees that and ends
-            conn.close()
-            return
+    def answer(self, source: Any) -> None:
+        if source is self.wake_read:
+            os.read(self.wake_read, 512)
+        elif conn := accept(self.listener):
+            with contextlib.ExitStack() as closing:
+                closing.callback(conn.close)
+                if self.fork_for(conn):
+                    closing.pop_all()
+
+    def fork_for(self, conn: socket.socket) -> bool:
+        """Fork the process of `conn`'s job: the child becomes the job; this process tells the supervisor its pid.
+        Returns whether it did (and keeps the connection to report the child's exit)."""
+        conn.settimeout(REQUEST_TIMEOUT_S)
+        request, fds = receive(conn)
+        with contextlib.ExitStack() as closing:
+            for fd in fds:
+                closing.callback(os.close, fd)
+            if len(fds) != 1 or not isinstance(request, dict) or not {"call", "env", "cwd"} <= request.keys():
+                return False
+            preload(request["call"]["callable"])
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                self.close_in_child()
+                become_job(conn, request, log=os.dup(fds[0]), server=self)
+        send(conn, {"pid": pid})  # if the supervisor is gone, the child, waiting for its word, sees that and ends
         self.children[pid] = conn
+        return True
 
     def close_in_child(self) -> None:
         """What a child must not hold: the server's sockets (another job's supervisor would not see the server
@@ -262,7 +269,7 @@ class Server:
 
     def reap(self) -> None:
         """Tell the supervisor of each child that has ended its exit status, as `subprocess` reports it."""
-        while self.children:
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
