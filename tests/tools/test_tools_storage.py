@@ -10,7 +10,6 @@ import signal
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 from bucket_servers import S3_SECRET
 from data_helpers import cache_files
@@ -59,18 +58,6 @@ def two_process_reference(ctx, dataset_id, tiny_run_settings):
     return done, settings
 
 
-def replica_pid(run_id: str, replica: int) -> int | None:
-    """The pid of the training process `replica` of run `run_id`'s job, if it is running."""
-    for process in psutil.process_iter(["pid"]):
-        try:
-            env = process.environ()
-        except (psutil.Error, OSError):
-            continue
-        if env.get("TRADEWIND_JOB_ID") == run_id and env.get("TRADEWIND_PROCESS_ID") == str(replica):
-            return process.info["pid"]
-    return None
-
-
 @pytest.fixture
 def unshared(bucket, ctx, dataset_id, tmp_path, monkeypatch) -> ToolContext:
     """A workspace allowed to write under `bucket`, holding the session's dataset, whose training processes each
@@ -115,9 +102,7 @@ def test_two_processes_sharing_no_folder_train_from_a_bucket_and_resume_bitwise_
     committed = f"{path}/checkpoints/10/{COMMITTED[scheme]}"
     wait_until(lambda: fs.invalidate_cache(path) or fs.exists(committed), 240, "checkpoint 10")
     killed = 1 if scheme == "gs" else 0  # any process: one with only its checkpoint shards, or the one that writes
-    pid = replica_pid(run.run_id, killed)
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
+    os.kill(unshared.backend.status(run.run_id).pids[killed], signal.SIGKILL)
 
     done = finish(unshared, run.run_id)
     assert done.status is JobStatus.SUCCEEDED, done.log_tail

@@ -41,7 +41,7 @@ from typing import Any
 
 import tradewind
 from tradewind.cluster.entry import run_call
-from tradewind.cluster.jobs import JobSpec
+from tradewind.cluster.jobs import JOB_VARIABLES, JobSpec
 from tradewind.cluster.messages import abstract_address, accept, connect, listen, receive, send
 from tradewind.cluster.process import process_alive, process_start_time
 
@@ -154,7 +154,7 @@ def start_server(key: str, env: dict[str, str]) -> socket.socket | None:
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,  # one line once it listens
         stderr=subprocess.DEVNULL,
-        env=env,
+        env={name: value for name, value in env.items() if name not in JOB_VARIABLES},  # this job's are its own
         start_new_session=True,  # it outlives this supervisor, and a stop of a job's group does not reach it
     )
     assert server.stdout is not None

@@ -31,6 +31,16 @@ ATTEMPT_ENV = "TRADEWIND_ATTEMPT"
 JOB_START_ENV = "TRADEWIND_JOB_START"
 # A folder of this process's own, on its host's disk: where a run that lives in a bucket keeps its local copy.
 LOCAL_DIR_ENV = "TRADEWIND_LOCAL_DIR"
+# A job's own variables: they differ job to job (and replica to replica).
+JOB_VARIABLES = (
+    JOB_ID_ENV,
+    ATTEMPT_ENV,
+    LOCAL_DIR_ENV,
+    JOB_START_ENV,
+    COORDINATOR_ENV,
+    PROCESS_ID_ENV,
+    PROCESS_COUNT_ENV,
+)
 
 
 def local_dir() -> Path:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tradewind.cluster.entry import run_call
-from tradewind.cluster.jobs import ATTEMPT_ENV, JOB_ID_ENV, JOB_START_ENV, LOCAL_DIR_ENV
+from tradewind.cluster.jobs import JOB_ID_ENV, JOB_START_ENV, JOB_VARIABLES
 from tradewind.cluster.messages import abstract_address, accept, connect, listen, receive, send
 from tradewind.cluster.process import process_alive, process_start_time
 from tradewind.core import atomic_write_text
@@ -50,7 +50,6 @@ from tradewind.core import atomic_write_text
 SERVE_FLAG = "--serve"
 WARM_IDLE_ENV = "TRADEWIND_WARM_IDLE_S"
 DEFAULT_IDLE_S = 300.0
-JOB_VARIABLES = (JOB_ID_ENV, ATTEMPT_ENV, LOCAL_DIR_ENV, JOB_START_ENV)  # a job's own: they differ job to job
 EXIT_WAIT_S = 120.0  # how long a client waits for a retiring warm process to let go of the chip
 
 
