@@ -127,7 +127,10 @@ def fork_job(spec: JobSpec, env: dict[str, str], log: int) -> ForkedProcess | No
     if not enabled():
         return None
     key = environment_key(env)
-    conn = connect(address(key)) or start_server(key, env)
+    try:
+        conn = connect(address(key)) or start_server(key, env)
+    except OSError:  # no process could be started: neither could the job's own, which says why
+        return None
     if conn is None:
         return None
     with contextlib.ExitStack() as closing:
