@@ -253,6 +253,7 @@ class Server:
             pid = os.fork()
             if pid == 0:
                 self.close_in_child()
+                # A copy: the job's exit unwinds this `with`, which closes the received descriptor once more.
                 become_job(conn, request, log=os.dup(fds[0]), server=self)
         send(conn, {"pid": pid})  # if the supervisor is gone, the child, waiting for its word, sees that and ends
         self.children[pid] = conn
