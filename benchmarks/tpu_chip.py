@@ -63,6 +63,9 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     # what the launch picks for the 1B (its shape here keeps last session's Adafactor and scanned blocks)
     "adamw_bf16_moments_unrolled": {"optimizer": {"type": "adamw", "bf16_moments": True}, "scan_layers": False},
     "remat_full": {"remat": "full"},
+    # full remat of the first blocks only: the rest keep their activations in the memory unrolled blocks leave
+    "unrolled_remat_10": {"scan_layers": False, "remat_blocks": 10},
+    "unrolled_remat_9": {"scan_layers": False, "remat_blocks": 9},
     "remat_save_matmuls": {"remat": "save_matmuls"},
     "scan_remat_full": {"scan_layers": True, "remat": "full"},
     "reference_attention": {"attention": "reference"},
@@ -74,6 +77,7 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     "accumulate_2": {"batch_size": 2, "grad_accum": 2},  # twice the tokens per update in two microbatches
     "batch_1.5": {"batch_size": 1.5},
     "d_ff_2816": {"model": {"d_ff": 2816}},  # Llama's rule (8/3 d_model in multiples of 256) for d_model 1024
+    "heads_128_wide": {"model": {"n_heads": 8, "n_kv_heads": 4}},  # the same width in 128-wide heads, not 64
     # Knobs: the trainer's module constants, each against its default, to find what a change of it gains
     "ce_block_8m": {"constants": {"tradewind.trainer.setup:block_logits": lambda platform: 8 * 2**20}},
     "splash_512": {"constants": {"tradewind.trainer.models.layers:SPLASH_BLOCKS": (512, 256, 128)}},

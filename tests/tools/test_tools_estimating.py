@@ -11,7 +11,7 @@ from mcp_helpers import call
 from runs_helpers import CancelAtFirstReport
 from tpu_helpers import needs_libtpu
 
-from tradewind.cluster import JobStatus
+from tradewind.cluster import JobStatus, Placement
 from tradewind.core import NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer
 from tradewind.runs import RunLayout, TrainConfig, read_summary
@@ -320,3 +320,14 @@ def test_a_tpu_run_too_big_for_its_chips_is_said_not_to_fit_with_the_compilers_n
     assert result.fits is False and result.step_time_s is None and result.estimated_mfu is None
     assert result.hbm_per_chip_bytes > result.device_memory_bytes
     assert result.advice.startswith("It does not fit a chip: the compiled step needs") and "mesh.fsdp" in result.advice
+
+
+def test_the_memory_changes_of_a_run_that_remats_its_first_blocks_recompute_every_block():
+    config = TrainConfig(
+        dataset="unused", model={"preset": "llama-1b"}, batch_size=8, seq_len=2048, remat="full", remat_blocks=10
+    )
+    one_chip = Placement(accelerator="tpu-v5litepod-1")
+    changes = {change.name: change.applied_to(config) for change in tpu_fit.memory_changes(config, one_chip)}
+    everywhere = [changed for changed in changes.values() if changed.remat == "full" and changed.remat_blocks is None]
+    assert {changed.scan_layers for changed in everywhere} == {True, False}, list(changes)
+    assert "remat=full, scan_layers=false and remat_blocks=null" in changes

@@ -198,3 +198,18 @@ def test_activations_count_what_remat_keeps_and_the_scores_only_a_kernel_that_ke
     assert activations(remat="full") == int(unit * (layers * 2 + 34 + scores) + logits)
     assert activations(remat="save_matmuls") == int(unit * (layers * 34 + 34 + scores) + logits)
     assert activations(remat="full") < activations(remat="save_matmuls") < activations()
+    # Full remat of the first block alone: it keeps its input, the other three everything.
+    assert activations(remat="full", remat_blocks=1) == int(unit * (2 + 3 * (34 + scores) + 34 + scores) + logits)
+
+
+def test_remat_blocks_names_the_first_blocks_of_an_unrolled_remat_run(tiny_config):
+    config = tiny_config(model={"n_layers": 4}, remat="full", remat_blocks=3)
+    assert config.block_remat == ("full", "full", "full", "none") and config.remat_share == 0.75
+    assert tiny_config(remat="save_matmuls").block_remat == "save_matmuls"
+    for fields, message in [
+        ({"remat_blocks": 2}, "remat_blocks: needs remat 'full' or 'save_matmuls'"),
+        ({"remat": "full", "remat_blocks": 2, "scan_layers": True}, "remat_blocks: needs unrolled blocks"),
+        ({"remat": "full", "remat_blocks": 5}, r"remat_blocks \(5\) is more than the model's blocks \(4\)"),
+    ]:
+        with pytest.raises(ValidationError, match=message):
+            tiny_config(model={"n_layers": 4}, **fields)

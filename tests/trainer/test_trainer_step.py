@@ -159,6 +159,27 @@ def test_rematerialising_blocks_changes_no_loss_and_no_gradient(remat, architect
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
+def test_remat_of_the_first_blocks_recomputes_those_alone_and_changes_no_loss_and_no_gradient():
+    config = model_config(vocab_size=64, d_model=32, n_layers=3, n_heads=4, max_seq_len=32)
+    graphdef, params = split_model(config)
+    tokens = batch()
+
+    def step(remat):
+        return lambda p, b: loss_and_grads(graphdef, p, b, 1, 1e-3, remat)
+
+    def recomputed_blocks(remat) -> int:  # the checkpointed calls in the step's program
+        return str(jax.make_jaxpr(step(remat))(params, tokens)).count("remat2[")
+
+    first_block = ("full", "none", "none")
+    assert (recomputed_blocks("none"), recomputed_blocks(first_block), recomputed_blocks("full")) == (0, 1, 3)
+    kept_loss, kept_grads = jax.jit(step("none"))(params, tokens)
+    loss, grads = jax.jit(step(first_block))(params, tokens)
+    assert abs(float(loss) - float(kept_loss)) <= 1e-6
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(kept_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
 GPT2_CONFIG = model_config(type="gpt2", vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=32)
 # Splash's code runs in Pallas's interpreter on the CPU; it takes whole 128-token blocks (two here) and groups heads.
 SPLASH_CONFIG = model_config(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=256)

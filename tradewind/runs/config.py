@@ -185,6 +185,9 @@ class TrainConfig(BaseModel):
     seed: int = Field(0, ge=0, lt=2**32, description="Seeds weights and batch order.")
     z_loss: float = Field(0.0, ge=0, le=1, description="Weight of mean(logsumexp^2), e.g. 1e-4.")
     remat: Remat = Field("none", description="Recompute activations (less memory).")
+    remat_blocks: int | None = Field(
+        None, gt=0, le=10**4, description="Remat only the first N blocks (unrolled); null: every block."
+    )
     attention: AttentionChoice = Field(
         "auto",
         description="auto: cuDNN on GPU, splash on TPU.",
@@ -243,6 +246,34 @@ class TrainConfig(BaseModel):
         if batch_size is not None and batch_size % grad_accum:
             raise ValueError(f"grad_accum ({grad_accum}) must divide batch_size ({batch_size})")
         return grad_accum
+
+    @model_validator(mode="after")
+    def _remat_blocks_unrolled(self) -> TrainConfig:
+        if self.remat_blocks is None:
+            return self
+        if self.remat == "none":
+            raise ValueError("remat_blocks: needs remat 'full' or 'save_matmuls' (it says how many blocks recompute)")
+        if self.scan_layers:
+            raise ValueError("remat_blocks: needs unrolled blocks (scan_layers false); a scanned loop remats all")
+        if self.remat_blocks > self.model.n_layers:
+            blocks = self.model.n_layers
+            raise ValueError(f"remat_blocks ({self.remat_blocks}) is more than the model's blocks ({blocks})")
+        return self
+
+    @property
+    def remat_share(self) -> float:
+        """The share of the blocks that recompute their activations in the backward pass (0 without remat)."""
+        if self.remat == "none":
+            return 0.0
+        return 1.0 if self.remat_blocks is None else self.remat_blocks / self.model.n_layers
+
+    @property
+    def block_remat(self) -> Remat | tuple[Remat, ...]:
+        """What each block keeps for the backward pass, as the model's `decode` takes it: `remat` for every
+        block, or with `remat_blocks` that policy for the first blocks and none for the rest."""
+        if self.remat_blocks is None:
+            return self.remat
+        return (self.remat,) * self.remat_blocks + ("none",) * (self.model.n_layers - self.remat_blocks)
 
     @model_validator(mode="after")
     def _one_work_budget(self) -> TrainConfig:

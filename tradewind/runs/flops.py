@@ -9,7 +9,8 @@ Models": a block stores `s * b * d * (34 + 5 * heads * s / d)` bytes of 16-bit a
 for float32, plus the logits and their gradient; weights, gradients and optimizer moments are float32. The
 `5 * heads * s / d` term is the attention scores, which only the reference attention keeps (splash and cuDNN's
 flash attention recompute them); `remat` keeps less: `save_matmuls` the matmuls' outputs (no scores), `full` each
-block's input alone, and one block's activations are rebuilt at a time. A LoRA run (`TrainConfig.lora`) trains
+block's input alone (in the first `remat_blocks` blocks, where set; the others keep everything), and one block's
+activations are rebuilt at a time. A LoRA run (`TrainConfig.lora`) trains
 only its adapters (float32, with gradients and moments) and holds its frozen base in bfloat16, with neither; its
 activations are counted as a full run's.
 """
@@ -98,11 +99,13 @@ def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1, pl
     tokens = sequences * config.seq_len
     scores = 5 * model.n_heads * config.seq_len / model.d_model if keeps_scores(config, platform) else 0.0
     unit = 2 * tokens * model.d_model  # the bytes of one float32 [tokens, d_model] activation, counted in halves
-    kept_per_block = {"none": 34 + scores, "save_matmuls": 34, "full": 2}[config.remat]
+    kept = {"none": 34 + scores, "save_matmuls": 34, "full": 2}
+    recomputing = round(config.remat_share * model.n_layers)  # blocks, from the first (`remat_blocks`)
+    kept_in_blocks = recomputing * kept[config.remat] + (model.n_layers - recomputing) * kept["none"]
     rebuilt = 0 if config.remat == "none" else 34 + scores  # the block whose activations the backward recomputes
     # The fused cross-entropy holds one block of logits at a time, with its softmax and gradient.
     logits = 3 * 4 * min(tokens * model.vocab_size, block_logits(platform))
-    activations = int(unit * (model.n_layers * kept_per_block + rebuilt) + logits)
+    activations = int(unit * (kept_in_blocks + rebuilt) + logits)
     return MemoryEstimate(params, frozen, weight_bytes, optimizer_bytes, activations, sequences)
 
 

@@ -34,7 +34,7 @@ GIB = 2**30
 COMPILE_TIMEOUT_S = 600.0
 # What a compiled step depends on besides the target: a report is reused for another run only if these match.
 STEP_FIELDS = {"model", "optimizer", "batch_size", "seq_len", "grad_accum", "compute_dtype", "mesh", "z_loss"}
-STEP_FIELDS |= {"on_nonfinite", "remat", "attention", "scan_layers", "lora"}
+STEP_FIELDS |= {"on_nonfinite", "remat", "remat_blocks", "attention", "scan_layers", "lora"}
 
 log = get_logger(__name__)
 
@@ -292,14 +292,16 @@ def memory_changes(config: TrainConfig, placement: Placement) -> list[MemoryChan
     with no momentum, and full remat) and that with one row per device in each microbatch. Those the run has
     already, or that do not split over the chips, are left out."""
     mesh, chips, optimizer = config.mesh, placement.chips, config.optimizer
-    recompute = {"remat": "full", "scan_layers": True}
+    recompute: dict[str, Any] = {"remat": "full", "scan_layers": True}
+    if config.remat_blocks is not None:  # every block, not the run's first few
+        recompute["remat_blocks"] = None
     changes = []
     if mesh.fsdp * mesh.tensor < chips:
         changes.append(_change(SHARDED_COST, mesh__data=-1, mesh__fsdp=chips // mesh.tensor))
     if not optimizer.bf16_moments:
         changes.append(_change(BF16_MOMENTS_COST, optimizer__bf16_moments=True))
-    if config.remat != "full":
-        unrolled = {"remat": "full", "scan_layers": False}
+    if config.remat != "full" or config.remat_blocks is not None:
+        unrolled = {**recompute, "scan_layers": False}
         for layers, cost in ((recompute, REMAT_COST), (unrolled, UNROLLED_REMAT_COST)):
             changes.append(_change(cost, **layers))
             if not optimizer.bf16_moments:

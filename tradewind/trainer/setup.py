@@ -351,7 +351,7 @@ def lower_steps(
         grad_accum=config.grad_accum,
         z_loss=config.z_loss,
         skip_nonfinite=config.on_nonfinite == "skip",
-        remat=config.remat,
+        remat=config.block_remat,
         logits_per_block=logits_per_block,
     )
     if config.optimizer.host_state:

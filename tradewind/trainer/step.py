@@ -23,7 +23,7 @@ from flax import nnx
 
 from tradewind.data import DocumentBatch
 from tradewind.runs.flops import block_logits
-from tradewind.runs.models.base import Remat
+from tradewind.runs.models.base import BlockRemat
 from tradewind.trainer.cross_entropy import fused_cross_entropy
 from tradewind.trainer.lora import advance_dropout
 
@@ -38,7 +38,7 @@ def next_token_loss(
     params: Params,
     batch: Batch,
     z_loss: float = 0.0,
-    remat: Remat = "none",
+    remat: BlockRemat = "none",
     *frozen: nnx.State,
     logits_per_block: int = block_logits("cpu"),
 ) -> tuple[jax.Array, jax.Array]:
@@ -56,7 +56,8 @@ def next_token_loss(
         params: the model's parameters (those differentiated).
         batch: token windows [batch, seq + 1] (int32), or a `DocumentBatch` of such arrays.
         z_loss: weight of the z-loss term (0 leaves it out of the graph).
-        remat: what each block keeps for the backward pass (the same values, less memory, more compute).
+        remat: what each block keeps for the backward pass (the same values, less memory, more compute); one
+            policy, or one per block.
         frozen: the rest of the model's state (a LoRA run's base model and dropout streams).
         logits_per_block: the fused cross-entropy's block (`block_logits` of the platform the step runs on).
     """
@@ -79,7 +80,7 @@ def loss_and_grads(
     batch: Batch,
     grad_accum: int,
     z_loss: float,
-    remat: Remat = "none",
+    remat: BlockRemat = "none",
     *frozen: nnx.State,
     logits_per_block: int = block_logits("cpu"),
 ) -> tuple[jax.Array, Params]:
@@ -140,7 +141,7 @@ def make_train_step(
     grad_accum: int = 1,
     z_loss: float = 0.0,
     skip_nonfinite: bool = False,
-    remat: Remat = "none",
+    remat: BlockRemat = "none",
     logits_per_block: int = block_logits("cpu"),
 ) -> TrainStep:
     """The pure update `(params, opt_state, batch, learning_rate[, frozen]) -> (params, opt_state, metrics)`.

@@ -162,7 +162,9 @@ class StepCalibration:
 
     Attributes:
         matmul: the model's matrix multiplies (6 FLOPs a weight a token, 8 with full remat) over the chip's peak.
-        attention: the splash kernel's rate on the attention FLOPs MFU counts, over the peak.
+        attention: the splash kernel's rate on the attention FLOPs MFU counts, over the peak, by the width of a
+            head (the kernel's products run along it: 64-wide heads fill half the matrix unit's 128 lanes); a
+            width between two measured ones takes the narrower one's rate (`attention_rate`).
         attention_forward: the forward pass's share of the kernel's time (remat runs it again).
         elementwise_bytes: HBM bytes per token, layer and unit of `d_model` of all the rest (norms, rotary
             embedding, residual adds, layout copies, the loss's softmax, the optimizer), at the HBM bandwidth.
@@ -171,11 +173,17 @@ class StepCalibration:
     """
 
     matmul: float
-    attention: float
+    attention: dict[int, float]
     attention_forward: float
     elementwise_bytes: float
     overhead: float
     source: str
+
+    def attention_rate(self, head_dim: int) -> float:
+        """The splash kernel's rate for heads `head_dim` wide: that of the widest measured width not above it
+        (the narrowest measured, for narrower heads)."""
+        widths = sorted(self.attention)
+        return self.attention[max((w for w in widths if w <= head_dim), default=widths[0])]
 
 
 # The one table of measured rates. A generation not in it is estimated with the v5e's, scaled by its own peak and
@@ -183,13 +191,14 @@ class StepCalibration:
 STEP_CALIBRATION = {
     "v5e": StepCalibration(
         matmul=0.80,
-        attention=0.43,
+        attention={64: 0.43, 128: 0.86},
         attention_forward=0.40,
         elementwise_bytes=160.0,
         overhead=0.012,
         source=(
             "one TPU v5e chip, 2026-12-06: the profiles of a 125M, a 350M and a 1B Llama at sequence 2048 "
-            "(benchmarks/tpu_chip.py; the rows of the code as it is in benchmarks/results/tpu_chip-2026-12-06b.jsonl)"
+            "(benchmarks/tpu_chip.py; the rows of the code as it is in benchmarks/results/tpu_chip-2026-12-06b.jsonl); "
+            "128-wide heads' attention 2026-12-07 (the 350M in 8 heads, tpu_chip-2026-12-07b.jsonl)"
         ),
     ),
 }
@@ -202,10 +211,11 @@ def estimate_step(
     """The step time of `config`'s train step on `slices` slices of `target`, by kind of work at the rates the
     chip was measured to run it (`STEP_CALIBRATION`), per chip.
 
-    Matmuls: the model's matmul FLOPs (8 a weight a token with full remat, which runs the forward again) at the
-    calibrated share of the peak. Attention: the score and value products MFU counts, at the splash kernel's
-    measured rate (its forward again under remat), or for the reference kernel at the matmul rate with its scores'
-    traffic. Element-wise: the calibrated bytes per token, layer and unit of `d_model` (half again under remat) at
+    Matmuls: the model's matmul FLOPs (8 a block's weight a token with full remat, which runs the block's forward
+    again; `remat_blocks` counts only the blocks it names) at the calibrated share of the peak. Attention: the
+    score and value products MFU counts, at the splash kernel's measured rate (its forward again in the blocks
+    remat recomputes), or for the reference kernel at the matmul rate with its scores' traffic. Element-wise: the
+    calibrated bytes per token, layer and unit of `d_model` (half again in the blocks remat recomputes) at
     the HBM bandwidth. The three add up, plus the loop's overhead. Network: each chip's collective bytes over a
     ring on one torus axis (two of the chip's `2 x dims` links), plus, with several slices, the float32 gradients
     of one host's chips crossing the data-centre network twice (an all-reduce over slices); taken to overlap the
@@ -215,19 +225,22 @@ def estimate_step(
     chip = target.chip
     rates = STEP_CALIBRATION.get(chip.generation, STEP_CALIBRATION["v5e"])
     tokens = config.tokens_per_step / chips
-    remat = config.remat != "none"
+    remat = config.remat_share  # the share of the blocks whose forward runs again
     compute_s = config.flops_per_token(model.vocab_size) * tokens / chip.peak_bf16_flops
-    matmul_flops = (8.0 if config.remat == "full" else 6.0) * model.matmul_params() * tokens
+    matmul_flops = 6.0 * model.matmul_params() * tokens
+    if config.remat == "full":  # save_matmuls keeps the products' outputs
+        matmul_flops += 2.0 * remat * model.n_layers * model.block_matmul_params() * tokens
     matmul_s = matmul_flops / (chip.peak_bf16_flops * rates.matmul)
     attention_flops = model.attention_product_flops(config.seq_len) * tokens
     kernel = attention_kernel(config.attention, compute_dtype(config.compute_dtype, "tpu"), config.seq_len, "tpu")
     if kernel == "splash":
-        forward_again = rates.attention_forward if remat else 0.0
-        attention_s = attention_flops / (chip.peak_bf16_flops * rates.attention) * (1 + forward_again)
+        forward_again = rates.attention_forward * remat
+        attention_rate = rates.attention_rate(model.head_dim)
+        attention_s = attention_flops / (chip.peak_bf16_flops * attention_rate) * (1 + forward_again)
     else:  # every score made and stored: the products at the matmul rate, the scores at the HBM bandwidth
         scores = model.n_layers * model.n_heads * config.seq_len * tokens * REFERENCE_SCORE_BYTES
         attention_s = attention_flops / (chip.peak_bf16_flops * rates.matmul) + scores / chip.hbm_bytes_per_s
-    elementwise = rates.elementwise_bytes * tokens * model.n_layers * model.d_model * (1.5 if remat else 1.0)
+    elementwise = rates.elementwise_bytes * tokens * model.n_layers * model.d_model * (1 + 0.5 * remat)
     elementwise_s = elementwise / chip.hbm_bytes_per_s
     ring_bytes_per_s = chip.ici_bytes_per_s / chip.torus_dims / 2
     network_s = sum(c.bytes for c in collectives) / ring_bytes_per_s

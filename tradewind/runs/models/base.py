@@ -51,6 +51,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 # What a block keeps for the backward pass while training (`tradewind.trainer.models.layers.REMAT_POLICIES`):
 # everything; nothing but its input (recompute it all); or its matmuls' outputs (recompute the rest).
 Remat = Literal["none", "full", "save_matmuls"]
+BlockRemat = Remat | tuple[Remat, ...]  # one policy for every block, or one per block (`TrainConfig.block_remat`)
 # The named scopes (`jax.named_scope`) a training step's ops run under, by the part of the model or step that
 # they compute: a TPU profile attributes its time to them (`tradewind.trainer.trace_summary`).
 MODEL_PARTS = ("embedding", "attention", "mlp", "norms", "loss", "optimizer")

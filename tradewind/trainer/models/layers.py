@@ -18,7 +18,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from tradewind.core import ConfigError
-from tradewind.runs.models.base import Attention, Remat
+from tradewind.runs.models.base import Attention, BlockRemat, Remat
 from tradewind.runs.models.configs import Llama3RopeScaling, ModelConfig
 from tradewind.trainer.sharding import BATCH_AXES
 
@@ -254,17 +254,9 @@ def splash_causal_attention(
     def per_device(q: jax.Array, k: jax.Array, v: jax.Array, *segments: jax.Array) -> jax.Array:
         from jax.experimental.pallas.ops.tpu import splash_attention as splash  # Pallas loads only when used
 
-        block = next(size for size in SPLASH_BLOCKS if seq % size == 0)
-        sizes = dict.fromkeys(("block_q", "block_kv", "block_kv_compute", "block_q_dkv", "block_kv_dkv"), block)
-        sizes["block_kv_dkv_compute"] = block
-        if SPLASH_FUSED_BACKWARD:
-            sizes["use_fused_bwd_kernel"] = True
-        else:
-            sizes |= dict.fromkeys(("block_q_dq", "block_kv_dq"), block)
         mask = splash.MultiHeadMask([splash.CausalMask((seq, seq))] * q.shape[2])
-        kernel = splash.make_splash_mha(
-            mask, block_sizes=splash.BlockSizes(**sizes), head_shards=1, q_seq_shards=1, interpret=interpret
-        )
+        sizes = splash.BlockSizes(**splash_block_sizes(seq))
+        kernel = splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
         segment_ids = splash.SegmentIds(q=segments[0], kv=segments[0]) if segments else None
         out = jax.vmap(kernel)(
             _swap_seq_heads(q * head_dim**-0.5), _swap_seq_heads(k), _swap_seq_heads(v), segment_ids=segment_ids
@@ -282,6 +274,17 @@ def splash_causal_attention(
         in_specs = (spec, spec, spec) + (rows,) * len(segment_args)
         per_device = jax.shard_map(per_device, in_specs=in_specs, out_specs=spec, check_vma=False)
     return per_device(q, k, v, *segment_args).reshape(batch, seq, heads * head_dim)
+
+
+def splash_block_sizes(seq: int) -> dict[str, Any]:
+    """The splash kernel's tiling of a sequence of `seq` tokens (`splash.BlockSizes`' fields): every block the
+    largest of `SPLASH_BLOCKS` that divides it."""
+    block = next(size for size in SPLASH_BLOCKS if seq % size == 0)
+    sizes: dict[str, Any] = dict.fromkeys(("block_q", "block_kv", "block_kv_compute"), block)
+    sizes |= dict.fromkeys(("block_q_dkv", "block_kv_dkv", "block_kv_dkv_compute"), block)
+    if SPLASH_FUSED_BACKWARD:
+        return sizes | {"use_fused_bwd_kernel": True}
+    return sizes | dict.fromkeys(("block_q_dq", "block_kv_dq"), block)
 
 
 def _swap_seq_heads(x: jax.Array) -> jax.Array:
@@ -410,7 +413,7 @@ def decode(
     embed: Callable[[jax.Array, jax.Array], jax.Array],
     blocks: Sequence[BlockFn] | StackedBlocks,
     norm: Callable[[jax.Array], jax.Array],
-    remat: Remat = "none",
+    remat: BlockRemat = "none",
     segments: jax.Array | None = None,
     positions: jax.Array | None = None,
 ) -> tuple[jax.Array, KVCache | None]:
@@ -419,7 +422,8 @@ def decode(
     `embed(tokens, positions)` gives the residual stream, each block updates it, `norm` closes it. With a
     `cache` (from `init_cache`), `tokens` continue the cached sequence at `cache["index"]`; the second
     result is the cache updated (None without one). Without a cache, `remat` says what each block keeps for
-    the backward pass (`REMAT_POLICIES`), and `StackedBlocks` run as one loop (`scan_blocks`); the values
+    the backward pass (`REMAT_POLICIES`; one policy, or one per block), and `StackedBlocks` run as one loop
+    (`scan_blocks`, one policy for all); the values
     computed are the same. A row of packed documents (no cache) gives their `segments` and `positions`
     [batch, seq] (`tradewind.data.DocumentBatch`): attention stays within a document, positions restart.
     """
@@ -432,16 +436,20 @@ def decode(
         x = batch_sharded(embed(tokens, positions))  # [batch, seq, d_model]
     if cache is None and isinstance(blocks, StackedBlocks):
         return norm(scan_blocks(blocks, x, positions, segments, remat)), None
-    if cache is None and remat != "none":
+    policies = (remat,) * len(blocks) if isinstance(remat, str) else remat
+    if cache is None and any(policy != "none" for policy in policies):
         # Each block as a pure function of its state (as `scan_blocks` runs them): `nnx.remat` of the module
         # itself fails when only part of its state is differentiated (a LoRA run's adapters).
-        for block in blocks:
+        for block, policy in zip(blocks, policies, strict=True):
+            if policy == "none":
+                x = batch_sharded(block(x, positions, None, segments)[0])
+                continue
             graphdef, state = nnx.split(block)
 
             def run(state: Any, x: jax.Array, graphdef: nnx.GraphDef = graphdef) -> jax.Array:
                 return nnx.merge(graphdef, state)(x, positions, None, segments)[0]
 
-            x = batch_sharded(jax.checkpoint(run, policy=REMAT_POLICIES[remat])(state, x))
+            x = batch_sharded(jax.checkpoint(run, policy=REMAT_POLICIES[policy])(state, x))
         return norm(x), None
     layers = []
     for i, block in enumerate(blocks):
@@ -475,7 +483,7 @@ class Decoder(nnx.Module):
         self,
         tokens: jax.Array,
         cache: KVCache | None = None,
-        remat: Remat = "none",
+        remat: BlockRemat = "none",
         segments: jax.Array | None = None,
         positions: jax.Array | None = None,
     ) -> tuple[jax.Array, KVCache | None]:
