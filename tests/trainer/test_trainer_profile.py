@@ -21,11 +21,14 @@ from tradewind.trainer.profile import (
     DATA_BOUND_SHARE,
     Measured,
     candidate_changes,
+    changed,
     check_changes,
+    described,
     diagnose,
     profile_job,
     profile_setup,
     suggested_batch_size,
+    wider_heads,
 )
 from tradewind.trainer.setup import setup_training
 
@@ -210,26 +213,37 @@ def test_the_candidate_changes_of_a_compute_bound_step_follow_its_config_and_mem
     assert candidate_changes(plain, max_batch_size=8) == []
     frugal = tiny_config(remat="full", scan_layers=True)
     assert candidate_changes(frugal, max_batch_size=8) == [{"remat": "none"}, {"scan_layers": False}]
+    # On a TPU whose step loses the most in attention, heads twice as wide come first: same width, half the heads.
+    wider = {"model": {"n_heads": 1, "n_kv_heads": 1}}
+    assert candidate_changes(plain, 8, "attention", "tpu") == [wider]
+    assert candidate_changes(plain, 8, "attention", "cpu") == candidate_changes(plain, 8, "mlp", "tpu") == []
+    assert changed(plain, wider).model.head_dim == 2 * plain.model.head_dim
+    assert described(wider) == "model.n_heads=1, model.n_kv_heads=1"
+    for kept in ({"lora": {"rank": 4}}, {"model": {"n_heads": 1}}, {"model": {"d_model": 256, "n_heads": 2}}):
+        assert wider_heads(tiny_config(**kept)) is None  # fixed weights, one head, heads 128 wide already
 
 
 @pytest.mark.slow
 def test_a_checked_suggestion_times_the_run_and_each_change_and_names_the_fastest_that_helps(tiny_config, tmp_path):
     config = tiny_config(remat="full")
     summary = profile_training(config, tmp_path / "profile", steps=2, checks=0)
-    diagnosis = check_changes(config, summary, [{"remat": "none"}, {"batch_size": 16}, {"seq_len": 10**6}])
+    wider = {"model": {"n_heads": 1, "n_kv_heads": 1}}
+    candidates = [{"remat": "none"}, {"batch_size": 16}, {"seq_len": 10**6}, wider]
+    diagnosis = check_changes(config, summary, candidates)
     baseline, *changes = diagnosis.checked
     assert (baseline.change, baseline.speedup) == ({}, 1.0) and baseline.tokens_per_s > 0
-    for change in changes[:2]:
+    for change in (*changes[:2], changes[3]):
         assert change.tokens_per_s > 0 and change.speedup == pytest.approx(change.tokens_per_s / baseline.tokens_per_s)
     assert changes[2].tokens_per_s is None and "seq_len" in changes[2].error  # a change that cannot run says why
     helping = [c for c in changes if c.speedup and c.speedup >= 1.05]
     if helping:
         best = max(helping, key=lambda c: c.speedup)
-        fields = ", ".join(f"{key}={value}" for key, value in best.change.items())
-        assert diagnosis.suggestion.startswith(f"set {fields}: it trained at")
+        assert diagnosis.suggestion.startswith(f"set {described(best.change)}: it trained at")
+        assert ("for a run that starts from scratch" in diagnosis.suggestion) == (best.change == wider)
     else:
-        assert "timed here and not faster: remat=none; batch_size=16; seq_len=1000000" in diagnosis.suggestion
+        tried = "remat=none; batch_size=16; seq_len=1000000; model.n_heads=1, model.n_kv_heads=1"
+        assert f"timed here and not faster: {tried}" in diagnosis.suggestion
     unchecked = check_changes(config, summary, [])  # what a 125M on a v5e gave: no candidate to time
     assert unchecked.checked == [] and unchecked.suggestion.endswith(
-        "(nothing to time here: twice the batch passes the memory estimate, remat is off, layers unrolled)"
+        "(nothing to time here: twice the batch exceeds the memory estimate, remat is off, layers unrolled)"
     )

@@ -185,15 +185,23 @@ def profile_training(
     if summary.diagnosis.verdict == "compute-bound" and checks:
         limit = _max_batch_size(config, setup.model_config.vocab_size or 0, _memory()[2])
         del setup  # its arrays leave the device before the changes are built
-        summary.diagnosis = check_changes(config, summary, candidate_changes(config, limit)[:checks])
+        worst = summary.parts[0].part if summary.parts else None
+        changes = candidate_changes(config, limit, worst, jax.default_backend())
+        summary.diagnosis = check_changes(config, summary, changes[:checks])
         atomic_write_json(Path(out_dir) / "summary.json", summary.model_dump())
     return summary
 
 
-def candidate_changes(config: TrainConfig, max_batch_size: int) -> list[dict[str, Any]]:
-    """Changes that may speed a compute-bound step up, most promising first: twice the batch where the memory
-    estimate allows it, no remat, unrolled layers."""
+def candidate_changes(
+    config: TrainConfig, max_batch_size: int, worst_part: str | None = None, platform: str = "cpu"
+) -> list[dict[str, Any]]:
+    """Changes that may speed a compute-bound step up, most promising first: on a TPU whose step loses the most
+    MFU in attention, heads twice as wide (`wider_heads`); twice the batch where the memory estimate allows it,
+    no remat, unrolled layers."""
     changes: list[dict[str, Any]] = []
+    wider = wider_heads(config) if worst_part == "attention" and platform == "tpu" else None
+    if wider is not None:
+        changes.append(wider)
     if config.batch_size * 2 <= max_batch_size:
         changes.append({"batch_size": config.batch_size * 2})
     if config.remat != "none":
@@ -203,6 +211,40 @@ def candidate_changes(config: TrainConfig, max_batch_size: int) -> list[dict[str
     return changes
 
 
+def wider_heads(config: TrainConfig) -> dict[str, Any] | None:
+    """The model's width in half as many heads, each twice as wide, where they are narrower than the 128 lanes
+    of a TPU's matrix unit: the attention kernel's products run along a head, and a 64-wide head fills half of
+    it (a 350M Llama trained at 72% MFU on a v5e in 128-wide heads, 53% in 64-wide; docs/reports/benchmarks.md).
+    The parameters and FLOPs are the same, the model is not: None for a run whose weights come from elsewhere
+    (`init_from`, `resume_from`, LoRA), or whose heads do not halve (odd counts, a set `d_head`)."""
+    model = config.model
+    if config.init_from or config.resume_from or config.lora or model.head_dim >= 128:
+        return None
+    if model.n_heads % 2 or model.kv_heads % 2 or getattr(model, "d_head", None) is not None:
+        return None
+    heads = {"n_heads": model.n_heads // 2}
+    if "n_kv_heads" in type(model).model_fields:  # a Llama's; GPT-2's key/value heads are its heads
+        heads["n_kv_heads"] = model.kv_heads // 2
+    return {"model": heads}
+
+
+def changed(config: TrainConfig, change: dict[str, Any]) -> TrainConfig:
+    """`config` with `change` (a section's fields as a dict: `{"model": {"n_heads": 8}}`), validated."""
+    values = config.model_dump()
+    for key, value in change.items():
+        values[key] = {**values[key], **value} if isinstance(value, dict) else value
+    return TrainConfig.model_validate(values)
+
+
+def described(change: dict[str, Any]) -> str:
+    """`change` as a person sets it: `batch_size=32`, `model.n_heads=8, model.n_kv_heads=4`."""
+    fields = []
+    for key, value in change.items():
+        inner = value.items() if isinstance(value, dict) else [(None, value)]
+        fields += [f"{key}.{name}={v}" if name else f"{key}={v}" for name, v in inner]
+    return ", ".join(fields)
+
+
 def check_changes(config: TrainConfig, summary: ProfileSummary, changes: list[dict[str, Any]]) -> Diagnosis:
     """The verdict with its suggestion checked: the run as it is and each of `changes` compiled and timed, untraced,
     for `CHECK_STEPS` steps in this process (the first is `checked[0]`, the change `{}`); the fastest change that
@@ -210,7 +252,7 @@ def check_changes(config: TrainConfig, summary: ProfileSummary, changes: list[di
     what was not faster. With no `changes`, nothing is timed and the suggestion says so."""
     diagnosis = summary.diagnosis
     if not changes:  # what `candidate_changes` found none of
-        note = "nothing to time here: twice the batch passes the memory estimate, remat is off, layers unrolled"
+        note = "nothing to time here: twice the batch exceeds the memory estimate, remat is off, layers unrolled"
         return diagnosis.model_copy(update={"suggestion": f"{diagnosis.suggestion} ({note})"})
     baseline = time_change(config, {}, None)
     if baseline.tokens_per_s is None:
@@ -219,13 +261,14 @@ def check_changes(config: TrainConfig, summary: ProfileSummary, changes: list[di
     faster = [c for c in checked[1:] if c.speedup is not None and c.speedup >= CHECKED_GAIN]
     if faster:
         best = max(faster, key=lambda c: c.speedup or 0.0)
-        fields = ", ".join(f"{key}={value}" for key, value in best.change.items())
         suggestion = (
-            f"set {fields}: it trained at {best.tokens_per_s:,.0f} tokens/s against {baseline.tokens_per_s:,.0f} "
-            f"({best.speedup:.2f}x), both timed here over {CHECK_STEPS} steps"
+            f"set {described(best.change)}: it trained at {best.tokens_per_s:,.0f} tokens/s against "
+            f"{baseline.tokens_per_s:,.0f} ({best.speedup:.2f}x), both timed here over {CHECK_STEPS} steps"
         )
+        if "model" in best.change:
+            suggestion += "; a model of the same size but other heads, for a run that starts from scratch"
     else:
-        tried = "; ".join(", ".join(f"{k}={v}" for k, v in c.change.items()) for c in checked[1:])
+        tried = "; ".join(described(c.change) for c in checked[1:])
         suggestion = f"{diagnosis.suggestion} (timed here and not faster: {tried})"
     return diagnosis.model_copy(update={"suggestion": suggestion, "checked": checked})
 
@@ -234,7 +277,7 @@ def time_change(config: TrainConfig, change: dict[str, Any], baseline: float | N
     """`config` with `change`, compiled and timed for `CHECK_STEPS` steps after two untimed ones; its speedup
     over `baseline` tokens/s (None: it is the baseline)."""
     try:
-        setup = setup_training(config.model_copy(update=change))
+        setup = setup_training(changed(config, change))
         timer = ProfileHook(None, first=3, last=2 + CHECK_STEPS)
         run_steps(setup, setup.state, [timer], last_step=3 + CHECK_STEPS)
     except Exception as error:  # out of memory, most often: the change does not fit
