@@ -204,7 +204,7 @@ def test_activations_count_what_remat_keeps_and_the_scores_only_a_kernel_that_ke
 
 def test_remat_blocks_names_the_first_blocks_of_an_unrolled_remat_run(tiny_config):
     config = tiny_config(model={"n_layers": 4}, remat="full", remat_blocks=3)
-    assert config.block_remat == ("full", "full", "full", "none") and config.remat_share == 0.75
+    assert config.block_remat == ("full", "full", "full", "none") and config.recomputed_blocks == 3
     assert tiny_config(remat="save_matmuls").block_remat == "save_matmuls"
     for fields, message in [
         ({"remat_blocks": 2}, "remat_blocks: needs remat 'full' or 'save_matmuls'"),

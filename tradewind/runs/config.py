@@ -261,11 +261,12 @@ class TrainConfig(BaseModel):
         return self
 
     @property
-    def remat_share(self) -> float:
-        """The share of the blocks that recompute their activations in the backward pass (0 without remat)."""
+    def recomputed_blocks(self) -> int:
+        """How many blocks recompute their activations in the backward pass: every one, or the first
+        `remat_blocks`; none without remat."""
         if self.remat == "none":
-            return 0.0
-        return 1.0 if self.remat_blocks is None else self.remat_blocks / self.model.n_layers
+            return 0
+        return self.model.n_layers if self.remat_blocks is None else self.remat_blocks
 
     @property
     def block_remat(self) -> Remat | tuple[Remat, ...]:

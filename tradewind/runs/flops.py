@@ -100,7 +100,7 @@ def training_memory(config: TrainConfig, vocab_size: int, processes: int = 1, pl
     scores = 5 * model.n_heads * config.seq_len / model.d_model if keeps_scores(config, platform) else 0.0
     unit = 2 * tokens * model.d_model  # the bytes of one float32 [tokens, d_model] activation, counted in halves
     kept = {"none": 34 + scores, "save_matmuls": 34, "full": 2}
-    recomputing = round(config.remat_share * model.n_layers)  # blocks, from the first (`remat_blocks`)
+    recomputing = config.recomputed_blocks
     kept_in_blocks = recomputing * kept[config.remat] + (model.n_layers - recomputing) * kept["none"]
     rebuilt = 0 if config.remat == "none" else 34 + scores  # the block whose activations the backward recomputes
     # The fused cross-entropy holds one block of logits at a time, with its softmax and gradient.

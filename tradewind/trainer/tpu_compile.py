@@ -225,7 +225,7 @@ def estimate_step(
     chip = target.chip
     rates = STEP_CALIBRATION.get(chip.generation, STEP_CALIBRATION["v5e"])
     tokens = config.tokens_per_step / chips
-    remat = config.remat_share  # the share of the blocks whose forward runs again
+    remat = config.recomputed_blocks / model.n_layers  # the share of the blocks whose forward runs again
     compute_s = config.flops_per_token(model.vocab_size) * tokens / chip.peak_bf16_flops
     matmul_flops = 6.0 * model.matmul_params() * tokens
     if config.remat == "full":  # save_matmuls keeps the products' outputs
