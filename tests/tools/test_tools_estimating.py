@@ -331,3 +331,37 @@ def test_the_memory_changes_of_a_run_that_remats_its_first_blocks_recompute_ever
     everywhere = [changed for changed in changes.values() if changed.remat == "full" and changed.remat_blocks is None]
     assert {changed.scan_layers for changed in everywhere} == {True, False}, list(changes)
     assert "remat=full, scan_layers=false and remat_blocks=null" in changes
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_run_that_fits_with_every_block_recomputed_recomputes_the_fewest_that_fit(cache_ctx):
+    # Real compiles for one v5e chip (libtpu's compile-only client) of a model whose activations outweigh its
+    # state; the budget is set between its step with every block recomputed and with none.
+    placement = Placement(accelerator="tpu-v5litepod-1")
+    model = {"d_model": 128, "n_layers": 3, "n_heads": 2, "vocab_size": 512, "max_seq_len": 512}
+    folder = str(cache_ctx.workspace.datasets_dir / "tiny")
+    every = TrainConfig(dataset=folder, model=model, batch_size=32, seq_len=512, remat="full")
+
+    def variants(*changes: dict) -> list[TrainConfig]:
+        return [TrainConfig.model_validate(every.model_dump() | change) for change in changes]
+
+    # The run with every block recomputed, with none, and with each count between: one compile job.
+    counts = range(1, 3)
+    every_report, none, *partly = tpu_fit.compile_in_order(
+        cache_ctx,
+        variants({}, {"remat": "none"}, *({"remat_blocks": n} for n in counts)),
+        placement,
+        512,
+        train_only=True,
+    )
+    budget = (every_report.hbm_bytes + none.hbm_bytes) // 2
+    config, report = tpu_fit.recompute_fewer(cache_ctx, every, every_report, placement, 512, budget_bytes=budget)
+    fewest = config.remat_blocks
+    assert config.block_remat == ("full",) * fewest + ("none",) * (3 - fewest)
+    # The fewest of the counts compiled above whose step is within the budget, and its compile.
+    assert fewest == min(n for n, r in zip(counts, partly, strict=True) if r.hbm_bytes <= budget)
+    assert report.hbm_bytes == partly[fewest - 1].hbm_bytes <= budget and report.fits
+    # Less to spare than one block's activations: nothing to gain.
+    tight = every_report.hbm_bytes + 1
+    assert tpu_fit.recompute_fewer(cache_ctx, every, every_report, placement, 512, budget_bytes=tight) is None

@@ -94,6 +94,7 @@ class CompileJob(BaseModel):
     until_fits: bool = Field(
         False, description="Stop after the first config that fits the chip; only train steps are compiled."
     )
+    train_only: bool = Field(False, description="Compile the train steps alone (whether they fit), no eval step.")
     output_file: str = Field(description="Where the list of `TpuCompileReport`s is written as JSON.")
 
     @field_validator("accelerator")

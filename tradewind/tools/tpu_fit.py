@@ -85,12 +85,14 @@ def compile_in_order(
     vocab_size: int,
     *,
     until_fits: bool = False,
+    train_only: bool = False,
     timeout_s: float = COMPILE_TIMEOUT_S,
     progress: Progress = no_progress,
 ) -> list[TpuCompileReport | None]:
     """The compile reports of `configs` on their TPU slices, in their order: each from the workspace's cache when
     its program was compiled before, the others from one compile job (JAX and libtpu start once). With
-    `until_fits`, the configs after the first that fits are not compiled: None.
+    `until_fits`, the configs after the first that fits are not compiled: None. With it or `train_only`, only
+    their train steps are (whether they fit), not their eval steps.
 
     Raises:
         As `compile_for_slice`.
@@ -114,6 +116,7 @@ def compile_in_order(
             accelerator=accelerator,
             slices=slices,
             until_fits=until_fits,
+            train_only=train_only,
             output_file=str(out_path),
         )
         spec = JobSpec(
@@ -167,7 +170,8 @@ def fit_slice(
     ctx: ToolContext, config: TrainConfig, placement: Placement, vocab_size: int, progress: Progress = no_progress
 ) -> SliceFit:
     """`config` as it fits one chip's HBM of its slice: as given where it fits, else with the first of the memory
-    changes (`memory_changes`, least costly in speed first) that does, each checked by compiling it.
+    changes (`memory_changes`, least costly in speed first) that does, each checked by compiling it; a change that
+    recomputes every unrolled block with HBM to spare then recomputes as few as fit (`recompute_fewer`).
 
     The run and its changes are compiled in one job, stopping at the first that fits; a config whose weights,
     gradients and optimizer state alone exceed a chip (`state_floor`) is not compiled. Without libtpu nothing
@@ -198,14 +202,67 @@ def fit_slice(
             f"{state_floor(config, vocab_size) / GIB:,.2f} GiB of HBM per chip"
         )
     fitting = next((change for change in hopeful if compiled[change.name] and compiled[change.name].fits), None)
-    if fitting is not None:
-        return SliceFit(changed[fitting.name], compiled[fitting.name], fitting.name, fitting.cost, needed)
-    tried = " or ".join(change.name for change in changes[1:])
-    raise InvalidInputError(
-        f"argument 'accelerator': the run does not fit {placement.slices} x {placement.accelerator.tpu_type}: "
-        f"{needed}, and a {chip.device_kind} chip has {chip.hbm_bytes / GIB:,.2f} GiB; {tried} does not fit "
-        "either: take a larger slice, or a smaller model, batch_size or seq_len"
+    if fitting is None:
+        tried = " or ".join(change.name for change in changes[1:])
+        raise InvalidInputError(
+            f"argument 'accelerator': the run does not fit {placement.slices} x {placement.accelerator.tpu_type}: "
+            f"{needed}, and a {chip.device_kind} chip has {chip.hbm_bytes / GIB:,.2f} GiB; {tried} does not fit "
+            "either: take a larger slice, or a smaller model, batch_size or seq_len"
+        )
+    fewer = recompute_fewer(
+        ctx, changed[fitting.name], compiled[fitting.name], placement, vocab_size, progress=progress
     )
+    if fewer is None:
+        return SliceFit(changed[fitting.name], compiled[fitting.name], fitting.name, fitting.cost, needed)
+    config, report = fewer
+    name = _named({**fitting.fields, "remat_blocks": config.remat_blocks})
+    cost = f"{fitting.cost}; in the first {config.remat_blocks} of the {config.model.n_layers} blocks only"
+    return SliceFit(config, report, name, cost, needed)
+
+
+# Of a chip's HBM, what `recompute_fewer` leaves free: the runtime keeps some for itself (a v5e's 16 GiB shows 15.75
+# to programs), and a run that fills the rest to the byte is one allocation away from running out.
+HBM_LEFT_FREE = 0.05
+
+
+def recompute_fewer(
+    ctx: ToolContext,
+    config: TrainConfig,
+    report: TpuCompileReport,
+    placement: Placement,
+    vocab_size: int,
+    *,
+    budget_bytes: int | None = None,
+    progress: Progress = no_progress,
+) -> tuple[TrainConfig, TpuCompileReport] | None:
+    """A run that fits its chip with every block recomputed (full remat, unrolled blocks; `report` is its compile)
+    and HBM to spare, as it fits with the fewest blocks recomputed (`remat_blocks`), with that compile: each block
+    that keeps its activations runs its forward once instead of twice. None where no fewer fit in `budget_bytes`
+    (default: the chip's HBM less `HBM_LEFT_FREE`), or where it is not such a run.
+
+    Every block that keeps its activations adds about the same bytes, so a compile with half the blocks
+    recomputed gives that amount; the count it allows is then compiled to check, with one more block recomputed
+    where it does not fit. All are compiled in one job, the fewest first, and the first within the budget wins.
+    """
+    blocks = config.model.n_layers
+    if config.remat != "full" or config.scan_layers or config.remat_blocks is not None or blocks < 2:
+        return None
+    budget = budget_bytes or int(placement.accelerator.tpu.chip.hbm_bytes * (1 - HBM_LEFT_FREE))
+    half = _with_remat_blocks(config, blocks // 2)
+    (halved,) = compile_in_order(ctx, [half], placement, vocab_size, train_only=True, progress=progress)
+    per_block = (halved.hbm_bytes - report.hbm_bytes) / (blocks - blocks // 2)
+    if per_block <= 0 or report.hbm_bytes + per_block > budget:
+        return None
+    fewest = max(1, blocks - int((budget - report.hbm_bytes) // per_block))
+    candidates = [_with_remat_blocks(config, count) for count in sorted({fewest, fewest + 1, blocks // 2} - {blocks})]
+    reports = compile_in_order(ctx, candidates, placement, vocab_size, train_only=True, progress=progress)
+    within = [(c, r) for c, r in zip(candidates, reports, strict=True) if r.fits and r.hbm_bytes <= budget]
+    return within[0] if within else None
+
+
+def _with_remat_blocks(config: TrainConfig, count: int) -> TrainConfig:
+    """`config` with full remat of its first `count` blocks."""
+    return TrainConfig.model_validate(config.model_dump() | {"remat_blocks": count})
 
 
 def state_floor(config: TrainConfig, vocab_size: int) -> int:
@@ -262,9 +319,13 @@ class MemoryChange:
 def _change(cost: str, **fields: Any) -> MemoryChange:
     """A `MemoryChange` of `fields` (`__` for a section's dot), named by them."""
     dotted = {name.replace("__", "."): value for name, value in fields.items()}
+    return MemoryChange(_named(dotted), cost, dotted)
+
+
+def _named(dotted: dict[str, Any]) -> str:
+    """Fields as a person sets them: `optimizer.bf16_moments=true, remat=full and scan_layers=false`."""
     shown = [f"{name}={value if isinstance(value, str) else json.dumps(value)}" for name, value in dotted.items()]
-    name = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
-    return MemoryChange(name, cost, dotted)
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
 # What each memory option costs, as measured where a figure is given (docs/reports/benchmarks.md).

@@ -30,7 +30,11 @@ def compile_job(**job: Any) -> None:
     for number, config in enumerate(request.configs, start=1):
         print(f"compiling {number} of {len(request.configs)} for {request.slices} x {request.accelerator}", flush=True)
         report = compile_for_tpu(
-            config, request.vocab_size, request.accelerator.tpu, request.slices, with_eval=not request.until_fits
+            config,
+            request.vocab_size,
+            request.accelerator.tpu,
+            request.slices,
+            with_eval=not (request.until_fits or request.train_only),
         )
         reports.append(report.model_dump())
         print(
