@@ -16,6 +16,7 @@ from tradewind.core import NotFoundError
 from tradewind.data import build_token_cache, load_tokenizer
 from tradewind.runs import RunLayout, TrainConfig, read_summary
 from tradewind.runs.compile import COMPILE_CALLABLE
+from tradewind.runs.config import with_fields
 from tradewind.runs.estimate import ESTIMATE_CALLABLE, PROBE_MIN_STEPS, EstimateJob, estimate_training
 from tradewind.server import build_server
 from tradewind.tools import ToolContext, tpu_fit
@@ -344,7 +345,7 @@ def test_a_run_that_fits_with_every_block_recomputed_recomputes_the_fewest_that_
     every = TrainConfig(dataset=folder, model=model, batch_size=32, seq_len=512, remat="full")
 
     def variants(*changes: dict) -> list[TrainConfig]:
-        return [TrainConfig.model_validate(every.model_dump() | change) for change in changes]
+        return [with_fields(every, change) for change in changes]
 
     # The run with every block recomputed, with none, and with each count between: one compile job.
     counts = range(1, 3)

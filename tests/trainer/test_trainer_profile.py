@@ -13,6 +13,7 @@ from tradewind.cluster import JobSpec, JobStatus, LocalBackend
 from tradewind.cluster.entry import load_callable
 from tradewind.core import ConfigError, InvalidInputError, read_json
 from tradewind.runs import ProfileSummary, RunLayout
+from tradewind.runs.config import named_fields, with_fields
 from tradewind.runs.jobs import PROFILE_CALLABLE, ProfileJob
 from tradewind.runs.metrics import StepSplit
 from tradewind.trainer import profile_training
@@ -21,9 +22,7 @@ from tradewind.trainer.profile import (
     DATA_BOUND_SHARE,
     Measured,
     candidate_changes,
-    changed,
     check_changes,
-    described,
     diagnose,
     profile_job,
     profile_setup,
@@ -214,11 +213,10 @@ def test_the_candidate_changes_of_a_compute_bound_step_follow_its_config_and_mem
     frugal = tiny_config(remat="full", scan_layers=True)
     assert candidate_changes(frugal, max_batch_size=8) == [{"remat": "none"}, {"scan_layers": False}]
     # On a TPU whose step loses the most in attention, heads twice as wide come first: same width, half the heads.
-    wider = {"model": {"n_heads": 1, "n_kv_heads": 1}}
+    wider = {"model.n_heads": 1, "model.n_kv_heads": 1}
     assert candidate_changes(plain, 8, "attention", "tpu") == [wider]
     assert candidate_changes(plain, 8, "attention", "cpu") == candidate_changes(plain, 8, "mlp", "tpu") == []
-    assert changed(plain, wider).model.head_dim == 2 * plain.model.head_dim
-    assert described(wider) == "model.n_heads=1, model.n_kv_heads=1"
+    assert with_fields(plain, wider).model.head_dim == 2 * plain.model.head_dim
     for kept in ({"lora": {"rank": 4}}, {"model": {"n_heads": 1}}, {"model": {"d_model": 256, "n_heads": 2}}):
         assert wider_heads(tiny_config(**kept)) is None  # fixed weights, one head, heads 128 wide already
 
@@ -227,7 +225,7 @@ def test_the_candidate_changes_of_a_compute_bound_step_follow_its_config_and_mem
 def test_a_checked_suggestion_times_the_run_and_each_change_and_names_the_fastest_that_helps(tiny_config, tmp_path):
     config = tiny_config(remat="full")
     summary = profile_training(config, tmp_path / "profile", steps=2, checks=0)
-    wider = {"model": {"n_heads": 1, "n_kv_heads": 1}}
+    wider = {"model.n_heads": 1, "model.n_kv_heads": 1}
     candidates = [{"remat": "none"}, {"batch_size": 16}, {"seq_len": 10**6}, wider]
     diagnosis = check_changes(config, summary, candidates)
     baseline, *changes = diagnosis.checked
@@ -238,10 +236,10 @@ def test_a_checked_suggestion_times_the_run_and_each_change_and_names_the_fastes
     helping = [c for c in changes if c.speedup and c.speedup >= 1.05]
     if helping:
         best = max(helping, key=lambda c: c.speedup)
-        assert diagnosis.suggestion.startswith(f"set {described(best.change)}: it trained at")
+        assert diagnosis.suggestion.startswith(f"set {named_fields(best.change)}: it trained at")
         assert ("for a run that starts from scratch" in diagnosis.suggestion) == (best.change == wider)
     else:
-        tried = "remat=none; batch_size=16; seq_len=1000000; model.n_heads=1, model.n_kv_heads=1"
+        tried = "remat=none; batch_size=16; seq_len=1000000; model.n_heads=1 and model.n_kv_heads=1"
         assert f"timed here and not faster: {tried}" in diagnosis.suggestion
     unchecked = check_changes(config, summary, [])  # what a 125M on a v5e gave: no candidate to time
     assert unchecked.checked == [] and unchecked.suggestion.endswith(

@@ -10,9 +10,10 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -349,6 +350,24 @@ class TrainConfig(BaseModel):
             return self
         model = {**self.model.model_dump(), "vocab_size": vocab_size}
         return TrainConfig.model_validate({**self.model_dump(), "model": model})
+
+
+def with_fields(config: TrainConfig, fields: dict[str, Any]) -> TrainConfig:
+    """`config` with `fields` set, validated; a dotted name sets a field of a section (`optimizer.bf16_moments`)."""
+    values = config.model_dump()
+    for dotted, value in fields.items():
+        *sections, name = dotted.split(".")
+        inner = values
+        for section in sections:
+            inner = inner[section]
+        inner[name] = value
+    return TrainConfig.model_validate(values)
+
+
+def named_fields(fields: dict[str, Any]) -> str:
+    """Dotted `fields` as a person sets them: `optimizer.bf16_moments=true, remat=full and scan_layers=false`."""
+    shown = [f"{name}={value if isinstance(value, str) else json.dumps(value)}" for name, value in fields.items()]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
 def read_train_config(path: str | os.PathLike[str], opener: Opener = open_plain) -> TrainConfig:

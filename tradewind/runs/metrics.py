@@ -164,7 +164,7 @@ class StepSplit(BaseModel):
 class CheckedChange(BaseModel):
     """A change to the run's config, timed for a few steps beside the profiled step."""
 
-    change: dict[str, Any] = Field(description="The config fields changed, e.g. {'batch_size': 32}.")
+    change: dict[str, Any] = Field(description="The config fields changed, e.g. {'batch_size': 32, 'model.n_heads': 4}")
     tokens_per_s: float | None = Field(description="Its training tokens per second; null when it did not run.")
     speedup: float | None = Field(description="Its tokens/s over the profiled step's.")
     error: str | None = Field(default=None, description="Why it did not run (e.g. out of memory).")

@@ -27,6 +27,7 @@ from tradewind.cluster.tpus import TPU_COMPILE_ENV
 from tradewind.core import InvalidInputError, get_logger, make_id, read_json
 from tradewind.runs import TrainConfig
 from tradewind.runs.compile import COMPILE_CALLABLE, CompileJob, TpuCompileReport
+from tradewind.runs.config import named_fields, with_fields
 from tradewind.runs.flops import training_memory
 from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
 
@@ -215,7 +216,7 @@ def fit_slice(
     if fewer is None:
         return SliceFit(changed[fitting.name], compiled[fitting.name], fitting.name, fitting.cost, needed)
     config, report = fewer
-    name = _named({**fitting.fields, "remat_blocks": config.remat_blocks})
+    name = named_fields({**fitting.fields, "remat_blocks": config.remat_blocks})
     cost = f"{fitting.cost}; in the first {config.remat_blocks} of the {config.model.n_layers} blocks only"
     return SliceFit(config, report, name, cost, needed)
 
@@ -262,7 +263,7 @@ def recompute_fewer(
 
 def _with_remat_blocks(config: TrainConfig, count: int) -> TrainConfig:
     """`config` with full remat of its first `count` blocks."""
-    return TrainConfig.model_validate(config.model_dump() | {"remat_blocks": count})
+    return with_fields(config, {"remat_blocks": count})
 
 
 def state_floor(config: TrainConfig, vocab_size: int) -> int:
@@ -305,27 +306,14 @@ class MemoryChange:
     fields: dict[str, Any]  # dotted field names to values
 
     def applied_to(self, config: TrainConfig) -> TrainConfig:
-        """`config` with this change (a dotted name sets a field of a section)."""
-        values = config.model_dump()
-        for dotted, value in self.fields.items():
-            *sections, name = dotted.split(".")
-            inner = values
-            for section in sections:
-                inner = inner[section]
-            inner[name] = value
-        return TrainConfig.model_validate(values)
+        """`config` with this change."""
+        return with_fields(config, self.fields)
 
 
 def _change(cost: str, **fields: Any) -> MemoryChange:
     """A `MemoryChange` of `fields` (`__` for a section's dot), named by them."""
     dotted = {name.replace("__", "."): value for name, value in fields.items()}
-    return MemoryChange(_named(dotted), cost, dotted)
-
-
-def _named(dotted: dict[str, Any]) -> str:
-    """Fields as a person sets them: `optimizer.bf16_moments=true, remat=full and scan_layers=false`."""
-    shown = [f"{name}={value if isinstance(value, str) else json.dumps(value)}" for name, value in dotted.items()]
-    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+    return MemoryChange(named_fields(dotted), cost, dotted)
 
 
 # What each memory option costs, as measured where a figure is given (docs/reports/benchmarks.md).

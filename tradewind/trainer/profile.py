@@ -52,7 +52,7 @@ from typing import Any
 import jax
 
 from tradewind.core import InvalidInputError, atomic_write_json, parse_config
-from tradewind.runs.config import TrainConfig, read_train_config
+from tradewind.runs.config import TrainConfig, named_fields, read_train_config, with_fields
 from tradewind.runs.flops import training_memory
 from tradewind.runs.jobs import ProfileJob
 from tradewind.runs.layout import RunLayout
@@ -222,27 +222,10 @@ def wider_heads(config: TrainConfig) -> dict[str, Any] | None:
         return None
     if model.n_heads % 2 or model.kv_heads % 2 or getattr(model, "d_head", None) is not None:
         return None
-    heads = {"n_heads": model.n_heads // 2}
+    heads = {"model.n_heads": model.n_heads // 2}
     if "n_kv_heads" in type(model).model_fields:  # a Llama's; GPT-2's key/value heads are its heads
-        heads["n_kv_heads"] = model.kv_heads // 2
-    return {"model": heads}
-
-
-def changed(config: TrainConfig, change: dict[str, Any]) -> TrainConfig:
-    """`config` with `change` (a section's fields as a dict: `{"model": {"n_heads": 8}}`), validated."""
-    values = config.model_dump()
-    for key, value in change.items():
-        values[key] = {**values[key], **value} if isinstance(value, dict) else value
-    return TrainConfig.model_validate(values)
-
-
-def described(change: dict[str, Any]) -> str:
-    """`change` as a person sets it: `batch_size=32`, `model.n_heads=8, model.n_kv_heads=4`."""
-    fields = []
-    for key, value in change.items():
-        inner = value.items() if isinstance(value, dict) else [(None, value)]
-        fields += [f"{key}.{name}={v}" if name else f"{key}={v}" for name, v in inner]
-    return ", ".join(fields)
+        heads["model.n_kv_heads"] = model.kv_heads // 2
+    return heads
 
 
 def check_changes(config: TrainConfig, summary: ProfileSummary, changes: list[dict[str, Any]]) -> Diagnosis:
@@ -262,13 +245,13 @@ def check_changes(config: TrainConfig, summary: ProfileSummary, changes: list[di
     if faster:
         best = max(faster, key=lambda c: c.speedup or 0.0)
         suggestion = (
-            f"set {described(best.change)}: it trained at {best.tokens_per_s:,.0f} tokens/s against "
+            f"set {named_fields(best.change)}: it trained at {best.tokens_per_s:,.0f} tokens/s against "
             f"{baseline.tokens_per_s:,.0f} ({best.speedup:.2f}x), both timed here over {CHECK_STEPS} steps"
         )
-        if "model" in best.change:
+        if any(name.startswith("model.") for name in best.change):
             suggestion += "; a model of the same size but other heads, for a run that starts from scratch"
     else:
-        tried = "; ".join(described(c.change) for c in checked[1:])
+        tried = "; ".join(named_fields(c.change) for c in checked[1:])
         suggestion = f"{diagnosis.suggestion} (timed here and not faster: {tried})"
     return diagnosis.model_copy(update={"suggestion": suggestion, "checked": checked})
 
@@ -277,7 +260,7 @@ def time_change(config: TrainConfig, change: dict[str, Any], baseline: float | N
     """`config` with `change`, compiled and timed for `CHECK_STEPS` steps after two untimed ones; its speedup
     over `baseline` tokens/s (None: it is the baseline)."""
     try:
-        setup = setup_training(changed(config, change))
+        setup = setup_training(with_fields(config, change))
         timer = ProfileHook(None, first=3, last=2 + CHECK_STEPS)
         run_steps(setup, setup.state, [timer], last_step=3 + CHECK_STEPS)
     except Exception as error:  # out of memory, most often: the change does not fit
