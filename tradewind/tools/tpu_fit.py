@@ -255,7 +255,8 @@ def recompute_fewer(
     if per_block <= 0 or report.hbm_bytes + per_block > budget:
         return None
     fewest = max(1, blocks - int((budget - report.hbm_bytes) // per_block))
-    candidates = [_with_remat_blocks(config, count) for count in sorted({fewest, fewest + 1, blocks // 2} - {blocks})]
+    counts = sorted(count for count in {fewest, fewest + 1, blocks // 2} if count < blocks)
+    candidates = [_with_remat_blocks(config, count) for count in counts]
     reports = compile_in_order(ctx, candidates, placement, vocab_size, train_only=True, progress=progress)
     within = [(c, r) for c, r in zip(candidates, reports, strict=True) if r.fits and r.hbm_bytes <= budget]
     return within[0] if within else None
