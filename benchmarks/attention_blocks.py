@@ -76,8 +76,6 @@ def block_sizes(splash: Any, seq: int, change: dict[str, Any]) -> Any:
             sizes[name] = splash.QKVLayout[value] if isinstance(value, str) else value
         elif isinstance(value, int) and not isinstance(value, bool):
             sizes[name] = min(value, seq)
-    if sizes.get("use_fused_bwd_kernel"):
-        sizes.pop("block_q_dq", None), sizes.pop("block_kv_dq", None)
     return splash.BlockSizes(**sizes)
 
 
