@@ -77,7 +77,9 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     "accumulate_2": {"batch_size": 2, "grad_accum": 2},  # twice the tokens per update in two microbatches
     "batch_1.5": {"batch_size": 1.5},
     "d_ff_2816": {"model": {"d_ff": 2816}},  # Llama's rule (8/3 d_model in multiples of 256) for d_model 1024
-    "heads_128_wide": {"model": {"n_heads": 8, "n_kv_heads": 4}},  # the same width in 128-wide heads, not 64
+    # The 350M's width in 128-wide heads (its preset since 2026-12-07), and in the 64-wide heads it had before
+    "heads_128_wide": {"model": {"n_heads": 8, "n_kv_heads": 4}},
+    "heads_64_narrow": {"model": {"n_heads": 16, "n_kv_heads": 8}},
     # Knobs: the trainer's module constants, each against its default, to find what a change of it gains
     "ce_block_8m": {"constants": {"tradewind.trainer.setup:block_logits": lambda platform: 8 * 2**20}},
     "splash_512": {"constants": {"tradewind.trainer.models.layers:SPLASH_BLOCKS": (512, 256, 128)}},
