@@ -172,7 +172,7 @@ def fit_slice(
 ) -> SliceFit:
     """`config` as it fits one chip's HBM of its slice: as given where it fits, else with the first of the memory
     changes (`memory_changes`, least costly in speed first) that does, each checked by compiling it; a change that
-    recomputes every unrolled block with HBM to spare then recomputes as few as fit (`recompute_fewer`).
+    recomputes every block with HBM to spare then recomputes as few as fit, unrolled (`recompute_fewer`).
 
     The run and its changes are compiled in one job, stopping at the first that fits; a config whose weights,
     gradients and optimizer state alone exceed a chip (`state_floor`) is not compiled. Without libtpu nothing
@@ -210,15 +210,15 @@ def fit_slice(
             f"{needed}, and a {chip.device_kind} chip has {chip.hbm_bytes / GIB:,.2f} GiB; {tried} does not fit "
             "either: take a larger slice, or a smaller model, batch_size or seq_len"
         )
-    fewer = recompute_fewer(
-        ctx, changed[fitting.name], compiled[fitting.name], placement, vocab_size, progress=progress
-    )
+    fewer = recompute_fewer(ctx, fitting.unrolled(changed[fitting.name]), placement, vocab_size, progress=progress)
     if fewer is None:
         return SliceFit(changed[fitting.name], compiled[fitting.name], fitting.name, fitting.cost, needed)
     config, report = fewer
-    name = named_fields({**fitting.fields, "remat_blocks": config.remat_blocks})
+    fields = {**fitting.fields, "scan_layers": False, "remat_blocks": config.remat_blocks}
     cost = f"{fitting.cost}; in the first {config.remat_blocks} of the {config.model.n_layers} blocks only"
-    return SliceFit(config, report, name, cost, needed)
+    if fitting.fields.get("scan_layers"):
+        cost += f"; {UNROLLED_COST}"
+    return SliceFit(config, report, named_fields(fields), cost, needed)
 
 
 # Of a chip's HBM, what `recompute_fewer` leaves free: the runtime keeps some for itself (a v5e's 16 GiB shows 15.75
@@ -229,32 +229,32 @@ HBM_LEFT_FREE = 0.05
 def recompute_fewer(
     ctx: ToolContext,
     config: TrainConfig,
-    report: TpuCompileReport,
     placement: Placement,
     vocab_size: int,
     *,
     budget_bytes: int | None = None,
     progress: Progress = no_progress,
 ) -> tuple[TrainConfig, TpuCompileReport] | None:
-    """A run that fits its chip with every block recomputed (full remat, unrolled blocks; `report` is its compile)
-    and HBM to spare, as it fits with the fewest blocks recomputed (`remat_blocks`), with that compile: each block
-    that keeps its activations runs its forward once instead of twice. None where no fewer fit in `budget_bytes`
-    (default: the chip's HBM less `HBM_LEFT_FREE`), or where it is not such a run.
+    """A run with full remat of every unrolled block, as it fits its chip with the fewest blocks recomputed
+    (`remat_blocks`), with that compile: each block that keeps its activations runs its forward once instead of
+    twice. None where no fewer fit in `budget_bytes` (default: the chip's HBM less `HBM_LEFT_FREE`), or where it
+    is not such a run.
 
-    Every block that keeps its activations adds about the same bytes, so a compile with half the blocks
-    recomputed gives that amount; the count it allows is then compiled to check, with one more block recomputed
-    where it does not fit. All are compiled in one job, the fewest first, and the first within the budget wins.
+    Every block that keeps its activations adds about the same bytes, so the run as given and with half its
+    blocks recomputed give that amount (one job; the first is cached where it was the launch's fit); the count it
+    allows is then compiled to check, with one more block recomputed where it does not fit. Those are compiled in
+    one job, the fewest first, and the first within the budget wins.
     """
     blocks = config.model.n_layers
     if config.remat != "full" or config.scan_layers or config.remat_blocks is not None or blocks < 2:
         return None
     budget = budget_bytes or int(placement.accelerator.tpu.chip.hbm_bytes * (1 - HBM_LEFT_FREE))
     half = _with_remat_blocks(config, blocks // 2)
-    (halved,) = compile_in_order(ctx, [half], placement, vocab_size, train_only=True, progress=progress)
-    per_block = (halved.hbm_bytes - report.hbm_bytes) / (blocks - blocks // 2)
-    if per_block <= 0 or report.hbm_bytes + per_block > budget:
+    every, halved = compile_in_order(ctx, [config, half], placement, vocab_size, train_only=True, progress=progress)
+    per_block = (halved.hbm_bytes - every.hbm_bytes) / (blocks - blocks // 2)
+    if not every.fits or per_block <= 0 or every.hbm_bytes + per_block > budget:
         return None
-    fewest = max(1, blocks - int((budget - report.hbm_bytes) // per_block))
+    fewest = max(1, blocks - int((budget - every.hbm_bytes) // per_block))
     counts = sorted(count for count in {fewest, fewest + 1, blocks // 2} if count < blocks)
     candidates = [_with_remat_blocks(config, count) for count in counts]
     reports = compile_in_order(ctx, candidates, placement, vocab_size, train_only=True, progress=progress)
@@ -310,6 +310,11 @@ class MemoryChange:
         """`config` with this change."""
         return with_fields(config, self.fields)
 
+    def unrolled(self, changed: TrainConfig) -> TrainConfig:
+        """`changed` (this change applied) with its blocks unrolled where this change scanned them: unrolled, some
+        blocks can keep their activations (`recompute_fewer`). Blocks the run scanned itself stay scanned."""
+        return with_fields(changed, {"scan_layers": False}) if self.fields.get("scan_layers") else changed
+
 
 def _change(cost: str, **fields: Any) -> MemoryChange:
     """A `MemoryChange` of `fields` (`__` for a section's dot), named by them."""
@@ -321,10 +326,8 @@ def _change(cost: str, **fields: Any) -> MemoryChange:
 SHARDED_COST = "each chip gathers the parameters it uses over the slice's links"
 BF16_MOMENTS_COST = "no slower; the moments keep 8 bits of mantissa (the demo model's eval loss 0.4% higher)"
 REMAT_COST = "each block's forward pass is computed again in the backward pass: about a third more compute"
-UNROLLED_REMAT_COST = (
-    f"{REMAT_COST}; the blocks unrolled compile longer than scanned (a 1B Llama: 80 s against 18 s on a v5e) and "
-    "run 1% slower"
-)
+UNROLLED_COST = "the blocks unrolled compile longer than scanned (a 1B Llama: 80 s against 18 s on a v5e)"
+UNROLLED_REMAT_COST = f"{REMAT_COST}; {UNROLLED_COST} and run 1% slower"
 ACCUM_COST = "half the rows in each matmul: slower where a microbatch is small"
 HOST_STATE_COST = "the moments cross between host and chip memory every step"
 ADAFACTOR_COST = (
@@ -345,16 +348,18 @@ def memory_changes(config: TrainConfig, placement: Placement) -> list[MemoryChan
     recompute: dict[str, Any] = {"remat": "full", "scan_layers": True}
     if config.remat_blocks is not None:  # every block, not the run's first few
         recompute["remat_blocks"] = None
+    # Adafactor's factored moment is a row and a column a matrix: in bfloat16 it saves next to nothing.
+    halve_moments = not optimizer.bf16_moments and optimizer.type != "adafactor"
     changes = []
     if mesh.fsdp * mesh.tensor < chips:
         changes.append(_change(SHARDED_COST, mesh__data=-1, mesh__fsdp=chips // mesh.tensor))
-    if not optimizer.bf16_moments:
+    if halve_moments:
         changes.append(_change(BF16_MOMENTS_COST, optimizer__bf16_moments=True))
     if config.remat != "full" or config.remat_blocks is not None:
         unrolled = {**recompute, "scan_layers": False}
         for layers, cost in ((recompute, REMAT_COST), (unrolled, UNROLLED_REMAT_COST)):
             changes.append(_change(cost, **layers))
-            if not optimizer.bf16_moments:
+            if halve_moments:
                 changes.append(_change(f"{BF16_MOMENTS_COST}; {cost}", optimizer__bf16_moments=True, **layers))
     changes.append(_change(ACCUM_COST, grad_accum=2 * config.grad_accum))
     if not optimizer.host_state:
