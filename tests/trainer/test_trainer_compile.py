@@ -342,6 +342,7 @@ CHIP_RESULTS = {
     RESULTS / "tpu_chip-2026-12-06c.jsonl": NARROW_350M,
     RESULTS / "tpu_chip-2026-12-07.jsonl": NARROW_350M,
     RESULTS / "tpu_chip-2026-12-07b.jsonl": NARROW_350M,
+    RESULTS / "tpu_chip-2026-12-07c.jsonl": {},
 }
 
 
