@@ -13,7 +13,7 @@ from runs_helpers import CancelAtFirstReport
 from tpu_helpers import needs_libtpu
 
 from tradewind.cluster import JobStatus, Placement
-from tradewind.core import NotFoundError
+from tradewind.core import NotFoundError, TradewindError
 from tradewind.data import build_token_cache, load_tokenizer
 from tradewind.runs import RunLayout, TrainConfig, read_summary
 from tradewind.runs.compile import COMPILE_CALLABLE
@@ -335,6 +335,25 @@ def test_blocks_a_memory_change_scanned_are_unrolled_to_recompute_fewer_and_bloc
     own = with_fields(config, {"scan_layers": True, "remat": "full"})
     moments = next(change for change in tpu_fit.memory_changes(own, Placement(accelerator="tpu-v5litepod-1")))
     assert moments.name == "optimizer.bf16_moments=true" and moments.unrolled(moments.applied_to(own)).scan_layers
+
+
+def test_a_refinement_whose_compile_fails_or_runs_too_long_leaves_every_block_recomputed(cache_ctx, monkeypatch):
+    # Unrolled, a large model's blocks compile for long: past the compile's time limit the fit found stands.
+    def too_long(*args, **kwargs):
+        raise TradewindError("compiling for 1 x v5litepod-1 took longer than timeout_s=600.0")
+
+    monkeypatch.setattr(tpu_fit, "compile_in_order", too_long)
+    model = {"d_model": 64, "n_layers": 3, "n_heads": 2, "vocab_size": 512, "max_seq_len": 256}
+    every = TrainConfig(dataset="unused", model=model, batch_size=8, seq_len=256, remat="full")
+    placement = Placement(accelerator="tpu-v5litepod-1")
+    assert tpu_fit.recompute_fewer(cache_ctx, every, placement, 512) is None
+
+    def cancelled(*args, **kwargs):
+        raise Cancelled("the caller cancelled")
+
+    monkeypatch.setattr(tpu_fit, "compile_in_order", cancelled)
+    with pytest.raises(Cancelled):  # a cancel still ends the launch
+        tpu_fit.recompute_fewer(cache_ctx, every, placement, 512)
 
 
 def test_an_adafactor_run_is_not_offered_bfloat16_moments():

@@ -24,12 +24,12 @@ from pydantic import ValidationError
 
 from tradewind.cluster import Accelerator, JobSpec, Placement, Resources
 from tradewind.cluster.tpus import TPU_COMPILE_ENV
-from tradewind.core import InvalidInputError, get_logger, make_id, read_json
+from tradewind.core import InvalidInputError, TradewindError, get_logger, make_id, read_json
 from tradewind.runs import TrainConfig
 from tradewind.runs.compile import COMPILE_CALLABLE, CompileJob, TpuCompileReport
 from tradewind.runs.config import named_fields, with_fields
 from tradewind.runs.flops import training_memory
-from tradewind.tools.context import Progress, ToolContext, no_progress, run_job
+from tradewind.tools.context import Cancelled, Progress, ToolContext, no_progress, run_job
 
 GIB = 2**30
 COMPILE_TIMEOUT_S = 600.0
@@ -249,15 +249,23 @@ def recompute_fewer(
     if config.remat != "full" or config.scan_layers or config.remat_blocks is not None or blocks < 2:
         return None
     budget = budget_bytes or int(placement.accelerator.tpu.chip.hbm_bytes * (1 - HBM_LEFT_FREE))
-    half = _with_remat_blocks(config, blocks // 2)
-    every, halved = compile_in_order(ctx, [config, half], placement, vocab_size, train_only=True, progress=progress)
-    per_block = (halved.hbm_bytes - every.hbm_bytes) / (blocks - blocks // 2)
-    if not every.fits or per_block <= 0 or every.hbm_bytes + per_block > budget:
+    compile_train_steps = functools.partial(
+        compile_in_order, ctx, placement=placement, vocab_size=vocab_size, train_only=True, progress=progress
+    )
+    try:
+        every, halved = compile_train_steps([config, _with_remat_blocks(config, blocks // 2)])
+        per_block = (halved.hbm_bytes - every.hbm_bytes) / (blocks - blocks // 2)
+        if not every.fits or per_block <= 0 or every.hbm_bytes + per_block > budget:
+            return None
+        fewest = max(1, blocks - int((budget - every.hbm_bytes) // per_block))
+        counts = sorted(count for count in {fewest, fewest + 1, blocks // 2} if count < blocks)
+        candidates = [_with_remat_blocks(config, count) for count in counts]
+        reports = compile_train_steps(candidates)
+    except Cancelled:
+        raise
+    except TradewindError as error:  # a refinement only (a model's unrolled blocks can compile for long)
+        log.warning("fewer blocks recomputed on %s not checked, so every block is: %s", placement.accelerator, error)
         return None
-    fewest = max(1, blocks - int((budget - every.hbm_bytes) // per_block))
-    counts = sorted(count for count in {fewest, fewest + 1, blocks // 2} if count < blocks)
-    candidates = [_with_remat_blocks(config, count) for count in counts]
-    reports = compile_in_order(ctx, candidates, placement, vocab_size, train_only=True, progress=progress)
     within = [(c, r) for c, r in zip(candidates, reports, strict=True) if r.fits and r.hbm_bytes <= budget]
     return within[0] if within else None
 
