@@ -6,7 +6,8 @@ Command (on a TPU VM):
 
 Attention is the part of a step that loses the most MFU on a v5e (docs/reports/benchmarks.md): the splash kernel
 runs the 64-wide heads of the 125M and 1B Llamas at a fraction of the chip's peak (the 350M's were 64 wide too
-until 2026-12-07; `--shapes 350m_64` times them). Its tiling is a free
+until 2026-12-07; `--shapes 350m_64` times them. The rows of that day ran 16 key/value heads where the model
+had 8). Its tiling is a free
 choice (the values are the same, the speed is not), so this times the causal kernel alone, forward and forward
 with backward (the fused dq/dk/dv kernel, as the trainer runs it), for the trainer's own tiling
 (`layers.splash_block_sizes`) and each change in `CANDIDATES`, then for the best forward change together with
@@ -34,8 +35,8 @@ from typing import Any
 
 SHAPES = {  # batch, query heads, key/value heads, sequence, head width: the per-chip batches of tpu_chip.py
     "125m": (16, 12, 12, 2048, 64),
-    "350m": (8, 8, 8, 2048, 128),
-    "350m_64": (8, 16, 16, 2048, 64),  # the 350M's heads before they were 128 wide (the rows of 2026-12-07)
+    "350m": (8, 8, 4, 2048, 128),
+    "350m_64": (8, 16, 8, 2048, 64),  # the 350M's heads before they were 128 wide
     "1b": (8, 32, 8, 2048, 64),
 }
 SMOKE_SHAPE = (1, 2, 2, 256, 64)

@@ -21,7 +21,7 @@ from tradewind.runs.config import with_fields
 from tradewind.runs.estimate import ESTIMATE_CALLABLE, PROBE_MIN_STEPS, EstimateJob, estimate_training
 from tradewind.server import build_server
 from tradewind.tools import ToolContext, tpu_fit
-from tradewind.tools.context import Cancelled
+from tradewind.tools.context import Cancelled, no_progress
 from tradewind.tools.estimating import EstimateRunRequest, describe_estimate, estimate_run
 
 TINY = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}, "batch_size": 8, "seq_len": 32}
@@ -328,17 +328,36 @@ def test_a_tpu_run_too_big_for_its_chips_is_said_not_to_fit_with_the_compilers_n
     assert result.advice.startswith("It does not fit a chip: the compiled step needs") and "mesh.fsdp" in result.advice
 
 
-def test_blocks_a_memory_change_scanned_are_unrolled_to_recompute_fewer_and_blocks_the_run_scanned_stay_scanned():
-    config = TrainConfig(dataset="unused", model={"preset": "llama-1b"}, batch_size=8, seq_len=2048)
-    changes = {
-        change.name: change for change in tpu_fit.memory_changes(config, Placement(accelerator="tpu-v5litepod-1"))
-    }
-    scanned_by_it = changes["remat=full and scan_layers=true"]
-    unrolled = scanned_by_it.unrolled(scanned_by_it.applied_to(config))
-    assert (unrolled.remat, unrolled.scan_layers, unrolled.remat_blocks) == ("full", False, None)
-    own = with_fields(config, {"scan_layers": True, "remat": "full"})
-    moments = next(change for change in tpu_fit.memory_changes(own, Placement(accelerator="tpu-v5litepod-1")))
-    assert moments.name == "optimizer.bf16_moments=true" and moments.unrolled(moments.applied_to(own)).scan_layers
+def test_a_fit_recomputes_fewer_blocks_unrolled_only_where_its_change_scanned_them_and_two_keep_activations(
+    cache_ctx, monkeypatch
+):
+    asked, kept = [], {"blocks": 2}
+
+    def recompute_fewer(ctx, config, placement, vocab_size, **kwargs):  # as if the compiles left room for `kept`
+        asked.append(config)
+        if config.scan_layers:
+            return None
+        return with_fields(config, {"remat_blocks": config.model.n_layers - kept["blocks"]}), None
+
+    monkeypatch.setattr(tpu_fit, "recompute_fewer", recompute_fewer)
+    placement = Placement(accelerator="tpu-v5litepod-1")
+
+    def refined(given: TrainConfig, change_name: str) -> tpu_fit.SliceFit:
+        change = next(change for change in tpu_fit.memory_changes(given, placement) if change.name == change_name)
+        fit = tpu_fit.SliceFit(change.applied_to(given), None, change.name, change.cost, "needed")
+        return tpu_fit.fewer_recomputed(cache_ctx, fit, change, given, placement, 128256, no_progress)
+
+    unrolled = TrainConfig(dataset="unused", model={"preset": "llama-1b"}, batch_size=8, seq_len=2048)
+    fit = refined(unrolled, "remat=full and scan_layers=true")
+    assert not asked[-1].scan_layers and (fit.config.scan_layers, fit.config.remat_blocks) == (False, 14)
+    assert fit.change == "remat=full, scan_layers=false and remat_blocks=14"
+    assert fit.cost.endswith("; full remat in the first 14 of the 16 blocks only; " + tpu_fit.UNROLLED_COST)
+    kept["blocks"] = 1  # no faster than scanned: the scanned fit stands
+    assert refined(unrolled, "remat=full and scan_layers=true").change == "remat=full and scan_layers=true"
+    fit = refined(with_fields(unrolled, {"remat": "full"}), "optimizer.bf16_moments=true")  # the run's own remat
+    assert fit.change == "optimizer.bf16_moments=true and remat_blocks=15" and not fit.config.scan_layers
+    refined(with_fields(unrolled, {"scan_layers": True}), "remat=full and scan_layers=true")
+    assert asked[-1].scan_layers  # the run's own scanned blocks stay scanned
 
 
 def test_a_refinement_whose_compile_fails_or_runs_too_long_leaves_every_block_recomputed(cache_ctx, monkeypatch):
@@ -360,11 +379,16 @@ def test_a_refinement_whose_compile_fails_or_runs_too_long_leaves_every_block_re
         tpu_fit.recompute_fewer(cache_ctx, every, placement, 512)
 
 
-def test_an_adafactor_run_is_not_offered_bfloat16_moments():
-    # Compiled for one v5e, a 1B Llama with Adafactor needed 21.32 GiB with and without them.
+def test_an_adafactor_run_is_offered_neither_its_moments_halved_nor_moved_nor_the_same_change_twice():
+    # Compiled for one v5e, a 1B Llama with Adafactor needed 21.32 GiB with bfloat16 moments and without.
     config = TrainConfig(dataset="unused", model={"preset": "llama-1b"}, optimizer={"type": "adafactor"})
     names = [change.name for change in tpu_fit.memory_changes(config, Placement(accelerator="tpu-v5litepod-1"))]
-    assert names[0] == "remat=full and scan_layers=true" and not any("bf16_moments" in name for name in names[:3])
+    assert names == [
+        "remat=full and scan_layers=true",
+        "remat=full and scan_layers=false",
+        "grad_accum=2",
+        "optimizer.type=adafactor, remat=full, scan_layers=true and grad_accum=16",
+    ]
 
 
 def test_the_memory_changes_of_a_run_that_remats_its_first_blocks_recompute_every_block():
@@ -382,8 +406,8 @@ def test_the_memory_changes_of_a_run_that_remats_its_first_blocks_recompute_ever
 @needs_libtpu
 def test_a_run_that_fits_with_every_block_recomputed_recomputes_the_fewest_that_fit(cache_ctx):
     # Real compiles for one v5e chip (libtpu's compile-only client) of a 3-block model, small enough to compile in
-    # seconds. Recomputing the last block saves nothing (its backward follows its forward at once), so the steps
-    # with two and with three blocks recomputed need about the same HBM, and with one block more.
+    # seconds. Recomputing the last block saves nothing (its backward follows its forward at once), so with three
+    # blocks one is recomputed where the budget lies just below no remat, and two where it lies just below one.
     placement = Placement(accelerator="tpu-v5litepod-1")
     model = {"d_model": 64, "n_layers": 3, "n_heads": 2, "vocab_size": 512, "max_seq_len": 256}
     folder = str(cache_ctx.workspace.datasets_dir / "tiny")

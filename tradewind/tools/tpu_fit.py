@@ -210,15 +210,34 @@ def fit_slice(
             f"{needed}, and a {chip.device_kind} chip has {chip.hbm_bytes / GIB:,.2f} GiB; {tried} does not fit "
             "either: take a larger slice, or a smaller model, batch_size or seq_len"
         )
-    fewer = recompute_fewer(ctx, fitting.unrolled(changed[fitting.name]), placement, vocab_size, progress=progress)
-    if fewer is None:
-        return SliceFit(changed[fitting.name], compiled[fitting.name], fitting.name, fitting.cost, needed)
+    fit = SliceFit(changed[fitting.name], compiled[fitting.name], fitting.name, fitting.cost, needed)
+    return fewer_recomputed(ctx, fit, fitting, config, placement, vocab_size, progress)
+
+
+def fewer_recomputed(
+    ctx: ToolContext,
+    fit: SliceFit,
+    change: MemoryChange,
+    given: TrainConfig,
+    placement: Placement,
+    vocab_size: int,
+    progress: Progress,
+) -> SliceFit:
+    """`fit` (`given` with `change`) with as few blocks recomputed as fit (`recompute_fewer`), or as it is. Blocks
+    the change scanned are unrolled for it; unrolled, they compile longer and, all recomputed, run 1% slower, so
+    that pays only where at least two keep their activations (recomputing the last block saves no HBM)."""
+    unrolls = bool(change.fields.get("scan_layers")) and not given.scan_layers
+    config = with_fields(fit.config, {"scan_layers": False}) if unrolls else fit.config
+    fewer = recompute_fewer(ctx, config, placement, vocab_size, progress=progress)
+    blocks = config.model.n_layers
+    if fewer is None or (unrolls and fewer[0].remat_blocks > blocks - 2):
+        return fit
     config, report = fewer
-    fields = {**fitting.fields, "scan_layers": False, "remat_blocks": config.remat_blocks}
-    cost = f"{fitting.cost}; in the first {config.remat_blocks} of the {config.model.n_layers} blocks only"
-    if fitting.fields.get("scan_layers"):
+    fields = {**change.fields, **({"scan_layers": False} if unrolls else {}), "remat_blocks": config.remat_blocks}
+    cost = f"{change.cost}; full remat in the first {config.remat_blocks} of the {blocks} blocks only"
+    if unrolls:
         cost += f"; {UNROLLED_COST}"
-    return SliceFit(config, report, named_fields(fields), cost, needed)
+    return SliceFit(config, report, named_fields(fields), cost, fit.needed)
 
 
 # Of a chip's HBM, what `recompute_fewer` leaves free: the runtime keeps some for itself (a v5e's 16 GiB shows 15.75
@@ -318,11 +337,6 @@ class MemoryChange:
         """`config` with this change."""
         return with_fields(config, self.fields)
 
-    def unrolled(self, changed: TrainConfig) -> TrainConfig:
-        """`changed` (this change applied) with its blocks unrolled where this change scanned them: unrolled, some
-        blocks can keep their activations (`recompute_fewer`). Blocks the run scanned itself stay scanned."""
-        return with_fields(changed, {"scan_layers": False}) if self.fields.get("scan_layers") else changed
-
 
 def _change(cost: str, **fields: Any) -> MemoryChange:
     """A `MemoryChange` of `fields` (`__` for a section's dot), named by them."""
@@ -351,13 +365,14 @@ def memory_changes(config: TrainConfig, placement: Placement) -> list[MemoryChan
     dominate, unrolled where the gradients do, as the scanned loop holds every block's at once; benchmarks page);
     half the microbatch (twice grad_accum); the moments in host memory; the frugal end (Adafactor's factored state
     with no momentum, and full remat) and that with one row per device in each microbatch. Those the run has
-    already, or that do not split over the chips, are left out."""
+    already, that an earlier one makes, or that do not split over the chips, are left out."""
     mesh, chips, optimizer = config.mesh, placement.chips, config.optimizer
     recompute: dict[str, Any] = {"remat": "full", "scan_layers": True}
     if config.remat_blocks is not None:  # every block, not the run's first few
         recompute["remat_blocks"] = None
-    # Adafactor's factored moment is a row and a column a matrix: in bfloat16 it saves next to nothing.
-    halve_moments = not optimizer.bf16_moments and optimizer.type != "adafactor"
+    # Adafactor's second moment is a row and a column per matrix: halved or in host memory, it saves next to nothing.
+    factored = optimizer.type == "adafactor"
+    halve_moments = not optimizer.bf16_moments and not factored
     changes = []
     if mesh.fsdp * mesh.tensor < chips:
         changes.append(_change(SHARDED_COST, mesh__data=-1, mesh__fsdp=chips // mesh.tensor))
@@ -370,7 +385,7 @@ def memory_changes(config: TrainConfig, placement: Placement) -> list[MemoryChan
             if halve_moments:
                 changes.append(_change(f"{BF16_MOMENTS_COST}; {cost}", optimizer__bf16_moments=True, **layers))
     changes.append(_change(ACCUM_COST, grad_accum=2 * config.grad_accum))
-    if not optimizer.host_state:
+    if not optimizer.host_state and not factored:
         host = {"optimizer__host_state": True, "optimizer__bf16_moments": True, **recompute}
         changes.append(_change(f"{HOST_STATE_COST}; {REMAT_COST}", **host))
     frugal = {"optimizer__type": "adafactor", **recompute}
@@ -378,13 +393,16 @@ def memory_changes(config: TrainConfig, placement: Placement) -> list[MemoryChan
     one_row = config.batch_size // (chips // mesh.tensor)
     if one_row > config.grad_accum:
         changes.append(_change(f"{ADAFACTOR_COST}; {REMAT_COST}; {ACCUM_COST}", **frugal, grad_accum=one_row))
-    fitting = []
+    fitting, seen = [], [config]
     for change in changes:
         try:
-            check_splits(change.applied_to(config), chips)
+            changed = change.applied_to(config)
+            check_splits(changed, chips)
         except (ValidationError, InvalidInputError):  # the batch does not split that way
             continue
-        fitting.append(change)
+        if changed not in seen:  # Adafactor with full remat, say, for an Adafactor run
+            fitting.append(change)
+            seen.append(changed)
     return fitting
 
 
