@@ -5,11 +5,10 @@ Command (on a TPU VM):
     python benchmarks/attention_blocks.py --smoke --out FILE.jsonl   # tiny shapes in Pallas's interpreter, any CPU
 
 Attention is the part of a step that loses the most MFU on a v5e (docs/reports/benchmarks.md): the splash kernel
-runs the 64-wide heads of the 125M and 1B Llamas at a fraction of the chip's peak (the 350M's were 64 wide too
-until 2026-12-07; `--shapes 350m_64` times them. The rows of that day ran 16 key/value heads where the model
-had 8). Its tiling is a free
-choice (the values are the same, the speed is not), so this times the causal kernel alone, forward and forward
-with backward (the fused dq/dk/dv kernel, as the trainer runs it), for the trainer's own tiling
+runs the 64-wide heads of the 125M and 1B Llamas at a fraction of the chip's peak. (The 350M's heads were 64 wide
+until 2026-12-07, and `--shapes 350m_64` times them; that day's rows ran 16 key/value heads where it had 8.) Its
+tiling is a free choice (the values are the same, the speed is not), so this times the causal kernel alone,
+forward and forward with backward (the fused dq/dk/dv kernel, as the trainer runs it), for the trainer's own tiling
 (`layers.splash_block_sizes`) and each change in `CANDIDATES`, then for the best forward change together with
 the best backward change. Each candidate's output and gradients are compared with the trainer's tiling (a change
 of tiling must not change the values beyond bfloat16's rounding). `--vmem-kib` runs the sweep again in a process

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tpu_helpers import needs_libtpu
+from tpu_helpers import WIDE_EMBEDDING, needs_libtpu
 
 from tradewind.cli import build_parser, main
 from tradewind.commands import context
@@ -128,10 +128,8 @@ def test_tradewind_compile_prints_the_slices_fit_and_estimate_and_fails_a_run_th
     assert by_cli["fits"] is True and 0 < by_cli["hbm_per_chip_bytes"] <= by_cli["device_memory_bytes"]
     assert by_cli["device_memory_source"] == "HBM of one TPU v5 lite chip (1 x v5litepod-16, compiled)"
 
-    # 1.2 billion parameters, most in the embedding, which compile in half the time of a model as wide: Adam's
-    # state alone passes a chip, and it fits eight with its parameters sharded over them.
-    wide = ["--set", "model={d_model: 1088, n_layers: 1, n_heads: 17, max_seq_len: 64, vocab_size: 1048576}"]
-    wide += ["--set", "mesh.fsdp=1"]
+    # Adam's state alone passes a chip, and it fits eight with its parameters sharded over them.
+    wide = ["--set", f"model={json.dumps(WIDE_EMBEDDING)}", "--set", "mesh.fsdp=1"]
     assert main(["compile", str(config), "--accelerator", "tpu-v5litepod-8", *wide, *common]) == 0
     assert "so it trains with mesh.data=-1 and mesh.fsdp=8" in capsys.readouterr().out  # fitted, and said so
     big = ["--set", "model={d_model: 8192, n_layers: 2, n_heads: 64, max_seq_len: 64}", "--set", "mesh.fsdp=1"]

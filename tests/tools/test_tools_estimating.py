@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 from mcp_helpers import call
 from runs_helpers import CancelAtFirstReport
-from tpu_helpers import needs_libtpu
+from tpu_helpers import WIDE_EMBEDDING, needs_libtpu
 
 from tradewind.cluster import JobStatus, Placement
 from tradewind.core import NotFoundError, TradewindError
@@ -310,10 +310,8 @@ def test_a_tpu_compile_is_reused_until_the_trainers_code_changes(cache_ctx, monk
 @pytest.mark.slow
 @needs_libtpu
 def test_a_tpu_run_too_big_for_its_chips_is_said_not_to_fit_with_the_compilers_numbers(cache_ctx):
-    # 1.2 billion parameters, most in the embedding (quicker to compile than a model as wide): Adam's state alone
-    # passes a chip; on eight chips it fits, its parameters sharded.
-    wide = {"d_model": 1088, "n_layers": 1, "n_heads": 17, "vocab_size": 2**20, "max_seq_len": 64}
-    config = {"dataset": "tiny", **TINY, "model": wide, "accelerator": "tpu-v5litepod-8"}
+    # Adam's state alone passes a chip; on eight chips it fits, its parameters sharded.
+    config = {"dataset": "tiny", **TINY, "model": WIDE_EMBEDDING, "accelerator": "tpu-v5litepod-8"}
     sharded = estimate_run(cache_ctx, EstimateRunRequest(config=config))
     assert sharded.fits and sharded.advice.startswith("As given it does not fit 1 x v5litepod-8 (its weights")
     assert "so it trains with mesh.data=-1 and mesh.fsdp=8: " in sharded.advice

@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 from polling import wait_until
 from runs_helpers import finish, losses, pending_run, workspace_with_dataset
-from tpu_helpers import holding_open, needs_libtpu
+from tpu_helpers import WIDE_EMBEDDING, holding_open, needs_libtpu
 
 from tradewind.cluster import JobStatus
 from tradewind.cluster.tpu_host import HOST_TPU_ENV, LIBTPU_LOCKFILE, lock_holders
@@ -164,12 +164,11 @@ def test_a_tpu_run_too_big_for_its_chip_trains_with_the_least_costly_memory_chan
         pytest.skip(f"a process holds {LIBTPU_LOCKFILE}: a real TPU program")
     monkeypatch.setenv(HOST_TPU_ENV, "v5litepod-1")
     fresh = workspace_with_dataset(ctx, dataset_id, tmp_path / "ws")
-    # 1.2 billion parameters, most in a 2**20-token embedding, quick to compile. Its weights, gradients and Adam's
-    # float32 moments (16 bytes a parameter) alone pass one chip's 16 GiB. Compiled, neither bfloat16 moments, nor
-    # they with full remat (scanned blocks or unrolled), nor the moments in host memory bring it within the chip
-    # (its step's temporaries hold float32 copies of the embedding's size); the frugal end (Adafactor, with full
-    # remat) is the first that does.
-    big = {"d_model": 1088, "n_layers": 1, "n_heads": 17, "vocab_size": 2**20, "max_seq_len": 64}
+    # Its weights, gradients and Adam's float32 moments alone pass one chip's 16 GiB. Compiled, neither bfloat16
+    # moments, nor they with full remat (scanned blocks or unrolled), nor the moments in host memory bring it within
+    # the chip (its step's temporaries hold float32 copies of the embedding's size); the frugal end (Adafactor, with
+    # full remat) is the first that does.
+    big = WIDE_EMBEDDING
     settings = {**tiny_run_settings, "model": big, "batch_size": 8, "seq_len": 64}
     parameters = TrainConfig(dataset="unused", model=big).model.count_params()
     change = "optimizer.type=adafactor, remat=full and scan_layers=true"
