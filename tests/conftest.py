@@ -19,6 +19,20 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # And the training jobs of the suite's many workspaces share one cache of their own, so that the tiny model
 # compiles once, not once a workspace (a test of one workspace's cache unsets it).
 os.environ.setdefault(COMPILE_CACHE_ENV, tempfile.mkdtemp(prefix="tradewind-test-jobs-xla-"))
+# The suite compiles hundreds of small programs, each then run for a few steps, so XLA's CPU optimisations cost
+# more than they save: at these flags the suite's tiny train step compiles in 1-3 s instead of 4-7 s and runs
+# 1.2-1.5x slower (docs/reports/benchmarks.md, fourteenth session). The programs compute the same values (the tests'
+# tolerances are unchanged); users' runs compile with XLA's defaults. TPU compiles ignore them. `.ci/run` starts its
+# Ray head with the same flags, so that a replica on Ray compiles as a local process does.
+os.environ["XLA_FLAGS"] = " ".join(
+    dict.fromkeys(
+        [
+            "--xla_backend_optimization_level=0",
+            "--xla_cpu_use_fusion_emitters=false",
+            *os.environ.get("XLA_FLAGS", "").split(),
+        ]
+    )
+)
 # With libtpu installed (the `tpu` extra) JAX would look for a TPU: the suite runs on the CPU, and compiles TPU
 # programs with libtpu's compile-only client, which must never ask a metadata server (test_trainer_compile.py).
 os.environ.update({**TPU_COMPILE_ENV, **os.environ})

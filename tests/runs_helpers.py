@@ -34,6 +34,12 @@ from tradewind.tools.sweep_controller import SweepState, TrialState, write_state
 from tradewind.tools.sweeps import SweepRequest, get_sweep
 
 
+def cpu_devices_env(devices: int) -> dict[str, str]:
+    """This process's environment for a Python whose JAX has `devices` CPU devices (the suite's XLA flags kept)."""
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+    return {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+
+
 def finish(ctx: ToolContext, run_id: str, timeout_s: float = 300) -> WaitForRunResult:
     """Wait for the run to end; fail if it has not ended within `timeout_s`."""
     done = wait_for_run(ctx, WaitForRunRequest(run_id=run_id, timeout_s=timeout_s))

@@ -4,7 +4,7 @@ within it, and ends with val_loss and val_bpb on the dataset's fixed val tokens.
 import json
 import math
 import shutil
-import time
+from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -16,6 +16,7 @@ from flax import nnx
 from tradewind.data import build_token_cache, builtin_corpus_path, load_tokenizer, open_token_cache
 from tradewind.runs import TrainConfig, read_metrics
 from tradewind.trainer import load_run_model, train
+from tradewind.trainer import plan as plan_module
 from tradewind.trainer.plan import StepPlan, TimeBudget
 from tradewind.trainer.validation import fixed_val_tokens
 
@@ -81,14 +82,16 @@ def test_a_budgeted_run_stops_within_5_percent_of_its_budget_with_a_decayed_sche
     assert summary.val_bpb < 8.0 * 0.5  # learned something: a uniform byte model is 8 bits per byte
 
 
-def test_the_budget_replans_the_step_count_from_the_measured_speed_and_ends_where_it_runs_out(tiny_config):
+def test_the_budget_replans_the_step_count_from_the_measured_speed_and_ends_where_it_runs_out(tiny_config, monkeypatch):
+    clock = [0.0]  # the budget's clock, moved by the test: a loaded machine's sleeps overrun, this one's never do
+    monkeypatch.setattr(plan_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     plan = StepPlan.of(tiny_config(time_budget_s=1.0))
     budget = TimeBudget(plan, seconds=1.0, first_step=0)
     step, planned = 0, []
     while step < plan.total_steps and step < 1000:
         step += 1
         budget.tick(step, jax.numpy.zeros(()))  # after dispatching update `step`
-        time.sleep(0.02)  # what update `step` takes (a stand-in for the device's work, not a wait for it)
+        clock[0] += 0.02  # what update `step` takes
         planned.append(plan.total_steps)
     assert 45 <= step <= 50  # 1 s of 20 ms updates, the last one included
     assert all(45 <= total <= 52 for total in planned[5:])  # planned from the speed after the warm-up

@@ -5,7 +5,6 @@ Both tests run the trainer as separate processes: the device count is fixed when
 """
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from runs_helpers import cpu_devices_env
 
 from tradewind.runs import RunLayout, read_metrics
 
@@ -25,10 +25,9 @@ def prepare(run_dir: Path, config) -> RunLayout:
 
 
 def trainer(run_dir: Path, devices: int = 1, **gang: str) -> subprocess.Popen:
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
     return subprocess.Popen(
         [sys.executable, "-m", "tradewind.trainer", str(run_dir)],
-        env={**env, **gang},
+        env={**cpu_devices_env(devices), **gang},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -102,9 +101,12 @@ print(json.dumps({
 def test_splash_attention_on_a_data_fsdp_tensor_mesh_of_eight_cpu_devices_matches_the_reference():
     """Splash runs per device under `jax.shard_map` (rows over data x fsdp, heads over tensor): the kernel's own
     code, in Pallas's interpreter, scanned and rematerialised, against the reference on the same mesh."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
     done = subprocess.run(
-        [sys.executable, "-c", SPLASH_ON_EIGHT_DEVICES], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-c", SPLASH_ON_EIGHT_DEVICES],
+        capture_output=True,
+        text=True,
+        env=cpu_devices_env(8),
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     gaps = json.loads(done.stdout.strip().splitlines()[-1])

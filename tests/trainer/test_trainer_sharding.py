@@ -4,7 +4,6 @@ The checks run in a process with eight CPU devices (XLA's host-device flag), as 
 """
 
 import json
-import os
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import jax
 import pytest
 from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
+from runs_helpers import cpu_devices_env
 
 from tradewind.core import ConfigError
 from tradewind.runs import MeshConfig
@@ -49,8 +49,9 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def eight_devices() -> dict:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True, env=cpu_devices_env(8), timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
