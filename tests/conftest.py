@@ -21,9 +21,9 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault(COMPILE_CACHE_ENV, tempfile.mkdtemp(prefix="tradewind-test-jobs-xla-"))
 # The suite compiles hundreds of small programs, each then run for a few steps, so XLA's CPU optimisations cost
 # more than they save: at these flags the suite's tiny train step compiles in 1-3 s instead of 4-7 s and runs
-# 1.2-1.5x slower (docs/reports/benchmarks.md, fourteenth session). The programs compute the same values (the tests'
-# tolerances are unchanged); users' runs compile with XLA's defaults. TPU compiles ignore them. `.ci/run` starts its
-# Ray head with the same flags, so that a replica on Ray compiles as a local process does.
+# 1.3-1.5x slower (docs/reports/benchmarks.md, fourteenth session). The programs compute the same values up to
+# rounding (the tests' tolerances are unchanged); users' runs compile with XLA's defaults. TPU compiles ignore the
+# flags. `.ci/run` starts its Ray head with them, so that a replica on Ray compiles as a local process does.
 os.environ["XLA_FLAGS"] = " ".join(
     dict.fromkeys(
         [
