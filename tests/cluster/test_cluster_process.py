@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 
 from tradewind.cluster.process import process_alive, process_start_time
 
@@ -46,3 +47,14 @@ def test_a_name_with_spaces_and_parentheses_does_not_confuse_the_stat_parser(tmp
     finally:
         child.communicate(b"")
     assert not process_alive(child.pid, start)
+
+
+def test_a_job_process_start_up_clock_starts_when_the_process_did_not_up_to_a_second_before():
+    """psutil's create_time adds the start's ticks to a boot time rounded to the whole second, which put a job's
+    start up to a second before it was spawned: every tiny run's log said "python and imports 1.0 s"."""
+    report = "import time; from tradewind.trainer.startup import StartupClock as C; c = C.since_process_start(); "
+    report += "print(time.time() - (time.perf_counter() - c.start))"
+    spawned = time.time()
+    started = float(subprocess.run([sys.executable, "-c", report], capture_output=True, text=True, check=True).stdout)
+    tick = 1 / os.sysconf("SC_CLK_TCK")  # the kernel keeps a process's start to the clock tick
+    assert spawned - tick <= started <= time.time()

@@ -44,7 +44,7 @@ from typing import Any
 from tradewind.cluster.entry import run_call
 from tradewind.cluster.jobs import JOB_ID_ENV, JOB_START_ENV, JOB_VARIABLES
 from tradewind.cluster.messages import abstract_address, accept, connect, listen, receive, send
-from tradewind.cluster.process import process_alive, process_start_time
+from tradewind.cluster.process import process_age, process_alive, process_start_time
 from tradewind.core import atomic_write_text
 
 SERVE_FLAG = "--serve"
@@ -104,12 +104,6 @@ def run_as_client(jobs_dir: Path, call: dict[str, Any]) -> int:
             print(f"[tradewind] the warm process {reply['pid']} ended during the job", file=sys.stderr, flush=True)
             return 1
         return int(result["exit"])
-
-
-def process_age() -> float:
-    """Seconds since this process started (the job's start, for its start-up clock)."""
-    with open("/proc/uptime") as uptime:
-        return float(uptime.read().split()[0]) - (process_start_time(os.getpid()) or 0) / os.sysconf("SC_CLK_TCK")
 
 
 def start_warm_process(jobs_dir: Path) -> socket.socket:

@@ -17,9 +17,8 @@ from __future__ import annotations
 import os
 import time
 
-import psutil
-
 from tradewind.cluster.jobs import JOB_START_ENV
+from tradewind.cluster.process import process_age
 
 
 class StartupClock:
@@ -34,8 +33,8 @@ class StartupClock:
     def since_process_start(cls) -> StartupClock:
         """A clock whose first stage began when the job's process did (a job's Python start-up and imports count):
         this process, or the job's own where it runs in a warm process (`JOB_START_ENV`)."""
-        started = float(os.environ.get(JOB_START_ENV) or psutil.Process(os.getpid()).create_time())
-        return cls(time.perf_counter() - max(time.time() - started, 0.0))
+        age = time.time() - float(os.environ[JOB_START_ENV]) if JOB_START_ENV in os.environ else process_age()
+        return cls(time.perf_counter() - max(age, 0.0))
 
     def mark(self, stage: str) -> None:
         """End `stage` now: it took the seconds since the previous stage ended."""
