@@ -48,7 +48,7 @@ walkthrough: $(VENV)/.installed-dev
 	$(BIN)/python -m tradewind.tools.walkthrough --write
 
 # Two processes (pytest-xdist), each test file whole in one of them (module fixtures and fixed ports stay in one
-# process): on the 2-core machine 21.6 min against 33 min in one process; the 20 slowest tests are listed at the end.
+# process): on the 2-core machine 0.65 of one process's time (benchmarks.md); the 20 slowest tests are listed at the end.
 test: lint docs
 	$(BIN)/pytest -n 2 --dist loadfile --durations=20
 

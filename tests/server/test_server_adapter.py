@@ -268,7 +268,9 @@ def paint(ctx: ToolContext, request: PaintRequest) -> PaintRequest:
     strict=True,
     reason="bug: as_mcp_tool validates the sent arguments with model_validate(strict=True) in Python mode, where an "
     "Enum-typed request field accepts only Enum instances, so every JSON value is refused ('blue' is not an "
-    "instance of Colour); no shipped tool has such a field yet (they use Literal)",
+    "instance of Colour); no shipped tool has such a field yet (they use Literal). JSON mode "
+    "(model_validate_json of the sent arguments) accepts enum values, but its parser refuses a lone surrogate "
+    "before check_text can name the field that holds it",
 )
 async def test_an_enum_typed_request_field_accepts_its_values_sent_as_json(tmp_path):
     server = MCPServer(name="adapter-enum")

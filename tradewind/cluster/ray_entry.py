@@ -339,7 +339,7 @@ def _run(job_id: str, spec: JobSpec) -> dict[str, Any]:
         for ref in pending:  # one replica ended the attempt: the rest of the gang cannot go on
             ray.cancel(ref)
         with contextlib.suppress(Exception):
-            ray.wait(pending, num_returns=len(pending), timeout=20)  # within RAY_JOB_STOP_WAIT_TIME_S
+            ray.wait(pending, num_returns=len(pending), timeout=20)
         counts = {"attempts": attempts, "failures": failures, "preemptions": preemptions}
         if stopping["cancelled"] or outcome == "cancelled":
             return _result(JobStatus.CANCELLED, "cancelled on request", None, **counts)
