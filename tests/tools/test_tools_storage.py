@@ -100,7 +100,8 @@ def test_two_processes_sharing_no_folder_train_from_a_bucket_and_resume_bitwise_
     fs, path = remote_fs(join_url(bucket, "runs", run.run_id))
     scheme = bucket.split(":")[0]
     committed = f"{path}/checkpoints/10/{COMMITTED[scheme]}"
-    wait_until(lambda: fs.invalidate_cache(path) or fs.exists(committed), 240, "checkpoint 10")
+    # Each look is two requests to the bucket's server, which shares the two cores with the run's processes.
+    wait_until(lambda: fs.invalidate_cache(path) or fs.exists(committed), 240, "checkpoint 10", interval=0.1)
     killed = 1 if scheme == "gs" else 0  # any process: one with only its checkpoint shards, or the one that writes
     os.kill(unshared.backend.status(run.run_id).pids[killed], signal.SIGKILL)
 
