@@ -8,6 +8,7 @@ its own command line does (`python tests/gcs_emulator.py start --host ... --port
 """
 
 import sys
+from http.server import HTTPServer
 
 from gcp_storage_emulator import server
 from gcp_storage_emulator.__main__ import main
@@ -32,6 +33,10 @@ for _, methods in server.HANDLERS:
     for method, handler in methods.items():
         if handler is emulator_download:
             methods[method] = download
+
+# The emulator answers one request at a time, and its socket queues Python's default 5 connections. Tensorstore
+# opens more at once; the kernel drops the rest, and their clients try again only a second or more later.
+HTTPServer.request_queue_size = 128
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
