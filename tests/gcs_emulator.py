@@ -1,4 +1,5 @@
-"""`gcp-storage-emulator start ...`, answering downloads with the generation headers real Cloud Storage sends.
+"""`gcp-storage-emulator start ...`, answering downloads with the generation headers real Cloud Storage sends, and
+queueing as many connections as tensorstore opens at once.
 
 Cloud Storage answers every object download with `x-goog-generation` and `x-goog-metageneration`
 (https://cloud.google.com/storage/docs/xml-api/reference-headers). Tensorstore, which writes orbax's checkpoints,
