@@ -1,10 +1,16 @@
 """Hugging Face models for the interop tests: folders saved by `transformers` (random weights, no network) and
-their logits and loss, each computed in a fresh interpreter that imports only torch and transformers (a test
-that calls one is skipped where they are not installed), and Tradewind models loaded from such folders."""
+their logits and loss, computed in an interpreter of their own that imports only torch, transformers and peft
+(a test that asks for one is skipped where torch and transformers are not installed), and Tradewind models loaded
+from such folders."""
 
+import atexit
+import contextlib
+import importlib.util
 import json
+import select
 import subprocess
 import sys
+import tempfile
 
 import jax
 import numpy as np
@@ -51,14 +57,80 @@ if sys.argv[5] != "null":
 TOKENS = np.array([[5, 72, 101, 108, 108, 111, 32, 119, 33, 200, 3, 9]], np.int32)
 
 
-def _run(script, *args):
-    """stdout of `script` run with `args` in a fresh interpreter that imports nothing of the tests' folders."""
-    pytest.importorskip("transformers")
-    pytest.importorskip("torch")
-    # -P: not the working folder's modules; PYTHONPATH stays (on a TPU VM it may hold the machine's numpy).
-    result = subprocess.run([sys.executable, "-P", "-c", script, *args], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+# The torch interpreter's loop: each request (a line of JSON) is a script and its arguments; the script runs as
+# `python -c script args...` would, in globals of its own, and the reply (a line of JSON) holds what it printed,
+# or its traceback.
+_SERVE = """
+import contextlib, io, json, sys, traceback
+import torch, transformers
+for line in sys.stdin:
+    request = json.loads(line)
+    sys.argv = ["-c", *request["args"]]
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(request["script"], {"__name__": "__main__"})
+        error = None
+    except Exception:
+        error = traceback.format_exc()
+    print(json.dumps({"stdout": printed.getvalue(), "error": error}), flush=True)
+"""
+
+
+class TorchInterpreter:
+    """One interpreter for a test process's torch scripts, started by the first: importing torch and transformers
+    (and the model classes a config names) takes 10 s of CPU, and the interop tests run over thirty scripts.
+    Neither JAX nor the tests' modules are loaded in it."""
+
+    def __init__(self):
+        self.process = None
+        # A file, not a pipe (which would fill and block the interpreter): read only once it has ended.
+        self.stderr = tempfile.TemporaryFile("w+", errors="replace")  # noqa: SIM115 (it lives as long as this object)
+
+    def run(self, script, args, timeout_s=300):
+        if self.process is None or self.process.poll() is not None:
+            # -P: not the working folder's modules; PYTHONPATH stays (on a TPU VM it may hold the machine's numpy).
+            command = [sys.executable, "-P", "-c", _SERVE]
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
+            )
+        self.process.stdin.write(json.dumps({"script": script, "args": [str(arg) for arg in args]}) + "\n")
+        self.process.stdin.flush()
+        answered, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        line = self.process.stdout.readline() if answered else ""
+        if not line:
+            self.close()
+            self.stderr.seek(0)
+            what = "ended" if answered else f"gave no answer in {timeout_s} s"
+            pytest.fail(f"the torch interpreter {what}: {self.stderr.read()[-3000:]}")
+        reply = json.loads(line)
+        assert reply["error"] is None, reply["error"][-3000:]
+        return reply["stdout"]
+
+    def close(self):
+        if self.process is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+            self.process.kill()
+            self.process.wait()
+
+
+_TORCH = TorchInterpreter()
+atexit.register(_TORCH.close)
+
+
+def require(*modules):
+    """Skip the test where one of `modules` is not installed, without importing them into the test's process."""
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed")
+
+
+def run_torch_script(script, *args):
+    """What `script` prints, run with `args` as `python -c script args...` would run it, in the torch interpreter
+    (the test is skipped where torch or transformers is not installed)."""
+    require("torch", "transformers")
+    return _TORCH.run(script, args)
 
 
 def _outputs(stdout):
@@ -69,19 +141,19 @@ def _outputs(stdout):
 def transformers_folder(folder, config, max_shard_size="5GB"):
     """An HF folder saved by `transformers` of a random model with `config` (a config.json's keys), in shards of
     at most `max_shard_size`."""
-    _run(HF_SAVE, str(folder), json.dumps(config), max_shard_size, "0", "null")
+    run_torch_script(HF_SAVE, str(folder), json.dumps(config), max_shard_size, "0", "null")
     return folder
 
 
 def saved_by_transformers(folder, config, tokens, jitter=0.1):
     """Save a random model with `config` in `folder` as `transformers_folder` does, every parameter then moved by
     `jitter` standard deviations; its `(logits, loss)` for `tokens` [batch, seq]."""
-    return _outputs(_run(HF_SAVE, str(folder), json.dumps(config), "5GB", str(jitter), json.dumps(tokens.tolist())))
+    return _outputs(run_torch_script(HF_SAVE, folder, json.dumps(config), "5GB", jitter, json.dumps(tokens.tolist())))
 
 
 def transformers_outputs(folder, tokens):
     """`(logits, mean next-token loss)` of the `transformers` model in `folder` for `tokens` [batch, seq]."""
-    return _outputs(_run(HF_CHECK, str(folder), json.dumps(tokens.tolist())))
+    return _outputs(run_torch_script(HF_CHECK, str(folder), json.dumps(tokens.tolist())))
 
 
 def transformers_logits(folder, tokens):

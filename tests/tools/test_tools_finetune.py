@@ -5,8 +5,6 @@ which `transformers` and `peft` load with the logits the run's own model gives."
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
@@ -16,7 +14,7 @@ import orbax.checkpoint as ocp
 import pytest
 from chat_models import REPLY_PATTERN, WORDS, format_task, qwen_chat_folder, write_jsonl
 from flax import nnx
-from hf_models import transformers_logits
+from hf_models import require, run_torch_script, transformers_logits
 from mcp import Client
 from mcp_helpers import call
 
@@ -121,11 +119,8 @@ with torch.no_grad():
 
 
 def peft_logits(base, adapter, tokens):
-    pytest.importorskip("peft")
-    script = [sys.executable, "-I", "-c", PEFT_LOGITS, str(base), str(adapter), str(tokens.tolist())]
-    result = subprocess.run(script, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return np.array(json.loads(result.stdout.strip().splitlines()[-1]))
+    require("peft")
+    return np.array(json.loads(run_torch_script(PEFT_LOGITS, base, adapter, tokens.tolist()).strip().splitlines()[-1]))
 
 
 def test_a_lora_fine_tune_saves_only_its_adapters_keeps_its_base_and_exports_merged_and_as_peft(chat, tmp_path):

@@ -3,8 +3,6 @@ dropout is a function of the state, and both exports (merged weights, a PEFT fol
 `transformers`."""
 
 import json
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +10,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from hf_models import require, run_torch_script
 from pydantic import ValidationError
 
 from tradewind.core import ConfigError
@@ -75,14 +74,9 @@ HF_LLAMA = {
 
 
 def run_hf(script, *args):
-    """The last stdout line of `script` run with `args` in a fresh interpreter (torch, transformers, peft only)."""
-    pytest.importorskip("transformers")
-    pytest.importorskip("torch")
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", script, *map(str, args)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    """The last line `script` prints, run with `args` in the torch interpreter (torch, transformers, peft only)."""
+    printed = run_torch_script(script, *args).strip()
+    return printed.splitlines()[-1] if printed else ""
 
 
 def hf_logits(folder, adapter=""):
@@ -258,7 +252,7 @@ def test_a_merged_export_loads_in_transformers_with_the_adapted_models_logits(sc
 @pytest.mark.slow
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_a_peft_adapter_folder_on_the_transformers_base_gives_the_adapted_models_logits(scan_layers, tmp_path):
-    pytest.importorskip("peft")
+    require("peft")
     base = tmp_path / "base"
     run_hf(HF_SAVE, base, json.dumps(HF_LLAMA))
     config, pure = load_hf_params(base)

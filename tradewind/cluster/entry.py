@@ -9,11 +9,12 @@ fix) prints `error: <message>` to stderr, anything else its traceback, both into
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 
 def load_callable(path: str) -> Callable[..., Any]:
@@ -39,5 +40,17 @@ def run_call(call: dict[str, Any]) -> int:
     return 0
 
 
+def exit_after(call: dict[str, Any]) -> NoReturn:
+    """Run `call` and end this process with its exit code (`run_call`'s).
+
+    The process ends as Python ends any (its threads joined, its exit handlers run, its files flushed and closed),
+    but without the garbage collections of its last moments: over the objects of JAX and the other modules a job
+    loads they took 0.4 s of CPU, more than a small run's training, and freed nothing the exit would not.
+    """
+    code = run_call(call)
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(run_call(json.loads(sys.argv[1])))
+    exit_after(json.loads(sys.argv[1]))

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import tradewind
-from tradewind.cluster.entry import run_call
+from tradewind.cluster.entry import exit_after
 from tradewind.cluster.jobs import JOB_VARIABLES, JobSpec
 from tradewind.cluster.messages import abstract_address, accept, connect, listen, receive, send
 from tradewind.cluster.process import process_alive, process_start_time
@@ -314,7 +314,7 @@ def become_job(conn: socket.socket, request: dict[str, Any], log: int, server: S
         sys.path[0] = request["cwd"]
     call = request["call"]
     sys.argv = [sys.modules["tradewind.cluster.entry"].__file__, json.dumps(call)]
-    sys.exit(run_call(call))
+    exit_after(call)
 
 
 if __name__ == "__main__":
