@@ -2,11 +2,13 @@
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from tradewind.cluster import JobSpec
+from tradewind.cluster import JobSpec, JobStatus
 from tradewind.cluster.entry import load_callable
+from tradewind.cluster.forkserver import FORK_SERVER_ENV
 from tradewind.core import read_json
 
 
@@ -46,3 +48,38 @@ def test_any_other_exception_exits_one_with_its_traceback():
     done = run_entry(spec)
     assert done.returncode == 1
     assert "Traceback" in done.stderr and "JSONDecodeError" in done.stderr
+
+
+# A job that returns with work still under way: a thread that finishes only after the call has returned, and an
+# exit handler. OUT is given by the job (`runpy.run_path`'s `init_globals`).
+UNFINISHED = """
+import atexit, gc, json, threading
+
+def after_the_call():
+    threading.main_thread().join()  # returns once the call has returned and the process is ending
+    with open(OUT + ".thread", "w") as out:
+        out.write("finished")
+
+def at_exit():
+    with open(OUT + ".atexit", "w") as out:
+        json.dump({"frozen": gc.get_freeze_count()}, out)
+
+threading.Thread(target=after_the_call).start()
+atexit.register(at_exit)
+"""
+
+
+@pytest.mark.parametrize("fork_server", ["1", "0"])
+def test_a_job_process_ends_as_python_ends_any_but_without_its_final_collections(
+    fork_server, backend, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(FORK_SERVER_ENV, fork_server)  # the backend's supervisors read it
+    script, out = tmp_path / "unfinished.py", str(tmp_path / "out")
+    script.write_text(UNFINISHED)
+    spec = JobSpec(
+        name="unfinished", callable="runpy:run_path", args=[str(script)], kwargs={"init_globals": {"OUT": out}}
+    )
+    done = backend.wait(backend.submit(spec).id, timeout=120)
+    assert (done.status, done.exit_code) == (JobStatus.SUCCEEDED, 0), backend.logs(done.id).text
+    assert Path(out + ".thread").read_text() == "finished"  # its threads were joined, its exit handlers run
+    assert read_json(Path(out + ".atexit"))["frozen"] > 0  # and the garbage collector left its objects alone
