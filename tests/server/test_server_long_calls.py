@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import anyio
-import httpx
+import httpx2
 import pytest
 import uvicorn
 from http_helpers import free_loopback_port
@@ -234,7 +234,7 @@ def cancel_over_http(url: str, tool: str, started: threading.Event) -> tuple[lis
     """Call `tool` (holding 10 s) over HTTP, send notifications/cancelled once it has started, and read its response
     stream to the end; return the JSON-RPC messages the stream carried and the seconds from the cancel to its end."""
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    with httpx.Client(timeout=60) as client:
+    with httpx2.Client(timeout=60) as client:
         hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
         opened = client.post(
             url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
