@@ -1,4 +1,5 @@
-"""Start-up stays light: the CLI and the server answer without loading JAX (timing: benchmarks/startup.py)."""
+"""What imports what: the CLI and the server answer without loading JAX (timing: benchmarks/startup.py), the
+benchmark scripts import what they use, and the test modules only what the dev extra installs."""
 
 import subprocess
 import sys
