@@ -30,11 +30,16 @@ def outputs(model, tokens):
     print(json.dumps({"logits": result.logits.numpy().tolist(), "loss": result.loss.item()}))
 """
 
+# The model of an HF folder, with a PEFT adapter folder on top when one is given.
 HF_CHECK = f"""
 import json, sys
 import torch, transformers
 {_OUTPUTS}
-outputs(transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval(), json.loads(sys.argv[2]))
+model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
+if sys.argv[3]:
+    import peft
+    model = peft.PeftModel.from_pretrained(model, sys.argv[3]).eval()
+outputs(model, json.loads(sys.argv[2]))
 """
 
 # Every parameter moved by `jitter` standard deviations, so that those transformers starts at zero or one (biases,
@@ -151,14 +156,17 @@ def saved_by_transformers(folder, config, tokens, jitter=0.1):
     return _outputs(run_torch_script(HF_SAVE, folder, json.dumps(config), "5GB", jitter, json.dumps(tokens.tolist())))
 
 
-def transformers_outputs(folder, tokens):
-    """`(logits, mean next-token loss)` of the `transformers` model in `folder` for `tokens` [batch, seq]."""
-    return _outputs(run_torch_script(HF_CHECK, str(folder), json.dumps(tokens.tolist())))
+def transformers_outputs(folder, tokens, adapter=None):
+    """`(logits, mean next-token loss)` of the `transformers` model in `folder` for `tokens` [batch, seq], with the
+    PEFT adapter in folder `adapter` on top when one is given (the test is skipped where peft is not installed)."""
+    if adapter:
+        require("peft")
+    return _outputs(run_torch_script(HF_CHECK, folder, json.dumps(tokens.tolist()), adapter or ""))
 
 
-def transformers_logits(folder, tokens):
-    """The `transformers` model's logits for `tokens`."""
-    return transformers_outputs(folder, tokens)[0]
+def transformers_logits(folder, tokens, adapter=None):
+    """The `transformers` model's logits for `tokens` (with `adapter`, as `transformers_outputs`)."""
+    return transformers_outputs(folder, tokens, adapter)[0]
 
 
 def model_with_weights(config, folder):

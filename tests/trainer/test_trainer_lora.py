@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from hf_models import require, run_torch_script
+from hf_models import require, run_torch_script, transformers_logits
 from pydantic import ValidationError
 
 from tradewind.core import ConfigError
@@ -47,17 +47,6 @@ torch.manual_seed(0)
 config = transformers.AutoConfig.for_model(**json.loads(sys.argv[2]))
 transformers.AutoModelForCausalLM.from_config(config).save_pretrained(sys.argv[1])
 """
-# The logits of an HF folder, with a PEFT adapter folder on top when one is given.
-HF_LOGITS = """
-import json, sys
-import torch, transformers
-model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
-if sys.argv[3]:
-    import peft
-    model = peft.PeftModel.from_pretrained(model, sys.argv[3]).eval()
-with torch.no_grad():
-    print(json.dumps(model(torch.tensor(json.loads(sys.argv[2]))).logits.numpy().tolist()))
-"""
 HF_LLAMA = {
     "model_type": "llama",
     "vocab_size": 61,
@@ -73,14 +62,8 @@ HF_LLAMA = {
 }
 
 
-def run_hf(script, *args):
-    """The last line `script` prints, run with `args` in the torch interpreter (torch, transformers, peft only)."""
-    printed = run_torch_script(script, *args).strip()
-    return printed.splitlines()[-1] if printed else ""
-
-
-def hf_logits(folder, adapter=""):
-    return np.array(json.loads(run_hf(HF_LOGITS, folder, json.dumps(TOKENS.tolist()), adapter)))
+def hf_logits(folder, adapter=None):
+    return transformers_logits(folder, TOKENS, adapter)
 
 
 def adapted(lora=None, *, scan_layers=False, config=CONFIG, seed=0):
@@ -254,7 +237,7 @@ def test_a_merged_export_loads_in_transformers_with_the_adapted_models_logits(sc
 def test_a_peft_adapter_folder_on_the_transformers_base_gives_the_adapted_models_logits(scan_layers, tmp_path):
     require("peft")
     base = tmp_path / "base"
-    run_hf(HF_SAVE, base, json.dumps(HF_LLAMA))
+    run_torch_script(HF_SAVE, base, json.dumps(HF_LLAMA))
     config, pure = load_hf_params(base)
     model = build_model(config, rngs=nnx.Rngs(0), scan_layers=scan_layers)
     params = nnx.state(model, nnx.Param)
