@@ -48,26 +48,37 @@ SEQ_LEN = 2048
 SHAPES: dict[str, dict[str, Any]] = {  # the issue's shapes, each with its default per-chip batch
     "125m": {"model": {"preset": "llama-125m", "vocab_size": 32768, "max_seq_len": SEQ_LEN}, "batch_size": 16},
     "350m": {"model": {"preset": "llama-350m", "vocab_size": 32768, "max_seq_len": SEQ_LEN}, "batch_size": 8},
-    "1b": {
+    "1b": {  # as `launch_training` runs it at 8 x 2048 tokens an update (its preflight's pick, 2026-12-07)
         "model": {"preset": "llama-1b", "vocab_size": 128256, "max_seq_len": SEQ_LEN},
-        "batch_size": 8,  # 8 x 2048 tokens an update; fits with these three (XLA's peak: 14.05 GiB of 15.75)
+        "batch_size": 8,
         "optimizer": {"type": "adafactor"},  # the change the launch offers: AdamW's state alone exceeds the chip
         "remat": "full",
-        "scan_layers": True,
+        "remat_blocks": 7,  # full remat of the first 7 of the 16 blocks; the rest keep their activations
+        "scan_layers": False,
     },
 }
 CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against the shape's default
     "default": {},
-    "scan": {"scan_layers": True},
+    "scan": {"scan_layers": True, "remat_blocks": None},  # a scanned loop recomputes every block or none
     "unrolled": {"scan_layers": False},
-    # what the launch picks for the 1B (its shape here keeps last session's Adafactor and scanned blocks)
-    "adamw_bf16_moments_unrolled": {"optimizer": {"type": "adamw", "bf16_moments": True}, "scan_layers": False},
-    "remat_full": {"remat": "full"},
+    # AdamW for the 1B: the launch's pick for it (bfloat16 moments, the first 15 of 16 blocks recomputed), and
+    # the same with every block recomputed
+    "adamw_bf16_moments_remat_15": {
+        "optimizer": {"type": "adamw", "bf16_moments": True},
+        "remat": "full",
+        "remat_blocks": 15,
+    },
+    "adamw_bf16_moments_unrolled": {
+        "optimizer": {"type": "adamw", "bf16_moments": True},
+        "scan_layers": False,
+        "remat_blocks": None,
+    },
+    "remat_full": {"remat": "full", "remat_blocks": None},  # every block recomputed
     # full remat of the first blocks only: the rest keep their activations in the memory unrolled blocks leave
     "unrolled_remat_10": {"scan_layers": False, "remat_blocks": 10},
     "unrolled_remat_9": {"scan_layers": False, "remat_blocks": 9},
     "remat_save_matmuls": {"remat": "save_matmuls"},
-    "scan_remat_full": {"scan_layers": True, "remat": "full"},
+    "scan_remat_full": {"scan_layers": True, "remat": "full", "remat_blocks": None},
     "reference_attention": {"attention": "reference"},
     "half_batch": {"batch_size": 0.5},
     "double_batch": {"batch_size": 2},
@@ -98,21 +109,28 @@ SMOKE_SHAPE = {"model": {"d_model": 64, "n_layers": 2, "n_heads": 2, "vocab_size
 TRAINING = {"eval_every": 10_000, "eval_batches": 1, "log_every": 10, "checkpoint": False}  # the loop's default rows
 
 
-def config_for(shape: dict[str, Any], choice: dict[str, Any], dataset: str, steps: int, seq_len: int) -> Any:
-    """The run of `shape` with `choice` applied (a `batch_size` below 4 scales the shape's batch)."""
-    from tradewind.runs import TrainConfig
-
-    fields = {**TRAINING, **shape, "dataset": dataset, "steps": steps, "seq_len": seq_len}
-    for key, value in choice.items():
+def config_fields(fields: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with `change` applied: a dict merged into the field's, a `batch_size` a factor of the shape's, and
+    `constants` left out (not the config's: `constants_set` sets them)."""
+    fields = dict(fields)
+    for key, value in change.items():
         if key == "constants":
-            continue  # not the config's: `constants_set` sets them
+            continue
         if key == "batch_size":
             fields[key] = max(1, int(fields.get("batch_size", 16) * value))
         elif isinstance(value, dict):
             fields[key] = {**fields.get(key, {}), **value}
         else:
             fields[key] = value
-    return TrainConfig.model_validate(fields)
+    return fields
+
+
+def config_for(shape: dict[str, Any], choice: dict[str, Any], dataset: str, steps: int, seq_len: int) -> Any:
+    """The run of `shape` with `choice` applied (`config_fields`)."""
+    from tradewind.runs import TrainConfig
+
+    fields = {**TRAINING, **shape, "dataset": dataset, "steps": steps, "seq_len": seq_len}
+    return TrainConfig.model_validate(config_fields(fields, choice))
 
 
 @contextlib.contextmanager
@@ -151,18 +169,32 @@ def matmul_ceiling(n: int, repeats: int = 10) -> dict[str, Any]:
     return {"kind": "ceiling", "n": n, "flops_per_s": flops, "of_peak": flops / peak, "peak_source": source}
 
 
-def measure(shape_name: str, choice_name: str, config: Any, workdir: Path, clock: Any = None) -> dict[str, Any]:
-    """Train `config` in this process (its start-up timed by `clock`); its speed, start-up, HBM and estimate."""
+def measure(
+    shape_name: str,
+    choice_name: str,
+    config: Any,
+    workdir: Path,
+    clock: Any = None,
+    compiled: dict[str, Any] | None = None,
+    profile: bool = True,
+) -> dict[str, Any]:
+    """Train `config` in this process (its start-up timed by `clock`); its speed, start-up, HBM and estimate.
+
+    `compiled`: what `compile_ahead` found of its train step (then it is not compiled again to be read, and a step
+    that did not compile is not trained). `profile`: also profile three more steps (`profile_figures`)."""
     import jax
 
     from tradewind.cluster.tpu_host import host_tpu
     from tradewind.runs.metrics import read_metrics
     from tradewind.trainer.loop import train
     from tradewind.trainer.setup import setup_training
-    from tradewind.trainer.tpu_compile import collectives_of, compiler_cost, estimate_step, hbm_needed
+    from tradewind.trainer.tpu_compile import estimate_step
 
     figures: dict[str, Any] = {"kind": "choice", "shape": shape_name, "choice": choice_name}
     figures |= {"batch_size": config.batch_size, "seq_len": config.seq_len}
+    figures["config"] = config.model_dump(mode="json", exclude={"dataset"})
+    if compiled is not None and "error" in compiled:
+        return figures | {"fits": False} | compiled
     run_dir = workdir / f"{shape_name}-{choice_name}-{time.monotonic_ns()}"
     try:
         summary = train(config, run_dir, clock=clock)
@@ -170,31 +202,77 @@ def measure(shape_name: str, choice_name: str, config: Any, workdir: Path, clock
         return figures | {"fits": False, "error": f"{type(error).__name__}: {str(error)[:1500]}"}
     steps = [row.step_time_s for row in read_metrics(run_dir / "metrics.jsonl") if row.step_time_s]
     step_s = statistics.median(steps[1:] or steps)  # the first row's window holds the first updates' warm-up
-    setup = setup_training(config)  # the steps `train` compiled, from this process's last compile
+    setup = setup_training(config) if profile or compiled is None else None  # the steps `train` compiled
+    step = dict(compiled or step_figures(setup.train_step))
+    collectives = step.pop("collectives")
     tokens = config.batch_size * config.seq_len
     figures |= {
         "fits": True,
         "step_s": step_s,
         "tokens_per_s": tokens / step_s,
-        "mfu": setup.flops_per_token * tokens / step_s / setup.peak_flops,
+        "mfu": summary.model_flops_per_token * tokens / step_s / summary.peak_flops,
         "loop_mfu": summary.mfu,
         "compile_s": summary.compile_s,
         "first_update_s": summary.first_update_s,
         "startup_s": summary.startup_s,
-        "hbm_bytes": hbm_needed(setup.train_step.memory_analysis()),
         "final_loss": summary.final_loss,
-    }
+    } | step
     target = host_tpu()
     if target is not None and jax.default_backend() == "tpu":
-        collectives = collectives_of(setup.train_step.as_text())
-        estimate = estimate_step(config, setup.model_config, target, 1, collectives)
+        estimate = estimate_step(config, config.model, target, 1, collectives)
         figures |= {"estimate_step_s": estimate.seconds, "estimate_over_measured": estimate.seconds / step_s}
         figures |= {"estimate": estimate.model_dump()}
-    memory = setup.train_step.memory_analysis()
-    figures["memory_analysis"] = {name: getattr(memory, name) for name in dir(memory) if name.endswith("_in_bytes")}
-    figures["compiler_cost"] = {k: v for k, v in compiler_cost(setup.train_step).items() if "{" not in k}  # totals
-    figures["profile"] = profile_figures(setup, run_dir / "profile")
+    if setup is not None and profile:
+        figures["profile"] = profile_figures(setup, run_dir / "profile")
     return figures
+
+
+def step_figures(train_step: Any) -> dict[str, Any]:
+    """A compiled train step's HBM (`hbm_needed`; `memory_analysis` whole), the compiler's cost totals, and its
+    collectives (`collectives`: what `estimate_step` takes)."""
+    from tradewind.trainer.tpu_compile import collectives_of, compiler_cost, hbm_needed
+
+    memory = train_step.memory_analysis()
+    return {
+        "hbm_bytes": hbm_needed(memory),
+        "memory_analysis": {name: getattr(memory, name) for name in dir(memory) if name.endswith("_in_bytes")},
+        "compiler_cost": {k: v for k, v in compiler_cost(train_step).items() if "{" not in k},  # the totals
+        "collectives": collectives_of(train_step.as_text()),
+    }
+
+
+def compile_ahead(configs: dict[str, tuple[Any, dict[str, Any]]], workers: int) -> dict[str, dict[str, Any]]:
+    """Compile the train and eval steps of each named `(config, constants)` for this process's devices, `workers`
+    at a time, into the persistent compile cache its parent set: the runs that follow load their steps rather than
+    compile them one after another, and one compile keeps few of a TPU host's cores busy. For each name, the train
+    step's figures (`step_figures`) and its compile time beside the others (`compile_ahead_s`), or the error that
+    stopped its compile (a step that does not fit in HBM fails to compile).
+
+    Each config is lowered here, one after the other (tracing is Python's, under `constants`); the compiles run on
+    threads. No executable is kept: each holds its code in the device's memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import jax
+
+    from tradewind.trainer.sharding import build_mesh
+    from tradewind.trainer.tpu_compile import lower_abstract_steps
+
+    def compiled(lowered: tuple[Any, Any]) -> dict[str, Any]:
+        start = time.perf_counter()
+        try:
+            train_step, _ = lowered[0].compile(), lowered[1].compile()
+        except jax.errors.JaxRuntimeError as error:
+            return {"error": f"{type(error).__name__}: {str(error)[:1500]}"}
+        return step_figures(train_step) | {"compile_ahead_s": time.perf_counter() - start}
+
+    lowered = {}
+    for name, (config, constants) in configs.items():
+        with constants_set(constants):
+            mesh = build_mesh(config.mesh, jax.devices())
+            lowered[name] = lower_abstract_steps(config, config.model, mesh, jax.default_backend())[:2]
+    with ThreadPoolExecutor(workers) as pool:
+        futures = {name: pool.submit(compiled, steps) for name, steps in lowered.items()}
+        return {name: future.result() | {"compiled_alongside": len(configs)} for name, future in futures.items()}
 
 
 def profile_figures(setup: Any, folder: Path, ops: int = 30) -> dict[str, Any]:
@@ -251,11 +329,21 @@ def checked_suggestion(shape_name: str, config: Any, workdir: Path) -> dict[str,
 
 
 def run_choices(
-    shape_name: str, choice_names: list[str], dataset: str, steps: int, smoke: bool, cache: str, check: bool = False
+    shape_name: str,
+    choice_names: list[str],
+    dataset: str,
+    steps: int,
+    smoke: bool,
+    cache: str,
+    check: bool = False,
+    profile: bool = True,
+    compile_workers: int = 1,
 ) -> None:
     """Measure `choice_names` of one shape in this process, printing a JSON line each; the first one's start-up
     counts from this process's start, with the compile cache `cache` ("empty" or "filled"). `check`: then profile
-    the first choice as `profile_run` does, its suggestion checked (`checked_suggestion`)."""
+    the first choice as `profile_run` does, its suggestion checked (`checked_suggestion`). `profile`: profile each
+    choice (`profile_figures`). `compile_workers` above 1: compile every choice first, that many at once
+    (`compile_ahead`; not with an empty cache, whose first compile is the figure wanted)."""
     import jax
 
     from tradewind.trainer.startup import StartupClock
@@ -269,10 +357,16 @@ def run_choices(
     workdir = Path(tempfile.mkdtemp(prefix="tpu-chip-"))
     shape = SMOKE_SHAPE if smoke else SHAPES[shape_name]
     seq_len = 128 if smoke else SEQ_LEN
-    for name in choice_names:
-        config = config_for(shape, CHOICES[name], dataset, steps, seq_len)
+    configs = {name: config_for(shape, CHOICES[name], dataset, steps, seq_len) for name in choice_names}
+    ahead = {}
+    if compile_workers > 1 and cache == "filled":
+        choices = {name: (config, CHOICES[name].get("constants", {})) for name, config in configs.items()}
+        ahead = compile_ahead(choices, compile_workers)
+        cache = "filled by compile_ahead"
+        clock = StartupClock()  # the first run's start-up, from after the compiles ahead of it
+    for name, config in configs.items():
         with constants_set(CHOICES[name].get("constants", {})):
-            figures = measure(shape_name, name, config, workdir, clock)
+            figures = measure(shape_name, name, config, workdir, clock, ahead.get(name), profile)
         if clock is not None:
             figures["first_in_process"] = {"compile_cache": cache}
         print(json.dumps(figures, default=str), flush=True)
@@ -322,6 +416,11 @@ def main() -> None:
     parser.add_argument(
         "--check-suggestion", action="store_true", help="then profile each shape's first choice as profile_run does"
     )
+    parser.add_argument("--no-profile", action="store_true", help="leave out each choice's profile of three steps")
+    parser.add_argument("--no-ceiling", action="store_true", help="leave out the matmul ceiling")
+    parser.add_argument(
+        "--compile-workers", type=int, default=1, help="above 1: compile a shape's choices first, this many at once"
+    )
     parser.add_argument("--measure", metavar="SHAPE", help=argparse.SUPPRESS)  # a child: one shape's choices here
     parser.add_argument("--dataset", help=argparse.SUPPRESS)
     parser.add_argument("--cache", choices=("empty", "filled"), help=argparse.SUPPRESS)
@@ -333,22 +432,34 @@ def main() -> None:
         return
     if args.measure:
         choices = args.choices.split(",")
-        run_choices(args.measure, choices, args.dataset, args.steps, args.smoke, args.cache, args.check_suggestion)
+        run_choices(
+            args.measure,
+            choices,
+            args.dataset,
+            args.steps,
+            args.smoke,
+            args.cache,
+            args.check_suggestion,
+            not args.no_profile,
+            args.compile_workers,
+        )
         return
     if args.out is None:
         parser.error("--out is required")
     dataset = tokens(Path(tempfile.mkdtemp(prefix="tpu-chip-data-")) / "tinyshakespeare")
     with open(args.out, "a", encoding="utf-8") as out:
-        child(["--ceiling", *smoke], dict(os.environ), out, args.timeout_s)
+        if not args.no_ceiling:
+            child(["--ceiling", *smoke], dict(os.environ), out, args.timeout_s)
         for shape in args.shapes.split(","):
             cache = tempfile.mkdtemp(prefix="tpu-chip-xla-")
             env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
             measure_args = ["--measure", shape, "--dataset", str(dataset), "--steps", str(args.steps), *smoke]
-            measure_args += ["--check-suggestion"] * args.check_suggestion
+            measure_args += ["--check-suggestion"] * args.check_suggestion + ["--no-profile"] * args.no_profile
             if not args.no_cold:
                 first = args.choices.split(",")[0]
                 child([*measure_args, "--cache", "empty", "--choices", first], env, out, args.timeout_s)
-            child([*measure_args, "--cache", "filled", "--choices", args.choices], env, out, args.timeout_s)
+            filled = [*measure_args, "--cache", "filled", "--compile-workers", str(args.compile_workers)]
+            child([*filled, "--choices", args.choices], env, out, args.timeout_s)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ puts `TPU_COMPILE_ENV` in the environment before JAX starts). Without libtpu the
 """
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,8 @@ from tradewind.core import ConfigError, load_config
 from tradewind.runs import TrainConfig
 from tradewind.runs.compile import Collective
 from tradewind.tools.launching import LaunchTrainingRequest
-from tradewind.trainer.tpu_compile import STEP_CALIBRATION, estimate_step
+from tradewind.trainer.setup import setup_training
+from tradewind.trainer.tpu_compile import STEP_CALIBRATION, estimate_step, lower_abstract_steps
 
 SMALL = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "max_seq_len": 128}
 
@@ -335,13 +337,15 @@ def test_a_block_split_over_four_chips_by_tensor_needs_megatrons_two_all_reduces
 
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-# The rows of the code as it is, each file with the preset fields it was measured with where they have changed since:
-# the 350M preset had 16 heads of 64 (8 KV) before its 128-wide ones.
-NARROW_350M = {"350m": {"n_heads": 16, "n_kv_heads": 8}}
+# The rows of the code as it is, each file with the shape fields it was measured with where they have changed since
+# (a row of 2026-12-08 on holds its whole config): the 350M preset had 16 heads of 64 (8 KV) before its 128-wide
+# ones, and the 1B scanned all of its blocks, each recomputed, before it took the launch's pick.
+NARROW_350M = {"350m": {"model": {"n_heads": 16, "n_kv_heads": 8}}}
+SCANNED_1B = {"1b": {"scan_layers": True, "remat_blocks": None}}
 CHIP_RESULTS = {
-    RESULTS / "tpu_chip-2026-12-06c.jsonl": NARROW_350M,
-    RESULTS / "tpu_chip-2026-12-07.jsonl": NARROW_350M,
-    RESULTS / "tpu_chip-2026-12-07b.jsonl": NARROW_350M,
+    RESULTS / "tpu_chip-2026-12-06c.jsonl": NARROW_350M | SCANNED_1B,
+    RESULTS / "tpu_chip-2026-12-07.jsonl": NARROW_350M | SCANNED_1B,
+    RESULTS / "tpu_chip-2026-12-07b.jsonl": NARROW_350M | SCANNED_1B,
     RESULTS / "tpu_chip-2026-12-07c.jsonl": {},
 }
 
@@ -359,10 +363,32 @@ def test_the_step_estimate_lands_within_20_percent_of_every_step_measured_on_a_v
         measured += [(row, as_measured) for row in rows]
     assert {row["shape"] for row, _ in measured} == {"125m", "350m", "1b"}
     for row, as_measured in measured:
-        shape = tpu_chip.SHAPES[row["shape"]]
-        shape = {**shape, "model": {**shape["model"], **as_measured.get(row["shape"], {})}}
-        change = {k: v for k, v in tpu_chip.CHOICES.get(row["choice"], {}).items() if k != "constants"}
-        config = tpu_chip.config_for(shape, change, "unused", 10, tpu_chip.SEQ_LEN)
-        config = config.model_copy(update={"batch_size": row["batch_size"]})
+        if "config" in row:
+            config = TrainConfig.model_validate({**row["config"], "dataset": "unused"})
+        else:
+            shape = tpu_chip.config_fields(tpu_chip.SHAPES[row["shape"]], as_measured.get(row["shape"], {}))
+            change = {k: v for k, v in tpu_chip.CHOICES.get(row["choice"], {}).items() if k != "constants"}
+            config = tpu_chip.config_for(shape, change, "unused", 10, tpu_chip.SEQ_LEN)
+            config = config.model_copy(update={"batch_size": row["batch_size"]})
         step = estimate_step(config, config.model, tpu_slice("v5litepod-1"), 1, [])
         assert 0.8 <= step.seconds / row["step_s"] <= 1.2, (row["shape"], row["choice"], step.seconds, row["step_s"])
+
+
+def program(compiled) -> str:
+    """A compiled step's HLO without its debug information (the source lines that traced each op, which differ
+    with the caller's file; JAX's compile cache leaves them out of its key too)."""
+    debug_tables = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+    blocks = [block for block in compiled.as_text().split("\n\n") if block.split("\n")[0] not in debug_tables]
+    return re.sub(r", metadata=\{[^}]*\}", "", "\n\n".join(blocks))
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"scan_layers": True, "remat": "full", "optimizer": {"host_state": True}, "grad_accum": 2}]
+)
+def test_the_steps_lowered_from_abstract_arrays_are_the_programs_a_run_compiles(tiny_config, options):
+    # A TPU compile reads them, and the chip benchmark compiles them ahead for its runs to load from the cache:
+    # each must be the very program the run executes, not one like it.
+    setup = setup_training(tiny_config(**options))
+    train_lowered, eval_lowered, _ = lower_abstract_steps(setup.config, setup.model_config, setup.mesh, "cpu")
+    assert program(train_lowered.compile()) == program(setup.train_step)
+    assert program(eval_lowered.compile()) == program(setup.eval_step)

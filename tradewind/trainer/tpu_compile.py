@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.experimental import topologies
+from jax.sharding import Mesh
 
 from tradewind.cluster.tpus import TpuSlice
 from tradewind.runs.compile import Collective, StepEstimate, TpuCompileReport
@@ -93,15 +94,8 @@ def compile_for_tpu(
     check_batch_split(config, mesh)
     dtype = compute_dtype(config.compute_dtype, platform="tpu")
     model_config = config.model.model_copy(update={"vocab_size": config.model.vocab_size or vocab_size})
-    model = nnx.eval_shape(lambda: build_run_model(config, model_config, platform="tpu"))
-    graphdef, eval_graphdef, params, frozen = split_run_model(model, config)
-    optimizer = build_optimizer(config.optimizer)
-    params = _laid_out(params, param_shardings(mesh, params))
-    frozen = _laid_out(frozen, param_shardings(mesh, frozen))
-    opt_state = jax.eval_shape(optimizer.init, weights_and_streams(params)[0])
-    opt_state = _laid_out(opt_state, optimizer_shardings(mesh, opt_state, config.optimizer.host_state))
-    batch = jax.ShapeDtypeStruct((config.batch_size, config.seq_len + 1), jnp.int32, sharding=batch_sharding(mesh))
-    arguments = sum(map(_bytes_per_chip, (params, frozen, opt_state, batch)))
+    start = time.perf_counter()
+    train_lowered, eval_lowered, arguments = lower_abstract_steps(config, model_config, mesh, platform="tpu")
     report = {
         "target": target.tpu_type,
         "slices": slices,
@@ -112,11 +106,7 @@ def compile_for_tpu(
         "compute_dtype": jnp.dtype(dtype).name,
         "attention": attention_kernel(config.attention, dtype, config.seq_len, platform="tpu"),
     }
-    start = time.perf_counter()
     try:
-        train_lowered, eval_lowered = lower_steps(
-            config, (graphdef, eval_graphdef), optimizer, mesh, params, opt_state, batch, frozen
-        )
         train_step = train_lowered.compile()
         eval_step = eval_lowered.compile() if with_eval else None
     except jax.errors.JaxRuntimeError as error:
@@ -154,6 +144,29 @@ def compile_for_tpu(
         step=estimate_step(config, model_config, target, slices, collectives),
         compiler_message=None,
     )
+
+
+def lower_abstract_steps(
+    config: TrainConfig, model_config: ModelConfig, mesh: Mesh, platform: str
+) -> tuple[Any, Any, int]:
+    """`config`'s train and eval steps lowered for `mesh` (`lower_steps`) from abstract arrays: no weight is
+    materialised. Also the bytes one device holds of the steps' arguments (weights, optimizer state, a batch).
+
+    `platform` is the one the model is built for (its attention kernel and compute dtype): the mesh's devices may
+    be a TPU slice's that this host does not hold."""
+    model = nnx.eval_shape(lambda: build_run_model(config, model_config, platform=platform))
+    graphdef, eval_graphdef, params, frozen = split_run_model(model, config)
+    optimizer = build_optimizer(config.optimizer)
+    params = _laid_out(params, param_shardings(mesh, params))
+    frozen = _laid_out(frozen, param_shardings(mesh, frozen))
+    opt_state = jax.eval_shape(optimizer.init, weights_and_streams(params)[0])
+    opt_state = _laid_out(opt_state, optimizer_shardings(mesh, opt_state, config.optimizer.host_state))
+    batch = jax.ShapeDtypeStruct((config.batch_size, config.seq_len + 1), jnp.int32, sharding=batch_sharding(mesh))
+    arguments = sum(map(_bytes_per_chip, (params, frozen, opt_state, batch)))
+    train_lowered, eval_lowered = lower_steps(
+        config, (graphdef, eval_graphdef), optimizer, mesh, params, opt_state, batch, frozen
+    )
+    return train_lowered, eval_lowered, arguments
 
 
 @dataclass(frozen=True)
