@@ -347,6 +347,7 @@ CHIP_RESULTS = {
     RESULTS / "tpu_chip-2026-12-07.jsonl": NARROW_350M | SCANNED_1B,
     RESULTS / "tpu_chip-2026-12-07b.jsonl": NARROW_350M | SCANNED_1B,
     RESULTS / "tpu_chip-2026-12-07c.jsonl": {},
+    RESULTS / "tpu_chip-2026-12-08.jsonl": {},
 }
 
 

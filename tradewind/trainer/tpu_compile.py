@@ -180,7 +180,9 @@ class StepCalibration:
             width between two measured ones takes the narrower one's rate (`attention_rate`).
         attention_forward: the forward pass's share of the kernel's time (remat runs it again).
         elementwise_bytes: HBM bytes per token, layer and unit of `d_model` of all the rest (norms, rotary
-            embedding, residual adds, layout copies, the loss's softmax, the optimizer), at the HBM bandwidth.
+            embedding, residual adds, layout copies, the loss's softmax, the optimizer), at the HBM bandwidth, by
+            the width of a head as `attention` (heads narrower than the matrix unit take layout copies of their own).
+        elementwise_again: the share of those bytes a block that remat recomputes moves again.
         overhead: host, loop and idle time, over the step.
         source: where and when it was measured.
     """
@@ -188,15 +190,24 @@ class StepCalibration:
     matmul: float
     attention: dict[int, float]
     attention_forward: float
-    elementwise_bytes: float
+    elementwise_bytes: dict[int, float]
+    elementwise_again: float
     overhead: float
     source: str
 
     def attention_rate(self, head_dim: int) -> float:
-        """The splash kernel's rate for heads `head_dim` wide: that of the widest measured width not above it
-        (the narrowest measured, for narrower heads)."""
-        widths = sorted(self.attention)
-        return self.attention[max((w for w in widths if w <= head_dim), default=widths[0])]
+        """The splash kernel's rate for heads `head_dim` wide (`by_head_width`)."""
+        return by_head_width(self.attention, head_dim)
+
+    def elementwise(self, head_dim: int) -> float:
+        """The element-wise bytes per token, layer and unit of `d_model` for heads `head_dim` wide."""
+        return by_head_width(self.elementwise_bytes, head_dim)
+
+
+def by_head_width(measured: dict[int, float], head_dim: int) -> float:
+    """The figure measured at the widest head width not above `head_dim` (the narrowest's, for narrower heads)."""
+    widths = sorted(measured)
+    return measured[max((w for w in widths if w <= head_dim), default=widths[0])]
 
 
 # The one table of measured rates. A generation not in it is estimated with the v5e's, scaled by its own peak and
@@ -205,13 +216,16 @@ STEP_CALIBRATION = {
     "v5e": StepCalibration(
         matmul=0.80,
         attention={64: 0.43, 128: 0.86},
-        attention_forward=0.40,
-        elementwise_bytes=160.0,
+        attention_forward=0.30,
+        elementwise_bytes={64: 160.0, 128: 90.0},
+        elementwise_again=0.25,
         overhead=0.012,
         source=(
             "one TPU v5e chip, 2026-12-06: the profiles of a 125M, a 350M and a 1B Llama at sequence 2048 "
             "(benchmarks/tpu_chip.py; the rows of the code as it is in benchmarks/results/tpu_chip-2026-12-06b.jsonl); "
-            "128-wide heads' attention 2026-12-07 (the 350M in 8 heads, tpu_chip-2026-12-07b.jsonl)"
+            "128-wide heads' attention 2026-12-07 (the 350M in 8 heads, tpu_chip-2026-12-07b.jsonl); 2026-12-08: "
+            "128-wide heads' element-wise bytes from the 350M's profile, and what a recomputed block runs again from "
+            "the remat choices of the three shapes (tpu_chip-2026-12-08.jsonl)"
         ),
     ),
 }
@@ -253,7 +267,8 @@ def estimate_step(
     else:  # every score made and stored: the products at the matmul rate, the scores at the HBM bandwidth
         scores = model.n_layers * model.n_heads * config.seq_len * tokens * REFERENCE_SCORE_BYTES
         attention_s = attention_flops / (chip.peak_bf16_flops * rates.matmul) + scores / chip.hbm_bytes_per_s
-    elementwise = rates.elementwise_bytes * tokens * model.n_layers * model.d_model * (1 + 0.5 * remat)
+    elementwise_again = rates.elementwise_again * remat
+    elementwise = rates.elementwise(model.head_dim) * tokens * model.n_layers * model.d_model * (1 + elementwise_again)
     elementwise_s = elementwise / chip.hbm_bytes_per_s
     ring_bytes_per_s = chip.ici_bytes_per_s / chip.torus_dims / 2
     network_s = sum(c.bytes for c in collectives) / ring_bytes_per_s
