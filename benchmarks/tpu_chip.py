@@ -11,7 +11,9 @@ small, the compute is the model's). For each shape, processes of their own (one 
 1. the first choice (the default, unless `--choices` says otherwise) in a new process with an empty compile
    cache: the time to the first update, cold (`--no-cold` leaves this out);
 2. every choice in a new process with that cache, one after the other (`CHOICES`: scanned layers, each remat
-   policy, the reference attention, half and twice the per-chip batch, the memory options, the knobs).
+   policy, the reference attention, half and twice the per-chip batch, the memory options, the knobs). With
+   `--compile-workers N` that process first compiles every choice, N at a time on the host's cores, into the
+   cache (`compile_ahead`): a choice then costs its load and its steps, not a compile of a minute or more.
 
 And first, the chip's ceiling: a bf16 8192^3 matmul. Each measured choice gives tokens/s and MFU in steady state
 (the median of the metrics rows after the first, each of `log_every` = 10 updates as the loop logs by default),
@@ -19,9 +21,10 @@ the step time, the compile time, the time to the first update, the HBM the compi
 (`memory_analysis()`: the chip's own `memory_stats()` peak is not trustworthy on a v5e), the compile-only estimate
 of the same step (`tpu_compile.estimate_step`, what `tradewind compile` prints) and its ratio to the measured step,
 and a profile of three more steps (`profile_figures`: time by part of the model, by kind of op, and the op groups
-that took longest, with their HLO). A choice that does not fit says so, with XLA's message. Besides config
-changes, a choice may set a module constant of the trainer (`constants`): how a default such as the splash
-kernel's fused backward was measured before it was made the default.
+that took longest, with their HLO; `--no-profile` leaves it out). A choice that does not fit says so, with XLA's
+message. Each row holds the whole config it ran (`config`). Besides config changes, a choice may set a module
+constant of the trainer (`constants`): how a default such as the splash kernel's fused backward was measured
+before it was made the default. `--no-ceiling` leaves out the matmul ceiling.
 
 Output: one JSON object per line (`--out`, and stdout) as each is measured, so a session cut short keeps what it
 measured; `kind` is `ceiling`, `choice`, `profile_check` (`--check-suggestion`) or `error`.

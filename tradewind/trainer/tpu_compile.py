@@ -242,11 +242,11 @@ def estimate_step(
     again; `remat_blocks` counts only the blocks it names) at the calibrated share of the peak. Attention: the
     score and value products MFU counts, at the splash kernel's measured rate (its forward again in the blocks
     remat recomputes), or for the reference kernel at the matmul rate with its scores' traffic. Element-wise: the
-    calibrated bytes per token, layer and unit of `d_model` (half again in the blocks remat recomputes) at
-    the HBM bandwidth. The three add up, plus the loop's overhead. Network: each chip's collective bytes over a
-    ring on one torus axis (two of the chip's `2 x dims` links), plus, with several slices, the float32 gradients
-    of one host's chips crossing the data-centre network twice (an all-reduce over slices); taken to overlap the
-    compute, so the step is the longer of the two.
+    calibrated bytes per token, layer and unit of `d_model` for the model's head width (a share again in the blocks
+    remat recomputes) at the HBM bandwidth. The three add up, plus the loop's overhead. Network: each chip's
+    collective bytes over a ring on one torus axis (two of the chip's `2 x dims` links), plus, with several slices,
+    the float32 gradients of one host's chips crossing the data-centre network twice (an all-reduce over slices);
+    taken to overlap the compute, so the step is the longer of the two.
     """
     chips = target.chips * slices
     chip = target.chip
