@@ -49,8 +49,9 @@ walkthrough: $(VENV)/.installed-dev
 
 # Two processes (pytest-xdist), each test file whole in one of them (module fixtures and fixed ports stay in one
 # process): on the 2-core machine 0.65 of one process's time (benchmarks.md); the 20 slowest tests are listed at the end.
+# Files go out in the order tests/conftest.py gives them (the most slow tests first), not xdist's (the most tests).
 test: lint docs
-	$(BIN)/pytest -n 2 --dist loadfile --durations=20
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=20
 
 serve: $(VENV)/.installed
 	$(BIN)/tradewind serve

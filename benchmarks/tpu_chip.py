@@ -87,6 +87,7 @@ CHOICES: dict[str, dict[str, Any]] = {  # config changes, each measured against 
     "double_batch": {"batch_size": 2},
     "bf16_moments": {"optimizer": {"bf16_moments": True}},
     "adafactor": {"optimizer": {"type": "adafactor"}},
+    "host_state": {"optimizer": {"host_state": True}},  # the optimizer state in host memory between steps
     "adamw_host_bf16_moments": {"optimizer": {"type": "adamw", "host_state": True, "bf16_moments": True}},
     "accumulate_2": {"batch_size": 2, "grad_accum": 2},  # twice the tokens per update in two microbatches
     "batch_1.5": {"batch_size": 1.5},
